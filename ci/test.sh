@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The one test command (README): installs what it needs, then runs every check.
+# CI runs it through .ci/run on a machine without a GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CACHE=${DEVTENSOR_CACHE:-$HOME/.cache/devtensor-ci}
+VENV=$CACHE/venv
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- system packages: libclang for the bindgen ABI check (only when missing) ------
+if ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
+   && ! compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
+  step "apt-get install libclang-dev"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libclang-dev >/dev/null
+fi
+
+# --- Python venv outside the checkout: a real dlpack.h (apache-tvm-ffi) -------------
+if [ ! -x "$VENV/bin/python" ]; then
+  step "creating $VENV"
+  mkdir -p "$CACHE"
+  python3 -m venv "$VENV"
+fi
+step "pip install (venv $VENV)"
+"$VENV/bin/pip" install -q --disable-pip-version-check apache-tvm-ffi
+DEVTENSOR_DLPACK_H=$("$VENV/bin/python" -c \
+  'import os, tvm_ffi; print(os.path.join(os.path.dirname(tvm_ffi.__file__), "include", "dlpack", "dlpack.h"))')
+export DEVTENSOR_DLPACK_H DEVTENSOR_REQUIRE_DLPACK_H=1
+echo "dlpack.h: $DEVTENSOR_DLPACK_H"
+
+# --- Rust ------------------------------------------------------------------------------
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (default features, then no default features)"
+cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --all-targets --locked --no-default-features -- -D warnings
+
+step "cargo test (unit, integration, doc)"
+cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
+grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {printf "cargo test summary: %d passed, %d failed\n", p, f}'
+
+step "DLPack ABI check against the real header"
+cargo test --locked --lib abi_check -- --nocapture 2>&1 | grep -E "DLPack ABI|SKIP|test result"
+
+step "devtensor info"
+cargo run --locked --quiet -- info
+
+echo
+echo "ci/test.sh: all checks passed"

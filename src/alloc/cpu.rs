@@ -1,0 +1,121 @@
+//! Host memory for `kDLCPU` tensors.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use super::{AllocStats, NDAlloc};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stream::StreamHandle;
+
+/// Alignment of every CPU allocation (DLPack's recommended 256 bytes).
+pub const CPU_ALIGNMENT: usize = 256;
+
+/// Process-wide counters: the CPU allocator is stateless, so its accounting is global.
+static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
+static TOTAL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// The system allocator at 256-byte alignment, with live-allocation accounting.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuAlloc;
+
+impl CpuAlloc {
+    /// The one shared instance.
+    pub fn shared() -> Arc<dyn NDAlloc> {
+        static SHARED: OnceLock<Arc<dyn NDAlloc>> = OnceLock::new();
+        SHARED.get_or_init(|| Arc::new(CpuAlloc)).clone()
+    }
+
+    fn layout(size: usize, align: usize) -> Result<Layout> {
+        Layout::from_size_align(size, align.max(CPU_ALIGNMENT))
+            .map_err(|_| Error::Overflow { what: "allocation size" })
+    }
+}
+
+// SAFETY: `allocate` returns memory from the global allocator with a layout of
+// at least `align` alignment and `size` bytes, owned by the caller until
+// `deallocate`; zero-size requests get a dangling aligned pointer never freed.
+unsafe impl NDAlloc for CpuAlloc {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<NonNull<u8>> {
+        let layout = Self::layout(size, align)?;
+        if size == 0 {
+            // A dangling, aligned, non-null address: never dereferenced or freed.
+            return NonNull::new(layout.align() as *mut u8).ok_or(Error::Overflow { what: "alignment" });
+        }
+        // SAFETY: `layout` has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc(layout) };
+        let ptr = NonNull::new(ptr).ok_or(Error::OutOfMemory { device: Device::Cpu, requested: size })?;
+        LIVE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        TOTAL_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        let live = LIVE_BYTES.fetch_add(size, Ordering::Relaxed) + size;
+        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+        Ok(ptr)
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize, _stream: Option<StreamHandle>) {
+        if size == 0 {
+            return;
+        }
+        let Ok(layout) = Self::layout(size, align) else {
+            return; // unreachable: the same layout was valid at allocation.
+        };
+        // SAFETY: the caller passes a pointer from `allocate` with this size and
+        // alignment, so `layout` is the layout it was allocated with.
+        unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        LIVE_ALLOCATIONS.fetch_sub(1, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    fn stats(&self) -> AllocStats {
+        AllocStats {
+            live_allocations: LIVE_ALLOCATIONS.load(Ordering::Relaxed),
+            live_bytes: LIVE_BYTES.load(Ordering::Relaxed),
+            peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
+            total_allocations: TOTAL_ALLOCATIONS.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[serial_test::serial(cpu_alloc_counters)]
+    fn allocations_are_aligned_and_counted() {
+        let a = CpuAlloc;
+        let before = a.stats();
+        let p = a.allocate(1000, 16, None).unwrap();
+        assert_eq!(p.as_ptr() as usize % CPU_ALIGNMENT, 0);
+        let mid = a.stats();
+        assert_eq!(mid.live_allocations, before.live_allocations + 1);
+        assert_eq!(mid.live_bytes, before.live_bytes + 1000);
+        assert!(mid.peak_bytes >= mid.live_bytes);
+        // SAFETY: `p` came from `allocate(1000, 16)` above and is freed once.
+        unsafe { a.deallocate(p, 1000, 16, None) };
+        assert_eq!(a.stats().live_allocations, before.live_allocations);
+        assert_eq!(a.stats().live_bytes, before.live_bytes);
+    }
+
+    #[test]
+    fn zero_size_and_huge_requests() {
+        let a = CpuAlloc;
+        let p = a.allocate(0, 64, None).unwrap();
+        assert_eq!(p.as_ptr() as usize % CPU_ALIGNMENT, 0);
+        // SAFETY: a zero-size pointer from `allocate` is a no-op to free.
+        unsafe { a.deallocate(p, 0, 64, None) };
+        assert!(matches!(a.allocate(usize::MAX - 10, 64, None), Err(Error::Overflow { .. })));
+        assert!(matches!(
+            a.allocate(isize::MAX as usize / 2, 64, None),
+            Err(Error::OutOfMemory { .. })
+        ));
+    }
+}

@@ -1,0 +1,29 @@
+//! `devtensor info`: backends, library versions, devices, and why one is unavailable.
+
+use devtensor::backend::{self, BackendStatus};
+
+fn gib(bytes: usize) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+fn print_status(s: &BackendStatus) {
+    let state = if s.is_available() { "available" } else { "unavailable" };
+    println!("{} — {state}", s.backend);
+    for (lib, version) in &s.versions {
+        println!("  {lib:<14} {version}");
+    }
+    for d in &s.devices {
+        let mem = if d.total_memory > 0 { format!(", {}", gib(d.total_memory)) } else { String::new() };
+        println!("  device {}: {} ({}{mem})", d.ordinal, d.name, d.arch);
+    }
+    if let Some(reason) = &s.unavailable {
+        println!("  reason: {reason}");
+    }
+}
+
+pub fn run() {
+    println!("devtensor {}", env!("CARGO_PKG_VERSION"));
+    print_status(backend::cuda_status());
+    print_status(backend::rocm_status());
+    print_status(&backend::cpu_status());
+}

@@ -1,0 +1,4 @@
+//! Sub-commands of the `devtensor` binary.
+
+pub mod bench;
+pub mod info;

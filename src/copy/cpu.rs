@@ -1,0 +1,778 @@
+//! The CPU executor of copy plans.
+//!
+//! [`copy_strided`] plans the copy with [`plan_copy`] (CPU options: unaligned
+//! widening up to 16 bytes) and runs the cheapest kernel for the plan's
+//! [`PlanKind`] (research notes §d):
+//!
+//! | kind | kernel |
+//! |---|---|
+//! | `Memcpy` | `ptr::copy_nonoverlapping`, split into 4 KiB-aligned chunks across rayon |
+//! | `Rows` | odometer over the outer dims, one row copy each (inline for short rows) |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest); SSE2 register transposes for 1/2/4/8-byte elements, scalar micro tiles otherwise; other dims a batch |
+//! | `General` | odometer, innermost loop specialised on (src, dst) stride: contiguous, broadcast, gather, scatter, strided |
+//! | `Fill` | a repeated pattern block copied over contiguous runs |
+//!
+//! Elements are moved as `u8/u16/u32/u64/u128` (powers of two) or `[u8; N]`
+//! (other sizes up to 16) with unaligned loads and stores, so odd addresses are
+//! fine. Larger elements become an extra byte dimension. Work above 256 KiB is
+//! split across rayon over a flat index space — rows × row elements, or
+//! batch × tiles — so a short outer dimension still feeds every thread.
+
+use std::ptr;
+
+use rayon::prelude::*;
+use smallvec::SmallVec;
+
+use crate::copy::plan::{
+    BaseAddrs, CopyPlan, INLINE_DIMS, PlanDim, PlanKind, PlanOptions, absolute_range, plan_copy, ranges_overlap,
+};
+use crate::error::{Error, Result};
+
+/// Calls `$f::<T>(args)` with `T` the element type of `$e` bytes.
+macro_rules! with_elem {
+    ($e:expr, $f:ident ( $($a:expr),* )) => {
+        match $e {
+            1 => $f::<u8>($($a),*),
+            2 => $f::<u16>($($a),*),
+            3 => $f::<[u8; 3]>($($a),*),
+            4 => $f::<u32>($($a),*),
+            5 => $f::<[u8; 5]>($($a),*),
+            6 => $f::<[u8; 6]>($($a),*),
+            7 => $f::<[u8; 7]>($($a),*),
+            8 => $f::<u64>($($a),*),
+            9 => $f::<[u8; 9]>($($a),*),
+            10 => $f::<[u8; 10]>($($a),*),
+            11 => $f::<[u8; 11]>($($a),*),
+            12 => $f::<[u8; 12]>($($a),*),
+            13 => $f::<[u8; 13]>($($a),*),
+            14 => $f::<[u8; 14]>($($a),*),
+            15 => $f::<[u8; 15]>($($a),*),
+            16 => $f::<u128>($($a),*),
+            _ => unreachable!("elements above {MAX_ELEM} bytes become a byte dimension"),
+        }
+    };
+}
+
+/// Below this many bytes a copy runs on the calling thread.
+const PAR_MIN_BYTES: usize = 256 << 10;
+/// Target bytes per parallel task.
+const PAR_CHUNK_BYTES: usize = 1 << 20;
+/// Largest element the typed kernels handle; larger ones get a byte dimension.
+const MAX_ELEM: usize = 16;
+
+/// Copies `shape` elements of `elem_size` bytes from `src` to `dst`.
+///
+/// Pointers point at the logical element `[0, 0, …, 0]`; strides are in
+/// elements and may be negative (the source's may also be 0 to broadcast).
+/// Any `elem_size ≥ 1` works; 1–16 byte elements take the typed fast paths.
+/// When the source and destination byte ranges overlap, the source is first
+/// copied into a temporary buffer (a copy onto an identical layout is a no-op).
+///
+/// Errors: [`Error::ShapeMismatch`] when a stride slice's length differs from
+/// `shape`'s, [`Error::OverlappingDestination`] when the destination (with more
+/// than one element) may address an element twice, [`Error::Overflow`] when
+/// an extent overflows, [`Error::InvalidLayout`] for `elem_size == 0`.
+///
+/// # Safety
+///
+/// For every index within `shape`, `src` offset by `Σ index·src_stride·elem_size`
+/// bytes must be valid for reads of `elem_size` bytes, and `dst` offset by
+/// `Σ index·dst_stride·elem_size` bytes valid for writes of `elem_size` bytes,
+/// all inside one allocation each. Nothing else may access the destination
+/// during the call. The destination may be uninitialised; the source may not.
+pub unsafe fn copy_strided(
+    dst: *mut u8,
+    dst_strides: &[isize],
+    src: *const u8,
+    src_strides: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+) -> Result<()> {
+    for strides in [dst_strides, src_strides] {
+        if strides.len() != shape.len() {
+            return Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![strides.len()] });
+        }
+    }
+    if elem_size > MAX_ELEM {
+        // A wide element is a row of bytes: add a byte dimension.
+        let e = isize::try_from(elem_size).map_err(|_| Error::Overflow { what: "element size" })?;
+        let widen = |s: &[isize]| -> Result<SmallVec<[isize; INLINE_DIMS]>> {
+            let mut v: SmallVec<[isize; INLINE_DIMS]> = s
+                .iter()
+                .map(|&x| x.checked_mul(e).ok_or(Error::Overflow { what: "byte stride" }))
+                .collect::<Result<_>>()?;
+            v.push(1);
+            Ok(v)
+        };
+        let mut shape2: SmallVec<[usize; INLINE_DIMS]> = shape.iter().copied().collect();
+        shape2.push(elem_size);
+        let (d2, s2) = (widen(dst_strides)?, widen(src_strides)?);
+        // SAFETY: the same bytes as the caller's layout, described with one more
+        // (byte) dimension; the caller's guarantees carry over unchanged.
+        return unsafe { copy_strided(dst, &d2, src, &s2, &shape2, 1) };
+    }
+    let bases = BaseAddrs { dst: dst as usize, src: src as usize };
+    let plan = plan_copy(shape, dst_strides, src_strides, elem_size, bases, PlanOptions::CPU)?;
+    if plan.kind == PlanKind::Empty {
+        return Ok(());
+    }
+    let d_range = absolute_range(bases.dst, plan.dst_span)?;
+    let s_range = absolute_range(bases.src, plan.src_span)?;
+    if ranges_overlap(d_range, s_range) {
+        let same = bases.dst == bases.src
+            && shape
+                .iter()
+                .zip(dst_strides.iter().zip(src_strides))
+                .all(|(&n, (a, b))| n == 1 || a == b);
+        if same {
+            return Ok(()); // every element is copied onto itself
+        }
+        // SAFETY: forwarded from the caller.
+        return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.numel) };
+    }
+    // SAFETY: the plan's offsets move the bases to elements of the caller's
+    // layouts (the flipped dimensions' last elements), which are in bounds.
+    unsafe {
+        execute(&plan, dst.offset(plan.dst_offset), src.offset(plan.src_offset));
+    }
+    Ok(())
+}
+
+/// Writes `value` (`elem_size = value.len()` bytes) to every element.
+///
+/// Errors as [`copy_strided`]; an empty `value` is [`Error::InvalidLayout`].
+///
+/// # Safety
+///
+/// For every index within `shape`, `dst` offset by
+/// `Σ index·dst_stride·value.len()` bytes must be valid for writes of
+/// `value.len()` bytes, all inside one allocation, and nothing else may access
+/// the destination during the call.
+pub unsafe fn fill_strided(dst: *mut u8, dst_strides: &[isize], shape: &[usize], value: &[u8]) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::InvalidLayout("fill value must be at least one byte"));
+    }
+    if dst_strides.len() != shape.len() {
+        return Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![dst_strides.len()] });
+    }
+    let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
+    // SAFETY: a fill is a copy from a fully broadcast source; `value` is valid
+    // for reads of `value.len()` bytes at every (zero) source offset. Should
+    // `value` alias the destination, `copy_strided` goes through a temporary.
+    unsafe { copy_strided(dst, dst_strides, value.as_ptr(), &zeros, shape, value.len()) }
+}
+
+/// Copies through a temporary laid out like the destination (same dimension
+/// order and signs, dense), so both copies stay cache-friendly.
+///
+/// # Safety
+///
+/// As [`copy_strided`].
+unsafe fn copy_via_temp(
+    dst: *mut u8,
+    dst_strides: &[isize],
+    src: *const u8,
+    src_strides: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+    numel: usize,
+) -> Result<()> {
+    let bytes = numel.checked_mul(elem_size).ok_or(Error::Overflow { what: "temporary size" })?;
+    let mut order: SmallVec<[usize; INLINE_DIMS]> = (0..shape.len()).filter(|&i| shape[i] > 1).collect();
+    order.sort_by_key(|&i| dst_strides[i].unsigned_abs());
+    let mut tmp_strides: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
+    let mut acc: isize = 1;
+    let mut base: isize = 0; // element offset of logical [0..0] inside the temporary
+    for &i in &order {
+        let len = shape[i] as isize; // numel fits isize: the plan checked it
+        if dst_strides[i] < 0 {
+            tmp_strides[i] = -acc;
+            base += (len - 1) * acc;
+        } else {
+            tmp_strides[i] = acc;
+        }
+        acc *= len;
+    }
+    let mut tmp: Vec<u8> = Vec::with_capacity(bytes);
+    // SAFETY: `tmp` holds `numel` dense elements; `base` is the element offset of
+    // logical index 0 in that dense layout, so every element lies inside it.
+    // The temporary overlaps neither operand. The first copy initialises every
+    // byte of it before the second reads it.
+    unsafe {
+        let t = tmp.as_mut_ptr().add(base as usize * elem_size);
+        copy_strided(t, &tmp_strides, src, src_strides, shape, elem_size)?;
+        copy_strided(dst, dst_strides, t, &tmp_strides, shape, elem_size)
+    }
+}
+
+/// A raw pointer that may cross to rayon's threads.
+#[derive(Clone, Copy)]
+struct Shared<P>(P);
+
+// SAFETY: the executor hands each task a disjoint set of destination elements
+// (chunks of a partition of the flat index space) and only reads the source,
+// which nothing writes during the copy (the caller's contract).
+unsafe impl<P> Send for Shared<P> {}
+// SAFETY: see `Send`; the wrapped pointer is only copied out, never mutated.
+unsafe impl<P> Sync for Shared<P> {}
+
+impl<P: Copy> Shared<P> {
+    /// Returns the pointer (a method, so closures capture the whole `Shared`).
+    #[inline(always)]
+    fn get(self) -> P {
+        self.0
+    }
+}
+
+/// Runs `f(lo, hi)` over a partition of `0..total`, in parallel when `bytes` is
+/// large enough.
+fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
+    let threads = rayon::current_num_threads();
+    if total < 2 || bytes < PAR_MIN_BYTES || threads < 2 {
+        f(0, total);
+        return;
+    }
+    let n = (bytes / PAR_CHUNK_BYTES).clamp(threads, threads * 64).min(total);
+    let split = |c: usize| ((total as u128 * c as u128) / n as u128) as usize;
+    (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1)));
+}
+
+/// Walks the flat index range `[w0, w1)` of `outer × inner_len`
+/// (`flat = row · inner_len + i`, `outer[0]` the fastest outer dim) and calls
+/// `f(dst_off, src_off, i0, count)` once per piece of a row, with the byte
+/// offsets of the row's element 0. One div/mod per call, none per row.
+#[inline(always)]
+fn for_each_segment(outer: &[PlanDim], inner_len: usize, w0: usize, w1: usize, mut f: impl FnMut(isize, isize, usize, usize)) {
+    if w0 >= w1 || inner_len == 0 {
+        return;
+    }
+    let mut idx: SmallVec<[usize; INLINE_DIMS]> = SmallVec::from_elem(0, outer.len());
+    let (mut so, mut dof) = (0isize, 0isize);
+    let mut r = w0 / inner_len;
+    let mut i0 = w0 % inner_len;
+    for (k, d) in outer.iter().enumerate() {
+        let c = r % d.len;
+        r /= d.len;
+        idx[k] = c;
+        so += c as isize * d.src;
+        dof += c as isize * d.dst;
+    }
+    let mut left = w1 - w0;
+    loop {
+        let n = (inner_len - i0).min(left);
+        f(dof, so, i0, n);
+        left -= n;
+        if left == 0 {
+            return;
+        }
+        i0 = 0;
+        for (k, d) in outer.iter().enumerate() {
+            idx[k] += 1;
+            so += d.src;
+            dof += d.dst;
+            if idx[k] < d.len {
+                break;
+            }
+            idx[k] = 0;
+            so -= d.len as isize * d.src;
+            dof -= d.len as isize * d.dst;
+        }
+    }
+}
+
+/// Runs a plan on bases already moved by the plan's offsets.
+///
+/// # Safety
+///
+/// `dst`/`src` are the plan's bases of layouts satisfying [`copy_strided`]'s
+/// contract, and the two do not overlap.
+unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    // SAFETY (for every arm): forwarded from the caller.
+    unsafe {
+        match plan.kind {
+            PlanKind::Empty => {}
+            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes()),
+            PlanKind::Rows => rows(plan, dst, src),
+            PlanKind::Fill if plan.dims[0].dst == plan.elem_size as isize => fill_rows(plan, dst, src),
+            PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src)),
+            PlanKind::Transpose { src_fast } => with_elem!(plan.elem_size, transpose(plan, src_fast, dst, src)),
+        }
+    }
+}
+
+
+#[inline(always)]
+unsafe fn ld<T: Copy>(p: *const u8) -> T {
+    // SAFETY: the caller guarantees `p` is readable for `size_of::<T>()` bytes.
+    unsafe { p.cast::<T>().read_unaligned() }
+}
+
+#[inline(always)]
+unsafe fn st<T: Copy>(p: *mut u8, v: T) {
+    // SAFETY: the caller guarantees `p` is writable for `size_of::<T>()` bytes.
+    unsafe { p.cast::<T>().write_unaligned(v) }
+}
+
+/// Copies `n` bytes; short copies are inlined (overlapping unaligned words).
+///
+/// # Safety
+///
+/// As `ptr::copy_nonoverlapping(src, dst, n)`.
+#[inline(always)]
+unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: every access below lies inside `[0, n)` of both ranges.
+    unsafe {
+        if n >= 256 {
+            ptr::copy_nonoverlapping(src, dst, n);
+        } else if n >= 16 {
+            let mut i = 0;
+            while i + 16 <= n {
+                st::<u128>(dst.add(i), ld::<u128>(src.add(i)));
+                i += 16;
+            }
+            if i < n {
+                st::<u128>(dst.add(n - 16), ld::<u128>(src.add(n - 16)));
+            }
+        } else if n >= 8 {
+            let (a, b) = (ld::<u64>(src), ld::<u64>(src.add(n - 8)));
+            st(dst, a);
+            st(dst.add(n - 8), b);
+        } else if n >= 4 {
+            let (a, b) = (ld::<u32>(src), ld::<u32>(src.add(n - 4)));
+            st(dst, a);
+            st(dst.add(n - 4), b);
+        } else if n >= 2 {
+            let (a, b) = (ld::<u16>(src), ld::<u16>(src.add(n - 2)));
+            st(dst, a);
+            st(dst.add(n - 2), b);
+        } else if n == 1 {
+            *dst = *src;
+        }
+    }
+}
+
+/// Contiguous copy, split across threads in 4 KiB-aligned pieces.
+///
+/// # Safety
+///
+/// As `ptr::copy_nonoverlapping(src, dst, bytes)`.
+unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize) {
+    const BLK: usize = 4096;
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(bytes.div_ceil(BLK), bytes, |b0, b1| {
+        let lo = b0 * BLK;
+        let hi = (b1 * BLK).min(bytes);
+        // SAFETY: `[lo, hi)` is inside `[0, bytes)`; tasks get disjoint ranges.
+        unsafe { copy_bytes(d.get().add(lo), s.get().add(lo), hi - lo) }
+    });
+}
+
+/// Row copies: `dims[0]` is unit-stride on both sides.
+///
+/// # Safety
+///
+/// As [`execute`].
+unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    let e = plan.elem_size;
+    let len = plan.dims[0].len;
+    let outer = &plan.dims[1..];
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(plan.numel, plan.bytes(), |w0, w1| {
+        for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
+            let off = (i0 * e) as isize;
+            // SAFETY: a piece of one row of the plan, in bounds on both sides.
+            unsafe { copy_bytes(d.get().offset(dof + off), s.get().offset(so + off), n * e) }
+        });
+    });
+}
+
+/// Fill of contiguous destination rows: a block of repeated values is copied
+/// over each run.
+///
+/// # Safety
+///
+/// As [`execute`]; `src` points at the one source element.
+unsafe fn fill_rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    const PAT: usize = 4096;
+    let e = plan.elem_size;
+    let per = PAT / e; // elements per pattern block (e ≤ 16)
+    let mut pat = [0u8; PAT];
+    // SAFETY: `src` is readable for `e` bytes; `pat` has room for `per * e` bytes.
+    unsafe {
+        for k in 0..per {
+            ptr::copy_nonoverlapping(src, pat.as_mut_ptr().add(k * e), e);
+        }
+    }
+    let pat = &pat;
+    let len = plan.dims[0].len;
+    let outer = &plan.dims[1..];
+    let d = Shared(dst);
+    par_for(plan.numel, plan.bytes(), |w0, w1| {
+        for_each_segment(outer, len, w0, w1, |dof, _, i0, n| {
+            let mut p = d.get().wrapping_offset(dof + (i0 * e) as isize);
+            let mut left = n;
+            while left > 0 {
+                let k = left.min(per);
+                // SAFETY: `k` elements of a destination row, in bounds; the
+                // pattern holds `per ≥ k` elements.
+                unsafe {
+                    copy_bytes(p, pat.as_ptr(), k * e);
+                    p = p.add(k * e);
+                }
+                left -= k;
+            }
+        });
+    });
+}
+
+/// Which innermost loop a general copy runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inner {
+    /// (E, E)
+    Contig,
+    /// (0, E)
+    Bcast,
+    /// (s, E)
+    Gather,
+    /// (E, t)
+    Scatter,
+    /// (s, t)
+    Strided,
+}
+
+/// General copy: odometer over the outer dims, innermost loop specialised on
+/// the strides. When `dims[0]` is short, a longer dim with unit source stride
+/// becomes the inner loop (NCHW → NHWC with C = 3).
+///
+/// # Safety
+///
+/// As [`execute`].
+unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    let e = size_of::<T>() as isize;
+    let mut dims = plan.dims.clone();
+    if dims[0].len < 16
+        && let Some(k) = (1..dims.len()).find(|&k| dims[k].src == e && dims[k].len >= 2 * dims[0].len)
+    {
+        let d = dims.remove(k);
+        dims.insert(0, d);
+    }
+    let d0 = dims[0];
+    let kind = match (d0.src, d0.dst) {
+        (s, t) if s == e && t == e => Inner::Contig,
+        (0, t) if t == e => Inner::Bcast,
+        (_, t) if t == e => Inner::Gather,
+        (s, _) if s == e => Inner::Scatter,
+        _ => Inner::Strided,
+    };
+    // SAFETY: forwarded.
+    unsafe {
+        match kind {
+            Inner::Contig => general_k::<T, 0>(&dims, plan.bytes(), dst, src),
+            Inner::Bcast => general_k::<T, 1>(&dims, plan.bytes(), dst, src),
+            Inner::Gather => general_k::<T, 2>(&dims, plan.bytes(), dst, src),
+            Inner::Scatter => general_k::<T, 3>(&dims, plan.bytes(), dst, src),
+            Inner::Strided => general_k::<T, 4>(&dims, plan.bytes(), dst, src),
+        }
+    }
+}
+
+/// # Safety
+///
+/// As [`execute`], with `dims` a reordering of the plan's dims.
+unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *mut u8, src: *const u8) {
+    let e = size_of::<T>();
+    let d0 = dims[0];
+    let (ss, ds) = (d0.src, d0.dst);
+    let outer = &dims[1..];
+    let total = d0.len * outer.iter().map(|d| d.len).product::<usize>();
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(total, bytes, |w0, w1| {
+        for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
+            let i0 = i0 as isize;
+            // SAFETY: `n` elements of one row starting at index `i0`; every address
+            // formed is an element of the plan, in bounds on its side.
+            unsafe {
+                let dp = d.get().offset(dof + i0 * ds);
+                let sp = s.get().offset(so + i0 * ss);
+                match K {
+                    0 => copy_bytes(dp, sp, n * e),
+                    1 => {
+                        let v = ld::<T>(sp);
+                        for i in 0..n {
+                            st(dp.add(i * e), v);
+                        }
+                    }
+                    2 => {
+                        for i in 0..n {
+                            st(dp.add(i * e), ld::<T>(sp.offset(i as isize * ss)));
+                        }
+                    }
+                    3 => {
+                        for i in 0..n {
+                            st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
+                        }
+                    }
+                    _ => {
+                        for i in 0..n {
+                            let i = i as isize;
+                            st(dp.offset(i * ds), ld::<T>(sp.offset(i * ss)));
+                        }
+                    }
+                }
+            }
+        });
+    });
+}
+
+/// An element type the kernels move: a power-of-two integer or a byte array.
+trait Elem: Copy + Send + Sync + 'static {
+    /// Edge of the register micro tile.
+    const MICRO: usize;
+    /// Edge of the cache tile (a multiple of `MICRO`).
+    const TILE: usize;
+
+    /// Transposes one `MICRO × MICRO` block:
+    /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i, j < MICRO`.
+    ///
+    /// # Safety
+    ///
+    /// Every address formed is readable (source) or writable (destination).
+    #[inline(always)]
+    unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        let e = size_of::<Self>();
+        // SAFETY: forwarded; indices stay below MICRO.
+        unsafe {
+            for j in 0..Self::MICRO {
+                let dr = dst.offset(j as isize * db);
+                let sc = src.add(j * e);
+                for i in 0..Self::MICRO {
+                    st(dr.add(i * e), ld::<Self>(sc.offset(i as isize * sa)));
+                }
+            }
+        }
+    }
+}
+
+macro_rules! scalar_elem {
+    ($($t:ty => $micro:expr, $tile:expr;)*) => {
+        $(impl Elem for $t {
+            const MICRO: usize = $micro;
+            const TILE: usize = $tile;
+        })*
+    };
+}
+
+scalar_elem! {
+    [u8; 3] => 4, 64;
+    [u8; 5] => 4, 32;
+    [u8; 6] => 4, 32;
+    [u8; 7] => 4, 32;
+    [u8; 9] => 4, 32;
+    [u8; 10] => 4, 32;
+    [u8; 11] => 4, 32;
+    [u8; 12] => 4, 32;
+    [u8; 13] => 4, 32;
+    [u8; 14] => 4, 32;
+    [u8; 15] => 4, 32;
+    u128 => 4, 16;
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+scalar_elem! {
+    u8 => 8, 128;
+    u16 => 8, 64;
+    u32 => 8, 64;
+    u64 => 4, 32;
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse {
+    //! SSE2 (x86-64 baseline) register transposes: a `16/E × 16/E` block of
+    //! `E`-byte elements in `log2(16/E)` rounds of interleaves.
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpackhi_epi16,
+        _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8, _mm_unpacklo_epi16, _mm_unpacklo_epi32,
+        _mm_unpacklo_epi64,
+    };
+
+    use super::Elem;
+
+    /// Loads `N` rows, runs `rounds` perfect shuffles, stores `N` rows.
+    ///
+    /// # Safety
+    ///
+    /// `src + i·sa` readable and `dst + j·db` writable for 16 bytes, `i, j < N`.
+    #[inline(always)]
+    unsafe fn transpose<const N: usize>(
+        dst: *mut u8,
+        src: *const u8,
+        sa: isize,
+        db: isize,
+        lo: impl Fn(__m128i, __m128i) -> __m128i,
+        hi: impl Fn(__m128i, __m128i) -> __m128i,
+    ) {
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        let zero = unsafe { _mm_setzero_si128() };
+        let mut r = [zero; N];
+        for (i, row) in r.iter_mut().enumerate() {
+            // SAFETY: forwarded from the caller.
+            *row = unsafe { _mm_loadu_si128(src.offset(i as isize * sa).cast()) };
+        }
+        let h = N / 2;
+        let mut rounds = N.trailing_zeros();
+        while rounds > 0 {
+            let mut t = [zero; N];
+            for k in 0..h {
+                t[2 * k] = lo(r[k], r[k + h]);
+                t[2 * k + 1] = hi(r[k], r[k + h]);
+            }
+            r = t;
+            rounds -= 1;
+        }
+        for (j, row) in r.iter().enumerate() {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm_storeu_si128(dst.offset(j as isize * db).cast(), *row) };
+        }
+    }
+
+    impl Elem for u8 {
+        const MICRO: usize = 16;
+        const TILE: usize = 128;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe { transpose::<16>(dst, src, sa, db, |a, b| _mm_unpacklo_epi8(a, b), |a, b| _mm_unpackhi_epi8(a, b)) }
+        }
+    }
+    impl Elem for u16 {
+        const MICRO: usize = 8;
+        const TILE: usize = 64;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe { transpose::<8>(dst, src, sa, db, |a, b| _mm_unpacklo_epi16(a, b), |a, b| _mm_unpackhi_epi16(a, b)) }
+        }
+    }
+    impl Elem for u32 {
+        const MICRO: usize = 4;
+        const TILE: usize = 64;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe { transpose::<4>(dst, src, sa, db, |a, b| _mm_unpacklo_epi32(a, b), |a, b| _mm_unpackhi_epi32(a, b)) }
+        }
+    }
+    impl Elem for u64 {
+        const MICRO: usize = 2;
+        const TILE: usize = 32;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe { transpose::<2>(dst, src, sa, db, |a, b| _mm_unpacklo_epi64(a, b), |a, b| _mm_unpackhi_epi64(a, b)) }
+        }
+    }
+}
+
+/// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
+/// stride); the other dims are a batch. Tiles (batch-major, then dst row
+/// blocks, then dst column blocks) are split across threads.
+///
+/// # Safety
+///
+/// As [`execute`].
+unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8) {
+    let a = plan.dims[0];
+    let b = plan.dims[k];
+    let batch: SmallVec<[PlanDim; INLINE_DIMS]> =
+        plan.dims.iter().enumerate().filter(|&(i, _)| i != 0 && i != k).map(|(_, d)| *d).collect();
+    let bi = T::TILE.min(a.len);
+    let bj = T::TILE.min(b.len);
+    let nbi = a.len.div_ceil(bi);
+    let nbj = b.len.div_ceil(bj);
+    let per_slice = nbi * nbj;
+    let slices: usize = batch.iter().map(|d| d.len).product();
+    let e = size_of::<T>();
+    let (sa, db) = (a.src, b.dst);
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(per_slice * slices, plan.bytes(), |t0, t1| {
+        for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
+            for t in first..first + n {
+                let (jb, ib) = (t / nbi, t % nbi);
+                let (i0, j0) = (ib * bi, jb * bj);
+                let ni = bi.min(a.len - i0);
+                let nj = bj.min(b.len - j0);
+                // SAFETY: the tile's elements are elements of the plan.
+                unsafe {
+                    tile::<T>(
+                        d.get().offset(dof + (i0 * e) as isize + j0 as isize * db),
+                        s.get().offset(so + i0 as isize * sa + (j0 * e) as isize),
+                        ni,
+                        nj,
+                        sa,
+                        db,
+                    );
+                }
+            }
+        });
+    });
+}
+
+/// One `ni × nj` tile: `dst[i·E + j·db] = src[i·sa + j·E]`.
+///
+/// # Safety
+///
+/// Every address formed for `i < ni`, `j < nj` is an element of its operand.
+#[inline(always)]
+unsafe fn tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
+    let e = size_of::<T>();
+    let m = T::MICRO;
+    let (fi, fj) = (ni / m * m, nj / m * m);
+    // SAFETY: all offsets below stay within the `ni × nj` tile.
+    unsafe {
+        let mut j = 0;
+        while j < fj {
+            let mut i = 0;
+            while i < fi {
+                T::micro(dst.offset((i * e) as isize + j as isize * db), src.offset(i as isize * sa + (j * e) as isize), sa, db);
+                i += m;
+            }
+            j += m;
+        }
+        if fi < ni {
+            // Bottom strip: i in fi..ni, j in 0..fj.
+            edge::<T>(dst.add(fi * e), src.offset(fi as isize * sa), ni - fi, fj, sa, db);
+        }
+        if fj < nj {
+            // Right strip: j in fj..nj, all i.
+            edge::<T>(dst.offset(fj as isize * db), src.add(fj * e), ni, nj - fj, sa, db);
+        }
+    }
+}
+
+/// Scalar tile remainder, longer extent innermost.
+///
+/// # Safety
+///
+/// As [`tile`].
+#[inline(always)]
+unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
+    let e = size_of::<T>();
+    // SAFETY: as the caller's.
+    unsafe {
+        if ni >= nj {
+            for j in 0..nj {
+                let (dr, sc) = (dst.offset(j as isize * db), src.add(j * e));
+                for i in 0..ni {
+                    st(dr.add(i * e), ld::<T>(sc.offset(i as isize * sa)));
+                }
+            }
+        } else {
+            for i in 0..ni {
+                let (dc, sr) = (dst.add(i * e), src.offset(i as isize * sa));
+                for j in 0..nj {
+                    st(dc.offset(j as isize * db), ld::<T>(sr.add(j * e)));
+                }
+            }
+        }
+    }
+}

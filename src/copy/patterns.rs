@@ -1,0 +1,1 @@
+//! Benchmark patterns (placeholder).

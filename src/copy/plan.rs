@@ -1,0 +1,680 @@
+//! The copy planner shared by every backend.
+//!
+//! A strided copy is described by one logical `shape`, a destination and a source
+//! stride per dimension (in elements, signed; the source may use stride 0 to
+//! broadcast) and an element size. [`plan_copy`] normalises that description
+//! into a [`CopyPlan`] the way NumPy and PyTorch's `TensorIterator` do
+//! (research notes §a.1):
+//!
+//! 1. strides are converted to **bytes** (checked), size-1 dimensions dropped;
+//! 2. the destination is checked for internal overlap
+//!    ([`dst_has_internal_overlap`]);
+//! 3. negative destination strides are flipped: both base offsets move to the
+//!    last element of that dimension and both strides are negated;
+//! 4. dimensions are sorted by destination stride, fastest first (stable,
+//!    ties broken on the source stride, then on the extent);
+//! 5. neighbouring dimensions that are contiguous in *both* operands are
+//!    coalesced;
+//! 6. when the innermost dimension is unit-stride on both sides, the element is
+//!    widened (two contiguous `u16` become one `u32`, a 12-byte row one 12-byte
+//!    element, ...) as far as [`PlanOptions`] allow;
+//! 7. the result is classified into a [`PlanKind`] *after* coalescing, so
+//!    size-1 and stride-0 dimensions cannot fool the classification.
+//!
+//! Nothing here dereferences a pointer: base addresses are only taken as
+//! `usize` for alignment checks, so the GPU backends reuse the planner as is.
+//! Planning is `O(ndim²)` on inline [`SmallVec`]s: no allocation below nine
+//! dimensions.
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+
+/// Dimensions up to this count are kept inline (no heap allocation).
+pub const INLINE_DIMS: usize = 8;
+
+/// One dimension of a plan. Strides are in **bytes**.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanDim {
+    /// Number of elements along this dimension (always ≥ 2 in a built plan,
+    /// except the single dimension of a one-element copy).
+    pub len: usize,
+    /// Source stride in bytes (0 = broadcast, may be negative).
+    pub src: isize,
+    /// Destination stride in bytes (always > 0 in a built plan).
+    pub dst: isize,
+}
+
+/// The dimensions of a plan, fastest destination dimension first.
+pub type PlanDims = SmallVec<[PlanDim; INLINE_DIMS]>;
+
+/// What kind of kernel a plan needs, cheapest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanKind {
+    /// Nothing to copy (some extent is 0).
+    Empty,
+    /// One contiguous block: `dims` has one dimension with unit stride on
+    /// both sides (`numel * elem_size` bytes, a plain `memcpy`).
+    Memcpy,
+    /// Every source stride is 0: one source element written everywhere.
+    Fill,
+    /// The innermost dimension is unit-stride on both sides: a loop of
+    /// contiguous row copies over the outer dimensions.
+    Rows,
+    /// The fastest destination dimension (`dims[0]`, unit destination stride)
+    /// differs from the fastest source dimension (`dims[src_fast]`, unit
+    /// source stride) and both are long enough to tile: a blocked 2-D
+    /// transpose, the other dimensions being a batch.
+    Transpose {
+        /// Index in [`CopyPlan::dims`] of the dimension with unit source stride.
+        src_fast: usize,
+    },
+    /// Anything else: a gather ordered by the destination.
+    General,
+}
+
+/// Knobs of the planner that differ between backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Largest element size (bytes) widening may produce; 1 disables widening
+    /// beyond the original element size.
+    pub max_widen: usize,
+    /// Only widen when both base addresses and every outer byte stride are
+    /// multiples of the widened size (GPUs need aligned vector accesses; a CPU
+    /// executor using unaligned loads does not).
+    pub require_alignment: bool,
+    /// Only widen to powers of two. When `false`, a whole contiguous row of
+    /// at most `max_widen` bytes becomes one element even when its size is not
+    /// a power of two (12-byte rows become 12-byte elements).
+    pub pow2_only: bool,
+    /// Minimum extent of both tiled dimensions for [`PlanKind::Transpose`].
+    pub transpose_min_extent: usize,
+}
+
+impl PlanOptions {
+    /// Settings for GPU kernels: aligned, power-of-two widening up to 16 bytes,
+    /// tiling from 16 elements on (cuTT's `MIN_TILED_DIM`).
+    pub const GPU: Self = Self {
+        max_widen: 16,
+        require_alignment: true,
+        pow2_only: true,
+        transpose_min_extent: 16,
+    };
+    /// Settings for the CPU executor: unaligned loads, any row size up to 16
+    /// bytes may become one element, and every transpose is tiled (its tile
+    /// kernel handles short extents: a tile keeps the short dimension whole, so
+    /// NHWC → NCHW with C = 3 still reads each source line once).
+    pub const CPU: Self = Self {
+        max_widen: 16,
+        require_alignment: false,
+        pow2_only: false,
+        transpose_min_extent: 2,
+    };
+}
+
+impl Default for PlanOptions {
+    fn default() -> Self {
+        Self::GPU
+    }
+}
+
+/// Base addresses of the two operands (of their logical element `[0, …, 0]`),
+/// used only for alignment checks when widening.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BaseAddrs {
+    /// Address of the destination's first logical element.
+    pub dst: usize,
+    /// Address of the source's first logical element.
+    pub src: usize,
+}
+
+/// A normalised strided copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CopyPlan {
+    /// Which kernel to run.
+    pub kind: PlanKind,
+    /// Element size in bytes after widening.
+    pub elem_size: usize,
+    /// Remaining dimensions, fastest destination stride first, byte strides.
+    /// Empty only for [`PlanKind::Empty`].
+    pub dims: PlanDims,
+    /// Byte offset from the caller's source pointer to the plan's source base
+    /// (non-zero when destination strides were flipped).
+    pub src_offset: isize,
+    /// Byte offset from the caller's destination pointer to the plan's
+    /// destination base.
+    pub dst_offset: isize,
+    /// Number of (widened) elements copied.
+    pub numel: usize,
+    /// Byte range `[lo, hi)` touched in the source, relative to the caller's
+    /// source pointer.
+    pub src_span: (isize, isize),
+    /// Byte range `[lo, hi)` written in the destination, relative to the
+    /// caller's destination pointer.
+    pub dst_span: (isize, isize),
+}
+
+impl CopyPlan {
+    /// Total bytes written (`numel * elem_size`).
+    pub fn bytes(&self) -> usize {
+        // Cannot overflow: the destination span was computed with checked arithmetic.
+        self.numel * self.elem_size
+    }
+
+    /// Number of elements along the outer dimensions (`dims[1..]`), i.e. the
+    /// number of rows of length `dims[0].len`.
+    pub fn outer_count(&self) -> usize {
+        self.dims.iter().skip(1).map(|d| d.len).product()
+    }
+}
+
+fn overflow(what: &'static str) -> Error {
+    Error::Overflow { what }
+}
+
+fn check_lengths(shape: &[usize], strides: &[isize]) -> Result<()> {
+    if strides.len() == shape.len() {
+        Ok(())
+    } else {
+        Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![strides.len()] })
+    }
+}
+
+/// Number of elements of `shape`, checked.
+pub fn numel(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or(overflow("number of elements"))
+}
+
+/// Converts element strides to byte strides, checked.
+pub fn byte_strides(strides: &[isize], elem_size: usize) -> Result<SmallVec<[isize; INLINE_DIMS]>> {
+    let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
+    strides
+        .iter()
+        .map(|&s| s.checked_mul(e).ok_or(overflow("byte stride")))
+        .collect()
+}
+
+/// The byte range `[lo, hi)` covered by a layout, relative to its first
+/// logical element: `lo ≤ 0` gathers the negative strides, `hi` the positive
+/// ones plus one element. Returns `(0, 0)` for an empty shape (numel 0).
+pub fn byte_span(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> Result<(isize, isize)> {
+    check_lengths(shape, byte_strides)?;
+    if shape.contains(&0) {
+        return Ok((0, 0));
+    }
+    let mut lo: isize = 0;
+    let mut hi: isize = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
+    for (&len, &s) in shape.iter().zip(byte_strides) {
+        if len <= 1 {
+            continue;
+        }
+        let last = isize::try_from(len - 1).map_err(|_| overflow("extent"))?;
+        let ext = last.checked_mul(s).ok_or(overflow("extent"))?;
+        if ext < 0 {
+            lo = lo.checked_add(ext).ok_or(overflow("extent"))?;
+        } else {
+            hi = hi.checked_add(ext).ok_or(overflow("extent"))?;
+        }
+    }
+    Ok((lo, hi))
+}
+
+/// `true` when the layout *may* address one element twice: a dimension of
+/// size > 1 with stride 0, or strides whose extents interleave.
+///
+/// Conservative: dimensions are sorted by `|stride|` and each stride must be
+/// at least the byte extent of all faster dimensions combined (element
+/// included). Every permutation, slice (with steps or flips) and broadcast-free
+/// view of a dense tensor passes; exotic interleaved layouts that happen not to
+/// collide may be reported as overlapping. Size-1 dimensions are ignored;
+/// layouts with 0 or 1 element never overlap.
+pub fn dst_has_internal_overlap(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> bool {
+    if shape.len() != byte_strides.len() || shape.iter().product::<usize>() <= 1 {
+        return false;
+    }
+    let mut dims: SmallVec<[(usize, usize); INLINE_DIMS]> = shape
+        .iter()
+        .zip(byte_strides)
+        .filter(|&(&len, _)| len > 1)
+        .map(|(&len, &s)| (s.unsigned_abs(), len))
+        .collect();
+    insertion_sort_by_key(&mut dims, |&(s, len)| (s, len));
+    let mut extent = elem_size; // bytes covered by the faster dims, exclusive end
+    for &(stride, len) in &dims {
+        if stride == 0 || stride < extent {
+            return true;
+        }
+        // extent += (len - 1) * stride, saturating: a saturated extent makes
+        // every later stride "overlap", which is conservative.
+        extent = extent.saturating_add((len - 1).saturating_mul(stride));
+    }
+    false
+}
+
+/// `true` when the half-open address ranges `a = [a.0, a.1)` and
+/// `b = [b.0, b.1)` share a byte. Empty ranges overlap nothing.
+pub fn ranges_overlap(a: (usize, usize), b: (usize, usize)) -> bool {
+    a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
+}
+
+/// Absolute address range `[base + span.0, base + span.1)`, checked.
+pub fn absolute_range(base: usize, span: (isize, isize)) -> Result<(usize, usize)> {
+    let lo = base.checked_add_signed(span.0).ok_or(overflow("address range"))?;
+    let hi = base.checked_add_signed(span.1).ok_or(overflow("address range"))?;
+    Ok((lo, hi))
+}
+
+/// Source strides of `src_shape` broadcast to `dst_shape` (NumPy rules: shapes
+/// are right-aligned, missing leading dimensions and size-1 dimensions get
+/// stride 0). Errors with [`Error::ShapeMismatch`] when the shapes are not
+/// broadcast-compatible.
+pub fn broadcast_strides(
+    src_shape: &[usize],
+    src_strides: &[isize],
+    dst_shape: &[usize],
+) -> Result<SmallVec<[isize; INLINE_DIMS]>> {
+    check_lengths(src_shape, src_strides)?;
+    let mismatch = || Error::ShapeMismatch { expected: dst_shape.to_vec(), got: src_shape.to_vec() };
+    if src_shape.len() > dst_shape.len() {
+        return Err(mismatch());
+    }
+    let lead = dst_shape.len() - src_shape.len();
+    let mut out: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, dst_shape.len());
+    for (i, (&len, &s)) in src_shape.iter().zip(src_strides).enumerate() {
+        let d = dst_shape[lead + i];
+        out[lead + i] = if len == d {
+            s
+        } else if len == 1 {
+            0
+        } else {
+            return Err(mismatch());
+        };
+    }
+    Ok(out)
+}
+
+fn insertion_sort_by_key<T: Copy, K: Ord>(v: &mut [T], key: impl Fn(&T) -> K) {
+    for i in 1..v.len() {
+        let x = v[i];
+        let kx = key(&x);
+        let mut j = i;
+        while j > 0 && key(&v[j - 1]) > kx {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
+    }
+}
+
+/// Plans a copy of `shape` elements of `elem_size` bytes.
+///
+/// `dst_strides` and `src_strides` are in elements (signed; the source may use
+/// 0 to broadcast). `bases` are only used for the alignment check of
+/// widening. Errors: [`Error::ShapeMismatch`] when a stride slice's length
+/// differs from `shape`'s, [`Error::InvalidLayout`] for `elem_size == 0`,
+/// [`Error::OverlappingDestination`] when the destination (with more than one
+/// element) may address an element twice, [`Error::Overflow`] when a byte
+/// stride, an extent or the element count overflows.
+pub fn plan_copy(
+    shape: &[usize],
+    dst_strides: &[isize],
+    src_strides: &[isize],
+    elem_size: usize,
+    bases: BaseAddrs,
+    opts: PlanOptions,
+) -> Result<CopyPlan> {
+    check_lengths(shape, dst_strides)?;
+    check_lengths(shape, src_strides)?;
+    if elem_size == 0 {
+        return Err(Error::InvalidLayout("element size must be at least one byte"));
+    }
+    let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
+    let n = numel(shape)?;
+    let dst_b = byte_strides(dst_strides, elem_size)?;
+    let src_b = byte_strides(src_strides, elem_size)?;
+    let dst_span = byte_span(shape, &dst_b, elem_size)?;
+    let src_span = byte_span(shape, &src_b, elem_size)?;
+    let mut plan = CopyPlan {
+        kind: PlanKind::Empty,
+        elem_size,
+        dims: PlanDims::new(),
+        src_offset: 0,
+        dst_offset: 0,
+        numel: n,
+        src_span,
+        dst_span,
+    };
+    if n == 0 {
+        return Ok(plan);
+    }
+    if dst_has_internal_overlap(shape, &dst_b, elem_size) {
+        return Err(Error::OverlappingDestination);
+    }
+
+    // 1. Drop size-1 dims, flip negative destination strides.
+    let mut dims = PlanDims::new();
+    for ((&len, &d), &s) in shape.iter().zip(&dst_b).zip(&src_b) {
+        if len == 1 {
+            continue;
+        }
+        let mut dim = PlanDim { len, src: s, dst: d };
+        if d < 0 {
+            // `byte_span` already checked (len - 1) * |stride| for both operands.
+            let last = (len - 1) as isize;
+            plan.dst_offset += last * d;
+            plan.src_offset += last * s;
+            dim.dst = -d;
+            dim.src = -s;
+        }
+        dims.push(dim);
+    }
+
+    // 2. Sort by destination stride, fastest first (stable).
+    insertion_sort_by_key(&mut dims, |d| (d.dst, d.src.unsigned_abs(), d.len));
+
+    // 3. Coalesce dims contiguous in both operands.
+    let mut merged = PlanDims::new();
+    for dim in dims {
+        if let Some(last) = merged.last_mut() {
+            let l = last.len as isize; // the product of lens is ≤ numel, no overflow
+            if l.checked_mul(last.dst) == Some(dim.dst) && l.checked_mul(last.src) == Some(dim.src) {
+                last.len *= dim.len;
+                continue;
+            }
+        }
+        merged.push(dim);
+    }
+    let mut dims = merged;
+    let mut elem = elem_size;
+
+    // 4. Widen when the innermost dim is unit-stride on both sides.
+    if let Some(&d0) = dims.first()
+        && d0.src == e
+        && d0.dst == e
+        && d0.len > 1
+    {
+        let row = d0.len * elem_size; // ≤ dst span, no overflow
+        let src_base = bases.src.wrapping_add_signed(plan.src_offset);
+        let dst_base = bases.dst.wrapping_add_signed(plan.dst_offset);
+        let aligned = |w: usize| {
+            !opts.require_alignment
+                || (src_base % w == 0
+                    && dst_base % w == 0
+                    && dims[1..]
+                        .iter()
+                        .all(|d| d.src.unsigned_abs() % w == 0 && d.dst.unsigned_abs() % w == 0))
+        };
+        let mut w = 0;
+        if !opts.pow2_only && row <= opts.max_widen && aligned(row) {
+            w = row;
+        } else {
+            let mut cand = opts.max_widen.min(row).max(1);
+            cand = 1 << (usize::BITS - 1 - cand.leading_zeros()); // largest power of two ≤
+            while cand > elem_size {
+                if row % cand == 0 && aligned(cand) {
+                    w = cand;
+                    break;
+                }
+                cand /= 2;
+            }
+        }
+        if w > elem_size {
+            let wi = w as isize;
+            if row == w {
+                dims.remove(0);
+            } else {
+                dims[0] = PlanDim { len: row / w, src: wi, dst: wi };
+            }
+            elem = w;
+            plan.numel = plan.numel * elem_size / w;
+        }
+    }
+    plan.elem_size = elem;
+    let e = elem as isize;
+    if dims.is_empty() {
+        dims.push(PlanDim { len: 1, src: e, dst: e });
+    }
+
+    // 5. Classify.
+    let min = opts.transpose_min_extent.max(2);
+    plan.kind = if dims.len() == 1 && dims[0].src == e && dims[0].dst == e {
+        PlanKind::Memcpy
+    } else if dims.iter().all(|d| d.src == 0) {
+        PlanKind::Fill
+    } else if dims[0].src == e && dims[0].dst == e {
+        PlanKind::Rows
+    } else if let Some(k) = (1..dims.len()).find(|&k| dims[k].src == e)
+        && dims[0].dst == e
+        && dims[0].len >= min
+        && dims[k].len >= min
+    {
+        PlanKind::Transpose { src_fast: k }
+    } else {
+        PlanKind::General
+    };
+    plan.dims = dims;
+    Ok(plan)
+}
+
+/// Plans a fill of `shape` elements of `elem_size` bytes: a copy from a
+/// fully broadcast source (every source stride 0).
+pub fn plan_fill(
+    shape: &[usize],
+    dst_strides: &[isize],
+    elem_size: usize,
+    dst_addr: usize,
+    opts: PlanOptions,
+) -> Result<CopyPlan> {
+    let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
+    plan_copy(shape, dst_strides, &zeros, elem_size, BaseAddrs { dst: dst_addr, src: 0 }, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contiguous(shape: &[usize]) -> Vec<isize> {
+        let mut s = vec![0isize; shape.len()];
+        let mut acc = 1isize;
+        for i in (0..shape.len()).rev() {
+            s[i] = acc;
+            acc *= shape[i] as isize;
+        }
+        s
+    }
+
+    fn permute<T: Copy>(v: &[T], perm: &[usize]) -> Vec<T> {
+        perm.iter().map(|&p| v[p]).collect()
+    }
+
+    fn plan(shape: &[usize], dst: &[isize], src: &[isize], e: usize) -> CopyPlan {
+        plan_copy(shape, dst, src, e, BaseAddrs::default(), PlanOptions::GPU).unwrap()
+    }
+
+    #[test]
+    fn contiguous_is_memcpy() {
+        let shape = [4, 5, 6];
+        let s = contiguous(&shape);
+        let p = plan(&shape, &s, &s, 4);
+        assert_eq!(p.kind, PlanKind::Memcpy);
+        // 120 f32 = 480 bytes, widened to 16-byte elements.
+        assert_eq!(p.elem_size, 16);
+        assert_eq!(p.dims.len(), 1);
+        assert_eq!(p.dims[0].len * p.elem_size, 480);
+        assert_eq!(p.bytes(), 480);
+    }
+
+    #[test]
+    fn identical_dense_permutation_is_memcpy() {
+        // Both operands channels-last: the same permutation of a dense layout.
+        let shape = [2, 3, 4, 5];
+        let s = contiguous(&[2, 4, 5, 3]);
+        let strides = [s[0], s[3], s[1], s[2]];
+        let p = plan(&shape, &strides, &strides, 2);
+        assert_eq!(p.kind, PlanKind::Memcpy);
+        assert_eq!(p.bytes(), 2 * 3 * 4 * 5 * 2);
+    }
+
+    #[test]
+    fn transpose_is_classified() {
+        let src = contiguous(&[64, 32]);
+        let p = plan(&[32, 64], &contiguous(&[32, 64]), &[src[1], src[0]], 4);
+        assert_eq!(p.kind, PlanKind::Transpose { src_fast: 1 });
+        assert_eq!(p.elem_size, 4);
+        assert_eq!(p.dims[0], PlanDim { len: 64, src: 32 * 4, dst: 4 });
+        assert_eq!(p.dims[1], PlanDim { len: 32, src: 4, dst: 64 * 4 });
+    }
+
+    #[test]
+    fn batched_transpose_and_small_extent() {
+        // [B, M, N] -> perm (0, 2, 1)
+        let s = contiguous(&[8, 40, 50]);
+        let p = plan(&[8, 50, 40], &contiguous(&[8, 50, 40]), &permute(&s, &[0, 2, 1]), 4);
+        assert_eq!(p.kind, PlanKind::Transpose { src_fast: 1 });
+        assert_eq!(p.dims.len(), 3);
+        // Extent 3 on the dst-fastest dim is too short to tile (NCHW -> NHWC, C = 3).
+        let s = contiguous(&[2, 3, 20, 20]);
+        let p = plan(&[2, 20, 20, 3], &contiguous(&[2, 20, 20, 3]), &permute(&s, &[0, 2, 3, 1]), 4);
+        assert_eq!(p.kind, PlanKind::General);
+        // H and W coalesce in both operands.
+        assert_eq!(p.dims.len(), 3);
+        assert_eq!(p.dims[1].len, 400);
+    }
+
+    #[test]
+    fn n11_is_not_a_transpose() {
+        // ROCm/pytorch #1993: (n, 1, 1) tensors must not reach the transpose kernel.
+        let p = plan(&[100, 1, 1], &[1, 1, 1], &[1, 7, 3], 4);
+        assert_eq!(p.kind, PlanKind::Memcpy);
+    }
+
+    #[test]
+    fn size_one_dims_dropped() {
+        let p = plan(&[1, 7, 1, 9, 1], &[999, 9, -5, 1, 0], &[3, 1, 77, 7, 0], 8);
+        assert_eq!(p.kind, PlanKind::General);
+        assert_eq!(p.dims.as_slice(), &[PlanDim { len: 9, src: 56, dst: 8 }, PlanDim { len: 7, src: 8, dst: 72 }]);
+    }
+
+    #[test]
+    fn negative_dst_flip() {
+        // dst walks backwards, src forwards: after the flip the dst is forward,
+        // the src backwards, and the bases move to the last element.
+        let p = plan(&[10], &[-1], &[1], 4);
+        assert_eq!(p.kind, PlanKind::General);
+        assert_eq!(p.dst_offset, -36);
+        assert_eq!(p.src_offset, 36);
+        assert_eq!(p.dims[0], PlanDim { len: 10, src: -4, dst: 4 });
+        assert_eq!(p.dst_span, (-36, 4));
+        // Both reversed: a plain memcpy from the flipped bases.
+        let p = plan(&[10], &[-1], &[-1], 4);
+        assert_eq!(p.kind, PlanKind::Memcpy);
+        assert_eq!((p.dst_offset, p.src_offset), (-36, -36));
+    }
+
+    #[test]
+    fn broadcast_is_fill_and_rows() {
+        let p = plan(&[30, 40], &contiguous(&[30, 40]), &[0, 0], 4);
+        assert_eq!(p.kind, PlanKind::Fill);
+        assert_eq!(p.dims.len(), 1);
+        assert_eq!(p.dims[0].len, 1200);
+        // [1, N] -> [M, N]: rows copied from the same source row.
+        let p = plan(&[30, 40], &contiguous(&[30, 40]), &[0, 1], 4);
+        assert_eq!(p.kind, PlanKind::Rows);
+        assert_eq!(p.dims[1], PlanDim { len: 30, src: 0, dst: 160 });
+        // [M, 1] -> [M, N]: a per-row fill.
+        let p = plan(&[30, 40], &contiguous(&[30, 40]), &[1, 0], 4);
+        assert_eq!(p.kind, PlanKind::General);
+        assert_eq!(p.dims[0], PlanDim { len: 40, src: 0, dst: 4 });
+        let p = plan_fill(&[3, 4], &[4, 1], 2, 0, PlanOptions::CPU).unwrap();
+        assert_eq!(p.kind, PlanKind::Fill);
+    }
+
+    #[test]
+    fn widening() {
+        // [M, N, 2] u16, perm (1, 0, 2): pairs of u16 become u32, a transpose.
+        let s = contiguous(&[64, 32, 2]);
+        let p = plan(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2);
+        assert_eq!(p.elem_size, 4);
+        assert_eq!(p.kind, PlanKind::Transpose { src_fast: 1 });
+        // Misaligned base: the GPU planner refuses, the CPU planner does not care.
+        let b = BaseAddrs { dst: 0, src: 2 };
+        let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::GPU)
+            .unwrap();
+        assert_eq!(p.elem_size, 2);
+        assert_eq!(p.kind, PlanKind::General);
+        let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::CPU)
+            .unwrap();
+        assert_eq!(p.elem_size, 4);
+        // Sliced rows of 3 f32: 12-byte elements on the CPU, rows on the GPU.
+        let p = plan_copy(&[100, 3], &[3, 1], &[10, 1], 4, BaseAddrs::default(), PlanOptions::CPU).unwrap();
+        assert_eq!((p.kind, p.elem_size), (PlanKind::General, 12));
+        let p = plan(&[100, 3], &[3, 1], &[10, 1], 4);
+        assert_eq!((p.kind, p.elem_size), (PlanKind::Rows, 4));
+        // Rows of 64 f16 with 16-byte aligned strides widen to 16-byte elements.
+        let p = plan(&[10, 64], &[64, 1], &[128, 1], 2);
+        assert_eq!((p.kind, p.elem_size), (PlanKind::Rows, 16));
+        assert_eq!(p.dims[0].len, 8);
+        // Outer stride not a multiple of 16 bytes: widen to 4 only.
+        let p = plan(&[10, 64], &[64, 1], &[66, 1], 2);
+        assert_eq!((p.kind, p.elem_size), (PlanKind::Rows, 4));
+    }
+
+    #[test]
+    fn overlap_detection() {
+        // Stride 0 on a real dim.
+        assert!(dst_has_internal_overlap(&[4, 5], &[0, 4], 4));
+        // Rows overlap: stride 8 bytes but the row is 5*4 bytes.
+        assert!(dst_has_internal_overlap(&[4, 5], &[8, 4], 4));
+        // Stride smaller than the element.
+        assert!(dst_has_internal_overlap(&[4], &[2], 4));
+        // Dense, transposed, sliced, flipped: no overlap.
+        assert!(!dst_has_internal_overlap(&[4, 5], &[20, 4], 4));
+        assert!(!dst_has_internal_overlap(&[5, 4], &[4, 20], 4));
+        assert!(!dst_has_internal_overlap(&[2, 5], &[-40, 8], 4));
+        assert!(dst_has_internal_overlap(&[3, 1, 2], &[0, 0, 4], 4));
+        assert!(!dst_has_internal_overlap(&[1, 1, 2], &[0, 0, 4], 4));
+        assert!(!dst_has_internal_overlap(&[0, 5], &[0, 0], 4));
+        let e = plan_copy(&[3, 3], &[1, 1], &[3, 1], 4, BaseAddrs::default(), PlanOptions::CPU);
+        assert!(matches!(e, Err(Error::OverlappingDestination)));
+        // One element: never overlaps.
+        assert!(plan_copy(&[1, 1], &[0, 0], &[0, 0], 4, BaseAddrs::default(), PlanOptions::CPU).is_ok());
+        assert!(ranges_overlap((0, 10), (9, 20)));
+        assert!(!ranges_overlap((0, 10), (10, 20)));
+        assert!(!ranges_overlap((5, 5), (0, 20)));
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        let big = usize::MAX / 2;
+        let e = plan_copy(&[big, 4], &[4, 1], &[4, 1], 1, BaseAddrs::default(), PlanOptions::CPU);
+        assert!(matches!(e, Err(Error::Overflow { .. })));
+        let e = plan_copy(&[2], &[isize::MAX / 2], &[1], 4, BaseAddrs::default(), PlanOptions::CPU);
+        assert!(matches!(e, Err(Error::Overflow { .. })));
+        let e = plan_copy(&[1 << 40, 1 << 30], &[1 << 30, 1], &[1, 1 << 40], 1, BaseAddrs::default(), PlanOptions::CPU);
+        assert!(matches!(e, Err(Error::Overflow { .. })));
+        assert!(matches!(
+            plan_copy(&[2], &[1, 1], &[1], 4, BaseAddrs::default(), PlanOptions::CPU),
+            Err(Error::ShapeMismatch { .. })
+        ));
+        assert!(matches!(
+            plan_copy(&[2], &[1], &[1], 0, BaseAddrs::default(), PlanOptions::CPU),
+            Err(Error::InvalidLayout(_))
+        ));
+    }
+
+    #[test]
+    fn empty() {
+        let p = plan(&[3, 0, 2], &[0, 0, 0], &[1, 1, 1], 4);
+        assert_eq!(p.kind, PlanKind::Empty);
+    }
+
+    #[test]
+    fn broadcast_strides_rules() {
+        assert_eq!(broadcast_strides(&[1, 5], &[5, 1], &[3, 4, 5]).unwrap().as_slice(), &[0, 0, 1]);
+        assert_eq!(broadcast_strides(&[4, 1], &[1, 1], &[4, 6]).unwrap().as_slice(), &[1, 0]);
+        assert!(broadcast_strides(&[3], &[1], &[4]).is_err());
+    }
+}

@@ -1,0 +1,156 @@
+//! Tensor → DLPack: owned `DLManagedTensorVersioned` / legacy `DLManagedTensor`.
+//!
+//! One heap block holds the managed struct, the shape and stride arrays and a
+//! clone of the tensor (which keeps the storage alive); `manager_ctx` points at
+//! the block and the deleter frees it exactly once.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::ffi::{
+    DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
+};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+static LIVE_EXPORTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Exported tensors whose deleter has not run yet (process-wide; for leak tests).
+pub fn live_exports() -> usize {
+    LIVE_EXPORTS.load(Ordering::SeqCst)
+}
+
+/// Options for an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// DLPack minor version to announce (clamped to the one implemented).
+    pub minor_version: u32,
+    /// Set `IS_COPIED`: the tensor was copied for this export.
+    pub is_copied: bool,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied: false }
+    }
+}
+
+/// The heap block behind one export. `#[repr(C)]` with the managed struct first,
+/// so a pointer to the block is a pointer to the struct.
+#[repr(C)]
+struct Exported<M> {
+    managed: M,
+    shape: Box<[i64]>,
+    strides: Box<[i64]>,
+    tensor: Tensor,
+}
+
+fn describe(t: &Tensor, shape: &mut [i64], strides: &mut [i64]) -> DLTensor {
+    DLTensor {
+        // The view offset goes into `data`, `byte_offset` stays 0: older
+        // consumers (torch before 2.x) ignored `byte_offset`.
+        data: t.data_ptr().cast::<c_void>(),
+        device: t.device().to_dlpack(),
+        ndim: t.ndim() as i32,
+        dtype: t.dtype().to_dlpack(),
+        shape: shape.as_mut_ptr(),
+        strides: strides.as_mut_ptr(),
+        byte_offset: 0,
+    }
+}
+
+fn arrays(t: &Tensor) -> (Box<[i64]>, Box<[i64]>) {
+    // usize/isize → i64 is lossless on every 64-bit target DLPack runs on.
+    let shape = t.shape().iter().map(|&d| d as i64).collect();
+    let strides = t.strides().iter().map(|&s| s as i64).collect();
+    (shape, strides)
+}
+
+impl Tensor {
+    /// Exports as an owned `DLManagedTensorVersioned` (DLPack ≥ 1.0). READ_ONLY
+    /// is set for read-only tensors. The caller owns the result and must call
+    /// its deleter once (a consumer does).
+    pub fn to_dlpack_versioned(&self, opts: ExportOptions) -> *mut DLManagedTensorVersioned {
+        let (shape, strides) = arrays(self);
+        let mut flags = 0;
+        if self.is_read_only() {
+            flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+        }
+        if opts.is_copied {
+            flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
+        }
+        let block = Box::new(Exported {
+            managed: DLManagedTensorVersioned {
+                version: DLPackVersion {
+                    major: DLPACK_MAJOR_VERSION,
+                    minor: opts.minor_version.min(DLPACK_MINOR_VERSION),
+                },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_versioned),
+                flags,
+                dl_tensor: describe(self, &mut [], &mut []),
+            },
+            shape,
+            strides,
+            tensor: self.clone(),
+        });
+        let raw = Box::into_raw(block);
+        // SAFETY: `raw` is a fresh, unique Box pointer; the boxed slices do not
+        // move when the Box does, so pointers into them stay valid.
+        unsafe {
+            let b = &mut *raw;
+            b.managed.dl_tensor = describe(&b.tensor, &mut b.shape, &mut b.strides);
+            b.managed.manager_ctx = raw.cast::<c_void>();
+        }
+        LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);
+        raw.cast::<DLManagedTensorVersioned>()
+    }
+
+    /// Exports as a legacy `DLManagedTensor` (the `"dltensor"` capsule kind).
+    /// A read-only tensor cannot be described by the legacy struct: `Err(ReadOnly)`.
+    pub fn to_dlpack_legacy(&self) -> Result<*mut DLManagedTensor> {
+        if self.is_read_only() {
+            return Err(Error::ReadOnly);
+        }
+        let (shape, strides) = arrays(self);
+        let block = Box::new(Exported {
+            managed: DLManagedTensor {
+                dl_tensor: describe(self, &mut [], &mut []),
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(delete_legacy),
+            },
+            shape,
+            strides,
+            tensor: self.clone(),
+        });
+        let raw = Box::into_raw(block);
+        // SAFETY: as in `to_dlpack_versioned`.
+        unsafe {
+            let b = &mut *raw;
+            b.managed.dl_tensor = describe(&b.tensor, &mut b.shape, &mut b.strides);
+            b.managed.manager_ctx = raw.cast::<c_void>();
+        }
+        LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);
+        Ok(raw.cast::<DLManagedTensor>())
+    }
+}
+
+unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: the DLPack contract: the deleter is called once with the pointer we
+    // handed out, which is the start of a Box<Exported<DLManagedTensorVersioned>>.
+    drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensorVersioned>>()) });
+    LIVE_EXPORTS.fetch_sub(1, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
+    if managed.is_null() {
+        return;
+    }
+    // SAFETY: as in `delete_versioned`, for the legacy block.
+    drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensor>>()) });
+    LIVE_EXPORTS.fetch_sub(1, Ordering::SeqCst);
+}

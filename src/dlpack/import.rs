@@ -1,0 +1,146 @@
+//! DLPack → Tensor: validated, zero-copy import of foreign tensors.
+//!
+//! The descriptor is untrusted; only the deleter is trusted. Every field is
+//! checked before use, and the producer's deleter runs exactly once on every
+//! path: when validation fails (before the error is returned) or when the last
+//! view of the imported tensor is dropped.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::ffi::{DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY, DLTensor};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{DLPackError, Error, Result};
+use crate::layout::{self, MAX_NDIM, Shape, Strides};
+use crate::tensor::{Storage, Tensor};
+
+/// Owns a foreign managed tensor and calls its deleter exactly once, on drop.
+pub(crate) enum ForeignOwner {
+    Versioned(NonNull<DLManagedTensorVersioned>),
+    Legacy(NonNull<DLManagedTensor>),
+}
+
+impl Drop for ForeignOwner {
+    fn drop(&mut self) {
+        // SAFETY: the pointer was handed to us with ownership by `from_dlpack_*`,
+        // whose caller promised a valid struct whose deleter may be called once;
+        // this Drop is the only place that calls it.
+        unsafe {
+            match *self {
+                ForeignOwner::Versioned(p) => {
+                    if let Some(del) = (*p.as_ptr()).deleter {
+                        del(p.as_ptr());
+                    }
+                }
+                ForeignOwner::Legacy(p) => {
+                    if let Some(del) = (*p.as_ptr()).deleter {
+                        del(p.as_ptr());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Imports an owned `DLManagedTensorVersioned`, taking ownership.
+///
+/// # Safety
+///
+/// `managed` must be null or point to a `DLManagedTensorVersioned` whose
+/// `version` and `deleter` fields can be read, and whose deleter (if any) may
+/// be called exactly once from any thread and does not unwind. If the
+/// descriptor validates, `dl_tensor.data + byte_offset` must address the
+/// memory it describes, valid until the deleter runs. Ownership passes to this
+/// function on every path, errors included.
+pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> Result<Tensor> {
+    let Some(ptr) = NonNull::new(managed) else {
+        return Err(DLPackError::NullTensor.into());
+    };
+    let owner = ForeignOwner::Versioned(ptr);
+    // SAFETY: the caller guarantees `version` and `flags` are readable.
+    let (version, flags) = unsafe { ((*managed).version, (*managed).flags) };
+    if version.major != 1 {
+        // Read nothing else: a different major may have a different layout.
+        drop(owner);
+        return Err(DLPackError::UnsupportedVersion { major: version.major }.into());
+    }
+    // SAFETY: major version 1, so the struct has the 1.x layout.
+    let dl = unsafe { (*managed).dl_tensor };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { import(dl, owner, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0) }
+}
+
+/// Imports an owned legacy `DLManagedTensor`, taking ownership.
+///
+/// # Safety
+///
+/// As [`from_dlpack_versioned`], for the legacy struct (no version field).
+pub unsafe fn from_dlpack_legacy(managed: *mut DLManagedTensor) -> Result<Tensor> {
+    let Some(ptr) = NonNull::new(managed) else {
+        return Err(DLPackError::NullTensor.into());
+    };
+    let owner = ForeignOwner::Legacy(ptr);
+    // SAFETY: the caller guarantees a readable struct.
+    let dl = unsafe { (*managed).dl_tensor };
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { import(dl, owner, false) }
+}
+
+/// Validates `dl` and wraps it; `owner` is dropped (deleter called) on error.
+///
+/// # Safety
+///
+/// `dl.shape` / `dl.strides`, when non-null, point to `dl.ndim` readable
+/// `i64`s; the data is as described in [`from_dlpack_versioned`].
+unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<Tensor> {
+    // On any `?` below `owner` is dropped, calling the deleter once.
+    let ndim = usize::try_from(dl.ndim)
+        .ok()
+        .filter(|&n| n <= MAX_NDIM)
+        .ok_or(DLPackError::BadNdim(dl.ndim))?;
+    let device = Device::from_dlpack(dl.device)?;
+    let dtype = DType::from_dlpack(dl.dtype)?;
+    if ndim > 0 && dl.shape.is_null() {
+        return Err(DLPackError::NullShape.into());
+    }
+    let mut shape = Shape::with_capacity(ndim);
+    for d in 0..ndim {
+        // SAFETY: non-null (checked) and `ndim` long by the caller's contract.
+        let size = unsafe { *dl.shape.add(d) };
+        shape.push(usize::try_from(size).map_err(|_| DLPackError::NegativeSize { dim: d, size })?);
+    }
+    let strides: Strides = if dl.strides.is_null() || ndim == 0 {
+        // NULL strides mean C-contiguous (allowed before DLPack 1.2).
+        layout::contiguous_strides(&shape)?
+    } else {
+        let mut s = Strides::with_capacity(ndim);
+        for d in 0..ndim {
+            // SAFETY: non-null and `ndim` long by the caller's contract.
+            let v = unsafe { *dl.strides.add(d) };
+            s.push(isize::try_from(v).map_err(|_| Error::Overflow { what: "DLPack stride" })?);
+        }
+        s
+    };
+    let numel = layout::numel(&shape)?;
+    let elem = dtype.size();
+    let byte_range = layout::byte_range(&shape, &strides, elem)?;
+    let base = (dl.data as usize)
+        .checked_add(usize::try_from(dl.byte_offset).map_err(|_| Error::Overflow { what: "byte_offset" })?)
+        .ok_or(Error::Overflow { what: "byte_offset" })?;
+    let (storage_start, len, offset) = match byte_range {
+        None => (base, 0, 0),
+        Some((lo, hi)) => {
+            if dl.data.is_null() {
+                return Err(DLPackError::NullData(numel).into());
+            }
+            let start = base.checked_add_signed(lo).ok_or(Error::Overflow { what: "view extent" })?;
+            base.checked_add_signed(hi).ok_or(Error::Overflow { what: "view extent" })?;
+            (start, (hi - lo) as usize, lo.unsigned_abs())
+        }
+    };
+    // An empty tensor may have NULL data: give the storage a dangling, aligned address.
+    let ptr = NonNull::new(storage_start as *mut u8).unwrap_or(NonNull::<u128>::dangling().cast());
+    let storage = Arc::new(Storage::foreign(ptr, len, device, owner));
+    Ok(Tensor::from_parts(storage, dtype, shape, strides, offset, read_only))
+}

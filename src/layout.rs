@@ -1,0 +1,273 @@
+//! Shape, stride and offset arithmetic. Pure functions, every product checked.
+//!
+//! Strides are counted in elements and may be negative (flipped views) or zero
+//! (broadcast views). Offsets of a view are relative to element `[0, 0, ..]`.
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+
+/// Inline storage for shapes (most tensors have at most 6 dimensions).
+pub type Shape = SmallVec<[usize; 6]>;
+/// Inline storage for strides, in elements.
+pub type Strides = SmallVec<[isize; 6]>;
+
+/// Most dimensions a tensor may have (the DLPack import limit as well).
+pub const MAX_NDIM: usize = 64;
+
+/// Number of elements, `Err(Overflow)` when it does not fit `isize`.
+pub fn numel(shape: &[usize]) -> Result<usize> {
+    let n = shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or(Error::Overflow { what: "number of elements" })?;
+    if n > isize::MAX as usize {
+        return Err(Error::Overflow { what: "number of elements" });
+    }
+    Ok(n)
+}
+
+/// Row-major (C-contiguous) strides for `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
+    let mut strides: Strides = SmallVec::from_elem(0, shape.len());
+    let mut acc: usize = 1;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = isize::try_from(acc).map_err(|_| Error::Overflow { what: "strides" })?;
+        // A zero-sized dim makes later products zero; keep the stride meaningful.
+        acc = acc.checked_mul(d.max(1)).ok_or(Error::Overflow { what: "strides" })?;
+    }
+    Ok(strides)
+}
+
+/// Smallest and largest element offset (relative to element 0) a view touches.
+/// `None` for an empty view.
+pub fn offset_range(shape: &[usize], strides: &[isize]) -> Result<Option<(isize, isize)>> {
+    check_rank(shape, strides)?;
+    if shape.contains(&0) {
+        return Ok(None);
+    }
+    let ovf = || Error::Overflow { what: "view extent" };
+    let (mut lo, mut hi) = (0isize, 0isize);
+    for (&d, &s) in shape.iter().zip(strides) {
+        let last = isize::try_from(d - 1).map_err(|_| ovf())?;
+        let reach = last.checked_mul(s).ok_or_else(ovf)?;
+        if reach < 0 {
+            lo = lo.checked_add(reach).ok_or_else(ovf)?;
+        } else {
+            hi = hi.checked_add(reach).ok_or_else(ovf)?;
+        }
+    }
+    Ok(Some((lo, hi)))
+}
+
+/// Byte range `[start, end)` relative to the address of element 0, checked.
+/// `None` for an empty view.
+pub fn byte_range(shape: &[usize], strides: &[isize], elem_size: usize) -> Result<Option<(isize, isize)>> {
+    let ovf = || Error::Overflow { what: "byte extent" };
+    let Some((lo, hi)) = offset_range(shape, strides)? else {
+        return Ok(None);
+    };
+    let e = isize::try_from(elem_size).map_err(|_| ovf())?;
+    let start = lo.checked_mul(e).ok_or_else(ovf)?;
+    let end = hi.checked_mul(e).and_then(|x| x.checked_add(e)).ok_or_else(ovf)?;
+    Ok(Some((start, end)))
+}
+
+/// True when the view is C-contiguous. Size-1 dims are ignored and an empty
+/// view is contiguous (as torch and tvm-ffi decide).
+pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut expected: isize = 1;
+    for (&d, &s) in shape.iter().zip(strides).rev() {
+        if d == 1 {
+            continue;
+        }
+        if s != expected {
+            return false;
+        }
+        expected = match expected.checked_mul(d as isize) {
+            Some(x) => x,
+            None => return false,
+        };
+    }
+    true
+}
+
+/// Resolves a possibly negative dimension index.
+pub fn normalize_dim(dim: isize, ndim: usize) -> Result<usize> {
+    let n = ndim as isize;
+    let d = if dim < 0 { dim + n } else { dim };
+    if (0..n).contains(&d) {
+        Ok(d as usize)
+    } else {
+        Err(Error::DimOutOfRange { dim, ndim })
+    }
+}
+
+/// Python's `slice(start, stop, step).indices(size)` followed by the length:
+/// returns (first index, number of elements).
+pub fn slice_indices(size: usize, start: Option<isize>, stop: Option<isize>, step: isize) -> Result<(usize, usize)> {
+    if step == 0 {
+        return Err(Error::InvalidLayout("slice step cannot be zero"));
+    }
+    let n = isize::try_from(size).map_err(|_| Error::Overflow { what: "slice" })?;
+    let clamp = |v: isize, lo: isize, hi: isize| v.clamp(lo, hi);
+    let resolve = |v: isize, lo: isize, hi: isize| clamp(if v < 0 { v + n } else { v }, lo, hi);
+    let (first, len) = if step > 0 {
+        let a = start.map_or(0, |v| resolve(v, 0, n));
+        let b = stop.map_or(n, |v| resolve(v, 0, n));
+        let len = if b > a { (b - a - 1) / step + 1 } else { 0 };
+        (a, len)
+    } else {
+        let a = start.map_or(n - 1, |v| resolve(v, -1, n - 1));
+        let b = stop.map_or(-1, |v| resolve(v, -1, n - 1));
+        let len = if a > b { (a - b - 1) / (-step) + 1 } else { 0 };
+        (a, len)
+    };
+    // An empty slice may start at `n` or -1; clamp so the base offset stays in bounds.
+    let first = if len == 0 { 0 } else { first };
+    Ok((first as usize, len as usize))
+}
+
+/// Resolves a requested shape with at most one `-1` against `numel`.
+pub fn infer_shape(requested: &[isize], numel: usize) -> Result<Shape> {
+    let mut infer_at = None;
+    let mut known: usize = 1;
+    for (i, &d) in requested.iter().enumerate() {
+        match d {
+            -1 if infer_at.is_none() => infer_at = Some(i),
+            -1 => return Err(Error::InvalidLayout("only one dimension can be -1")),
+            d if d < 0 => return Err(Error::InvalidLayout("negative dimension size")),
+            d => known = known.checked_mul(d as usize).ok_or(Error::Overflow { what: "shape" })?,
+        }
+    }
+    let mut shape: Shape = requested.iter().map(|&d| d.max(0) as usize).collect();
+    if let Some(i) = infer_at {
+        if known == 0 || numel % known != 0 {
+            return Err(Error::InvalidLayout("shape is incompatible with the number of elements"));
+        }
+        shape[i] = numel / known;
+    } else if known != numel {
+        return Err(Error::InvalidLayout("shape is incompatible with the number of elements"));
+    }
+    Ok(shape)
+}
+
+/// Strides that let `new_shape` view the same elements as (`shape`, `strides`)
+/// without moving data, or `None` when a copy is required (PyTorch's
+/// `computeStride`: each run of old dims merged into new dims must be
+/// contiguous within itself).
+pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> Option<Strides> {
+    let numel: usize = shape.iter().product();
+    if numel == 0 || shape.is_empty() {
+        // Empty tensors and scalars can take any shape with the same numel.
+        return contiguous_strides(new_shape).ok();
+    }
+    let mut out: Strides = SmallVec::from_elem(0, new_shape.len());
+    let mut view_d = new_shape.len() as isize - 1;
+    let mut chunk_base_stride = *strides.last()?;
+    let mut tensor_numel: usize = 1;
+    let mut view_numel: usize = 1;
+    for tensor_d in (0..shape.len()).rev() {
+        tensor_numel *= shape[tensor_d];
+        let chunk_ends = tensor_d == 0
+            || (shape[tensor_d - 1] != 1
+                && strides[tensor_d - 1] != (tensor_numel as isize).checked_mul(chunk_base_stride)?);
+        if chunk_ends {
+            while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
+                out[view_d as usize] = (view_numel as isize).checked_mul(chunk_base_stride)?;
+                view_numel *= new_shape[view_d as usize];
+                view_d -= 1;
+            }
+            if view_numel != tensor_numel {
+                return None;
+            }
+            if tensor_d > 0 {
+                chunk_base_stride = strides[tensor_d - 1];
+                tensor_numel = 1;
+                view_numel = 1;
+            }
+        }
+    }
+    (view_d == -1).then_some(out)
+}
+
+fn check_rank(shape: &[usize], strides: &[isize]) -> Result<()> {
+    if shape.len() != strides.len() {
+        return Err(Error::InvalidLayout("shape and strides differ in length"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numel_and_contiguous_strides() {
+        assert_eq!(numel(&[]).unwrap(), 1);
+        assert_eq!(numel(&[2, 3, 4]).unwrap(), 24);
+        assert_eq!(numel(&[2, 0, 4]).unwrap(), 0);
+        assert!(matches!(numel(&[usize::MAX, 2]), Err(Error::Overflow { .. })));
+        assert!(matches!(numel(&[1 << 40, 1 << 40]), Err(Error::Overflow { .. })));
+        assert_eq!(contiguous_strides(&[2, 3, 4]).unwrap().as_slice(), &[12, 4, 1]);
+        assert_eq!(contiguous_strides(&[2, 0, 4]).unwrap().as_slice(), &[4, 4, 1]);
+    }
+
+    #[test]
+    fn offset_ranges_under_negative_and_zero_strides() {
+        assert_eq!(offset_range(&[3, 4], &[4, 1]).unwrap(), Some((0, 11)));
+        assert_eq!(offset_range(&[3, 4], &[-4, 1]).unwrap(), Some((-8, 3)));
+        assert_eq!(offset_range(&[3, 4], &[0, -1]).unwrap(), Some((-3, 0)));
+        assert_eq!(offset_range(&[3, 0], &[4, 1]).unwrap(), None);
+        assert_eq!(byte_range(&[3, 4], &[-4, 1], 4).unwrap(), Some((-32, 16)));
+        assert!(matches!(
+            offset_range(&[1 << 40, 2], &[1 << 30, 1]),
+            Err(Error::Overflow { .. })
+        ));
+    }
+
+    #[test]
+    fn contiguity_ignores_size_one_dims_and_empty_views() {
+        assert!(is_contiguous(&[2, 1, 3], &[3, 99, 1]));
+        assert!(is_contiguous(&[2, 0], &[7, 7]));
+        assert!(!is_contiguous(&[2, 3], &[1, 2]));
+        assert!(is_contiguous(&[], &[]));
+    }
+
+    #[test]
+    fn slices_match_python() {
+        assert_eq!(slice_indices(10, None, None, 1).unwrap(), (0, 10));
+        assert_eq!(slice_indices(10, Some(2), Some(8), 3).unwrap(), (2, 2));
+        assert_eq!(slice_indices(10, None, None, -1).unwrap(), (9, 10));
+        assert_eq!(slice_indices(10, Some(-2), None, -3).unwrap(), (8, 3));
+        assert_eq!(slice_indices(10, Some(20), Some(30), 1).unwrap(), (0, 0));
+        assert_eq!(slice_indices(10, Some(-100), Some(3), 1).unwrap(), (0, 3));
+        assert_eq!(slice_indices(0, None, None, -1).unwrap(), (0, 0));
+        assert!(slice_indices(10, None, None, 0).is_err());
+    }
+
+    #[test]
+    fn views_follow_torch_rules() {
+        let s = |v: Option<Strides>| v.map(|x| x.to_vec());
+        assert_eq!(s(view_strides(&[2, 3, 4], &[12, 4, 1], &[6, 4])), Some(vec![4, 1]));
+        assert_eq!(s(view_strides(&[2, 3, 4], &[12, 4, 1], &[2, 12])), Some(vec![12, 1]));
+        // Transposed: the two dims cannot merge.
+        assert_eq!(s(view_strides(&[3, 2], &[1, 3], &[6])), None);
+        // Splitting a transposed dim is fine.
+        assert_eq!(s(view_strides(&[4, 2], &[1, 4], &[2, 2, 2])), Some(vec![2, 1, 4]));
+        assert_eq!(s(view_strides(&[2, 3], &[3, 1], &[1, 2, 1, 3])), Some(vec![6, 3, 3, 1]));
+        assert_eq!(infer_shape(&[-1, 4], 12).unwrap().to_vec(), vec![3, 4]);
+        assert!(infer_shape(&[-1, 5], 12).is_err());
+        assert!(infer_shape(&[-1, -1], 12).is_err());
+    }
+
+    #[test]
+    fn dims_normalize() {
+        assert_eq!(normalize_dim(-1, 3).unwrap(), 2);
+        assert!(normalize_dim(3, 3).is_err());
+        assert!(normalize_dim(0, 0).is_err());
+    }
+}

@@ -1,0 +1,24 @@
+#![doc = include_str!("../README.md")]
+#![warn(missing_docs)]
+
+pub mod alloc;
+pub mod backend;
+pub mod copy;
+pub mod device;
+pub mod dlpack;
+pub mod dtype;
+pub mod error;
+pub mod layout;
+pub mod stream;
+pub mod tensor;
+
+pub use alloc::{AllocStats, CpuAlloc, NDAlloc};
+pub use device::{Backend, Device};
+pub use dlpack::{from_dlpack_legacy, from_dlpack_versioned};
+pub use dtype::DType;
+pub use error::{DLPackError, Error, Result};
+pub use stream::StreamHandle;
+pub use tensor::{Element, Storage, Tensor};
+
+#[cfg(feature = "python")]
+mod python;

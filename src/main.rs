@@ -1,0 +1,37 @@
+//! The `devtensor` command: `info` and `bench`.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "devtensor", version, about = "GPU tensors described with DLPack")]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List backends, library versions and devices (and why a backend is unavailable).
+    Info,
+    /// Run the strided-copy pattern matrix on the best available device.
+    Bench(cli::bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let args = Args::parse();
+    match args.command {
+        Command::Info => {
+            cli::info::run();
+            std::process::ExitCode::SUCCESS
+        }
+        Command::Bench(b) => match cli::bench::run(&b) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("devtensor bench: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,85 @@
+//! `devtensor.from_dlpack`: the consumer side of the protocol.
+
+use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use crate::device::Device;
+use crate::python::errors::to_py;
+use crate::python::{capsule, exchange};
+use crate::tensor::Tensor;
+
+/// Imports any DLPack producer (or a raw capsule), zero-copy where possible.
+pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Option<bool>) -> PyResult<Tensor> {
+    let py = x.py();
+    if x.is_instance_of::<PyCapsule>() {
+        return finish(capsule::consume(x)?, device, copy);
+    }
+    if let Ok(t) = x.cast::<crate::python::PyTensor>() {
+        let inner = t.get().inner().clone();
+        return finish(inner, device, copy);
+    }
+    // 1. The producer type's C exchange API (torch ≥ 2.10 has one): no Python call.
+    //    Only for host memory: the no-sync entry point leaves stream ordering to us.
+    if device.is_none()
+        && copy.is_none()
+        && let Some(api) = exchange::lookup(x)
+        && let Some(get) = api.managed_tensor_from_py_object_no_sync
+    {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the GIL is held and `x` is alive; the function fills `out` with
+        // an owned tensor on success or sets a Python error and returns non-zero.
+        let rc = unsafe { get(x.as_ptr().cast(), &mut out) };
+        if rc == 0 {
+            // SAFETY: `out` is an owned managed tensor from the producer.
+            let t = unsafe { crate::dlpack::from_dlpack_versioned(out) }.map_err(to_py)?;
+            if t.device().is_host_accessible() {
+                return Ok(t);
+            }
+            // A device tensor: drop it (its deleter runs) and let `__dlpack__`
+            // order the producer's work before ours through its `stream` argument.
+            drop(t);
+        } else {
+            let err = PyErr::take(py);
+            // tvm-ffi's rule: BufferError means "try the Python protocol".
+            if let Some(e) = err
+                && !e.is_instance_of::<PyBufferError>(py)
+            {
+                return Err(e);
+            }
+        }
+    }
+    // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. legacy on TypeError.
+    let dlpack = x
+        .getattr(pyo3::intern!(py, "__dlpack__"))
+        .map_err(|_| PyTypeError::new_err(format!("{} does not support DLPack", x.get_type())))?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("max_version", (1, 3))?;
+    if let Some(d) = device {
+        let dl = d.to_dlpack();
+        kwargs.set_item("dl_device", (dl.device_type, dl.device_id))?;
+    }
+    if let Some(c) = copy {
+        kwargs.set_item("copy", c)?;
+    }
+    let cap = match dlpack.call((), Some(&kwargs)) {
+        Ok(cap) => cap,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) && device.is_none() && copy.is_none() => dlpack.call0()?,
+        Err(e) => return Err(e),
+    };
+    // The producer honoured `copy` (or raised); only the device is checked here.
+    finish(capsule::consume(&cap)?, device, None)
+}
+
+/// Applies `device` and `copy` to an imported tensor the producer could not adjust.
+fn finish(t: Tensor, device: Option<Device>, copy: Option<bool>) -> PyResult<Tensor> {
+    let wrong_device = device.is_some_and(|d| d != t.device());
+    if wrong_device {
+        let d = device.unwrap_or_default();
+        if copy == Some(false) {
+            return Err(PyBufferError::new_err(format!("moving {} to {d} needs a copy, but copy=False", t.device())));
+        }
+        return Err(to_py(crate::Error::UnsupportedDevice { op: "from_dlpack to another device", device: d }));
+    }
+    if copy == Some(true) { t.contiguous_copy().map_err(to_py) } else { Ok(t) }
+}

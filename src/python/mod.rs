@@ -1,0 +1,111 @@
+//! The `devtensor._devtensor` extension module (PyO3, abi3).
+//!
+//! Producer: `Tensor.__dlpack__` / `__dlpack_device__` / `__dlpack_c_exchange_api__`.
+//! Consumer: `from_dlpack`, which tries the producer type's exchange API, then
+//! `__dlpack__(max_version=(1, 3), ...)`, then the legacy call.
+
+mod capsule;
+mod consumer;
+mod convert;
+mod errors;
+mod exchange;
+mod tensor;
+
+use pyo3::prelude::*;
+
+use crate::dtype::DType;
+use crate::tensor::Tensor;
+use convert::{DeviceArg, DTypeArg, ShapeArg, scalar_bytes};
+use errors::to_py;
+pub use tensor::PyTensor;
+
+/// `empty(shape, dtype="float32", device="cpu")`.
+#[pyfunction]
+#[pyo3(signature = (shape, dtype = None, device = None))]
+fn empty(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    let device = device.map_or(crate::Device::Cpu, |d| d.0);
+    let t = py.detach(|| Tensor::empty(&shape.0, dtype, device)).map_err(to_py)?;
+    Ok(PyTensor::from(t))
+}
+
+fn filled(py: Python<'_>, shape: ShapeArg, value: &Bound<'_, PyAny>, dtype: DType, device: DeviceArg) -> PyResult<PyTensor> {
+    let bytes = scalar_bytes(value, dtype)?;
+    let t = py
+        .detach(|| {
+            let t = Tensor::empty(&shape.0, dtype, device.0)?;
+            t.fill_bytes(&bytes)?;
+            Ok(t)
+        })
+        .map_err(to_py)?;
+    Ok(PyTensor::from(t))
+}
+
+/// `zeros(shape, dtype="float32", device="cpu")`.
+#[pyfunction]
+#[pyo3(signature = (shape, dtype = None, device = None))]
+fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
+    let zero = 0i64.into_pyobject(py)?.into_any();
+    filled(py, shape, &zero, dtype.map_or(DType::F32, |d| d.0), device.unwrap_or_default())
+}
+
+/// `ones(shape, dtype="float32", device="cpu")`.
+#[pyfunction]
+#[pyo3(signature = (shape, dtype = None, device = None))]
+fn ones(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
+    let one = 1i64.into_pyobject(py)?.into_any();
+    filled(py, shape, &one, dtype.map_or(DType::F32, |d| d.0), device.unwrap_or_default())
+}
+
+/// `full(shape, fill_value, dtype=None, device="cpu")`: the dtype defaults to
+/// bool, int64, float32 or complex64 after the value, as in torch.
+#[pyfunction]
+#[pyo3(signature = (shape, fill_value, dtype = None, device = None))]
+fn full(
+    py: Python<'_>,
+    shape: ShapeArg,
+    fill_value: &Bound<'_, PyAny>,
+    dtype: Option<DTypeArg>,
+    device: Option<DeviceArg>,
+) -> PyResult<PyTensor> {
+    let dtype = match dtype {
+        Some(d) => d.0,
+        None => convert::infer_dtype(fill_value)?,
+    };
+    filled(py, shape, fill_value, dtype, device.unwrap_or_default())
+}
+
+/// `from_dlpack(x, *, device=None, copy=None)`.
+#[pyfunction]
+#[pyo3(signature = (x, *, device = None, copy = None))]
+fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<DeviceArg>, copy: Option<bool>) -> PyResult<PyTensor> {
+    consumer::from_dlpack(x, device.map(|d| d.0), copy).map(PyTensor::from)
+}
+
+/// Exported DLPack tensors whose deleter has not run yet (for leak tests).
+#[pyfunction]
+fn _live_exports() -> usize {
+    crate::dlpack::live_exports()
+}
+
+/// Live CPU allocations made by devtensor (for leak tests).
+#[pyfunction]
+fn _live_cpu_allocations() -> usize {
+    use crate::alloc::NDAlloc;
+    crate::alloc::CpuAlloc.stats().live_allocations
+}
+
+#[pymodule]
+fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("DLPACK_VERSION", (crate::dlpack::ffi::DLPACK_MAJOR_VERSION, crate::dlpack::ffi::DLPACK_MINOR_VERSION))?;
+    m.add_class::<PyTensor>()?;
+    m.add_function(wrap_pyfunction!(empty, m)?)?;
+    m.add_function(wrap_pyfunction!(zeros, m)?)?;
+    m.add_function(wrap_pyfunction!(ones, m)?)?;
+    m.add_function(wrap_pyfunction!(full, m)?)?;
+    m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
+    m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
+    Ok(())
+}

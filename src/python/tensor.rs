@@ -1,0 +1,309 @@
+//! The Python `Tensor` class.
+
+use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyEllipsis, PyInt, PyNone, PySlice, PyTuple};
+
+use crate::device::Device;
+use crate::dlpack::ExportOptions;
+use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
+use crate::python::convert::{DeviceArg, scalar_bytes};
+use crate::python::errors::to_py;
+use crate::python::{capsule, consumer, exchange};
+use crate::tensor::Tensor;
+
+/// An n-dimensional view of CPU or GPU memory that speaks DLPack.
+#[pyclass(name = "Tensor", module = "devtensor._devtensor", frozen)]
+pub struct PyTensor {
+    inner: Tensor,
+}
+
+impl From<Tensor> for PyTensor {
+    fn from(inner: Tensor) -> Self {
+        PyTensor { inner }
+    }
+}
+
+impl PyTensor {
+    pub(crate) fn inner(&self) -> &Tensor {
+        &self.inner
+    }
+}
+
+fn wrap(r: crate::Result<Tensor>) -> PyResult<PyTensor> {
+    r.map(PyTensor::from).map_err(to_py)
+}
+
+/// `*dims` given either as varargs or as one sequence.
+fn dims_arg(args: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
+    if args.len() == 1
+        && let Ok(first) = args.get_item(0)
+        && !first.is_instance_of::<PyInt>()
+    {
+        return first.extract();
+    }
+    args.extract()
+}
+
+/// How the DLPack `stream` argument applies to this tensor's device.
+fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<i64>> {
+    let Some(stream) = stream.filter(|s| !s.is_none()) else {
+        return Ok(None);
+    };
+    let s: i64 = stream
+        .extract()
+        .map_err(|_| PyTypeError::new_err("stream must be an int or None"))?;
+    match device {
+        Device::Cpu | Device::CudaHost | Device::RocmHost => Err(PyBufferError::new_err(format!(
+            "stream must be None for a {device} tensor, got {s}"
+        ))),
+        Device::Cuda(_) | Device::CudaManaged(_) if s == 0 => Err(PyValueError::new_err(
+            "stream 0 is ambiguous on CUDA: use 1 (legacy default) or 2 (per-thread default)",
+        )),
+        Device::Rocm(_) if s == 1 || s == 2 => {
+            Err(PyValueError::new_err(format!("stream {s} is not valid on ROCm (use None or 0 for the default)")))
+        }
+        _ => Ok(Some(s)),
+    }
+}
+
+#[pymethods]
+impl PyTensor {
+    /// Sizes.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
+    }
+
+    /// Strides, in elements.
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.strides())
+    }
+
+    /// The dtype's name (`"float32"`, ...).
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype().name()
+    }
+
+    /// The device as a string (`"cpu"`, `"cuda:0"`, ...).
+    #[getter]
+    fn device(&self) -> String {
+        self.inner.device().to_string()
+    }
+
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.inner.ndim()
+    }
+
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+
+    #[getter]
+    fn itemsize(&self) -> usize {
+        self.inner.dtype().size()
+    }
+
+    /// Address of element `[0, 0, ...]`.
+    #[getter]
+    fn data_ptr(&self) -> usize {
+        self.inner.data_ptr() as usize
+    }
+
+    #[getter]
+    fn read_only(&self) -> bool {
+        self.inner.is_read_only()
+    }
+
+    fn is_contiguous(&self) -> bool {
+        self.inner.is_contiguous()
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.inner.shape().first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+    }
+
+    fn __repr__(&self) -> String {
+        let shape: Vec<String> = self.inner.shape().iter().map(|d| d.to_string()).collect();
+        let trailing = if shape.len() == 1 { "," } else { "" };
+        format!(
+            "devtensor.Tensor(shape=({}{trailing}), dtype={}, device={})",
+            shape.join(", "),
+            self.inner.dtype(),
+            self.inner.device()
+        )
+    }
+
+    /// Basic indexing: ints, slices (any step), `...` and `None`; returns a view.
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().collect(),
+            Err(_) => vec![key.clone()],
+        };
+        let is_index = |k: &Bound<'_, PyAny>| k.is_instance_of::<PyInt>() || k.is_instance_of::<PySlice>();
+        let consuming = items.iter().filter(|k| is_index(k)).count();
+        let ellipses = items.iter().filter(|k| k.is_instance_of::<PyEllipsis>()).count();
+        if ellipses > 1 {
+            return Err(PyIndexError::new_err("an index can only have a single ellipsis ('...')"));
+        }
+        let ndim = self.inner.ndim();
+        if consuming > ndim {
+            return Err(PyIndexError::new_err(format!(
+                "too many indices: tensor is {ndim}-dimensional, but {consuming} were indexed"
+            )));
+        }
+        let mut t = self.inner.clone();
+        let mut dim: isize = 0;
+        for k in &items {
+            if k.is_instance_of::<PyNone>() {
+                t = t.unsqueeze(dim).map_err(to_py)?;
+                dim += 1;
+            } else if k.is_instance_of::<PyEllipsis>() {
+                dim += (ndim - consuming) as isize;
+            } else if let Ok(s) = k.cast::<PySlice>() {
+                let part = |name: &str| -> PyResult<Option<isize>> { s.getattr(name)?.extract() };
+                let step = part("step")?.unwrap_or(1);
+                if step == 0 {
+                    return Err(PyValueError::new_err("slice step cannot be zero"));
+                }
+                t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
+                dim += 1;
+            } else if k.is_instance_of::<PyInt>() && !k.is_instance_of::<pyo3::types::PyBool>() {
+                t = t.select(dim, k.extract()?).map_err(to_py)?;
+            } else {
+                return Err(PyIndexError::new_err(
+                    "only integers, slices (`:`), ellipsis (`...`) and None are valid indices",
+                ));
+            }
+        }
+        Ok(PyTensor::from(t))
+    }
+
+    /// Reorders dimensions (a view).
+    #[pyo3(signature = (*dims))]
+    fn permute(&self, dims: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        wrap(self.inner.permute(&dims_arg(dims)?))
+    }
+
+    /// Swaps two dimensions (a view).
+    fn transpose(&self, dim0: isize, dim1: isize) -> PyResult<PyTensor> {
+        wrap(self.inner.transpose(dim0, dim1))
+    }
+
+    /// A view with the new shape when strides allow, else a copy (one -1 inferred).
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, shape: &Bound<'_, PyTuple>) -> PyResult<PyTensor> {
+        wrap(self.inner.reshape(&dims_arg(shape)?))
+    }
+
+    /// `self` if C-contiguous, else a C-contiguous copy.
+    fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        wrap(py.detach(|| self.inner.contiguous()))
+    }
+
+    /// A new C-contiguous copy.
+    fn clone(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        wrap(py.detach(|| self.inner.contiguous_copy()))
+    }
+
+    /// Copies `src` (a Tensor or any DLPack producer) into `self`; returns `self`.
+    fn copy_<'py>(slf: Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let src = consumer::from_dlpack(src, None, None)?;
+        let dst = slf.get().inner.clone();
+        slf.py().detach(|| dst.copy_from(&src)).map_err(to_py)?;
+        Ok(slf)
+    }
+
+    /// Writes `value` to every element; returns `self`.
+    fn fill_<'py>(slf: Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
+        let t = slf.get().inner.clone();
+        let bytes = scalar_bytes(value, t.dtype())?;
+        slf.py().detach(|| t.fill_bytes(&bytes)).map_err(to_py)?;
+        Ok(slf)
+    }
+
+    /// This tensor on `device` (itself when already there).
+    fn to(slf: Bound<'_, Self>, device: DeviceArg) -> PyResult<Bound<'_, Self>> {
+        let t = &slf.get().inner;
+        if t.device() == device.0 {
+            return Ok(slf);
+        }
+        Err(to_py(crate::Error::UnsupportedDevice { op: "to (cross-device copy)", device: device.0 }))
+    }
+
+    /// `(device_type, device_id)` as DLPack spells them.
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let d = self.inner.device().to_dlpack();
+        (d.device_type, d.device_id)
+    }
+
+    /// The DLPack export: a `"dltensor"` capsule when `max_version` is None or
+    /// below 1, a `"dltensor_versioned"` one otherwise.
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        &self,
+        py: Python<'py>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
+        let device = self.inner.device();
+        let _stream = check_stream(device, stream)?;
+        let version: Option<(u32, u32)> = match max_version.filter(|v| !v.is_none()) {
+            None => None,
+            Some(v) => Some(v.extract().map_err(|_| {
+                PyBufferError::new_err("max_version must be a (major, minor) tuple of non-negative ints")
+            })?),
+        };
+        let copy: Option<bool> = match copy.filter(|c| !c.is_none()) {
+            None => None,
+            Some(c) => Some(c.is_truthy()?),
+        };
+        if let Some(target) = dl_device.filter(|d| !d.is_none()) {
+            let (ty, id): (i32, i32) = target
+                .extract()
+                .map_err(|_| PyBufferError::new_err("dl_device must be a (device_type, device_id) tuple"))?;
+            let own = device.to_dlpack();
+            let relabel_host = ty == kDLCPU && id == 0 && device.is_host_accessible();
+            if (ty, id) != (own.device_type, own.device_id) && !relabel_host {
+                if copy == Some(false) {
+                    return Err(PyBufferError::new_err(format!(
+                        "exporting a {device} tensor to device ({ty}, {id}) needs a copy, but copy=False"
+                    )));
+                }
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export a {device} tensor to device ({ty}, {id})"
+                )));
+            }
+        }
+        let (tensor, is_copied) = if copy == Some(true) {
+            (py.detach(|| self.inner.contiguous_copy()).map_err(to_py)?, true)
+        } else {
+            (self.inner.clone(), false)
+        };
+        match version {
+            Some((major, minor)) if major >= 1 => {
+                let minor = if major == 1 { minor.min(DLPACK_MINOR_VERSION) } else { DLPACK_MINOR_VERSION };
+                let m = tensor.to_dlpack_versioned(ExportOptions { minor_version: minor, is_copied });
+                capsule::versioned(py, m)
+            }
+            _ => {
+                let m = tensor.to_dlpack_legacy().map_err(|_| {
+                    PyBufferError::new_err("a read-only tensor cannot be exported as a legacy DLPack capsule: pass max_version=(1, 0) or later")
+                })?;
+                capsule::legacy(py, m)
+            }
+        }
+    }
+
+    /// The static DLPackExchangeAPI v1.3 table, as a `"dlpack_exchange_api"` capsule.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        exchange::capsule(py)
+    }
+}

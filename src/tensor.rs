@@ -1,0 +1,518 @@
+//! [`Tensor`]: shared storage + dtype + shape + strides + byte offset.
+//!
+//! Views (slice, select, permute, expand, flip, reshape when strides allow)
+//! share storage and move no data; `contiguous`, `copy_from` and `fill` run the
+//! strided copy engine.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::alloc::{NDAlloc, default_allocator};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::layout::{self, Shape, Strides};
+
+/// Who frees a [`Storage`]'s bytes.
+pub(crate) enum Owner {
+    /// Memory from one of our allocators.
+    Alloc {
+        /// The allocator that made it.
+        alloc: Arc<dyn NDAlloc>,
+        /// Requested size.
+        size: usize,
+        /// Requested alignment.
+        align: usize,
+    },
+    /// Memory owned by a DLPack producer; dropping the guard calls its deleter once.
+    Foreign {
+        _guard: crate::dlpack::import::ForeignOwner,
+    },
+}
+
+/// A block of device or host memory shared by every view of it.
+pub struct Storage {
+    ptr: NonNull<u8>,
+    len: usize,
+    device: Device,
+    owner: Owner,
+}
+
+// SAFETY: Storage is an owning handle to raw memory: the pointer is only
+// dereferenced through Tensor methods that check read-only and device
+// accessibility, and freeing (allocator or DLPack deleter) is thread-agnostic
+// by the NDAlloc contract and the DLPack spec ("the deleter can be called from
+// any thread").
+unsafe impl Send for Storage {}
+// SAFETY: shared references only expose the pointer value and metadata.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// Allocates `size` bytes with `alloc`.
+    pub fn new(alloc: Arc<dyn NDAlloc>, size: usize) -> Result<Storage> {
+        let align = crate::alloc::CPU_ALIGNMENT;
+        let ptr = alloc.allocate(size, align, None)?;
+        let device = alloc.device();
+        Ok(Storage { ptr, len: size, device, owner: Owner::Alloc { alloc, size, align } })
+    }
+
+    /// Wraps foreign memory (DLPack import).
+    pub(crate) fn foreign(ptr: NonNull<u8>, len: usize, device: Device, owner: crate::dlpack::import::ForeignOwner) -> Storage {
+        Storage { ptr, len, device, owner: Owner::Foreign { _guard: owner } }
+    }
+
+    /// Start address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-byte storage.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where the bytes live.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        match &self.owner {
+            Owner::Alloc { alloc, size, align } => {
+                // SAFETY: `ptr` came from `alloc.allocate(size, align)` in `Storage::new`
+                // and this is the only place that frees it.
+                unsafe { alloc.deallocate(self.ptr, *size, *align, None) }
+            }
+            Owner::Foreign { .. } => {} // the guard's own Drop calls the deleter
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Storage").field("ptr", &self.ptr).field("len", &self.len).field("device", &self.device).finish()
+    }
+}
+
+/// A Rust scalar type that maps to one [`DType`].
+pub trait Element: Copy + Send + Sync + 'static {
+    /// Its dtype.
+    const DTYPE: DType;
+}
+
+macro_rules! elements {
+    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DType = DType::$d; })* };
+}
+elements!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
+          u32 => U32, u64 => U64, f32 => F32, f64 => F64);
+
+/// An n-dimensional strided view of a [`Storage`].
+#[derive(Clone)]
+pub struct Tensor {
+    storage: Arc<Storage>,
+    dtype: DType,
+    shape: Shape,
+    strides: Strides,
+    /// Bytes from the storage start to element `[0, 0, ..]`.
+    offset: usize,
+    read_only: bool,
+}
+
+impl Tensor {
+    // ----- construction -------------------------------------------------------------
+
+    /// Uninitialised tensor on `device`, C-contiguous, from the device's default allocator.
+    pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::empty_in(default_allocator(device)?, shape, dtype)
+    }
+
+    /// Uninitialised C-contiguous tensor from a given allocator.
+    pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = layout::numel(shape)?;
+        let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow { what: "allocation size" })?;
+        let storage = Arc::new(Storage::new(alloc, bytes)?);
+        Ok(Tensor {
+            storage,
+            dtype,
+            shape: shape.into(),
+            strides: layout::contiguous_strides(shape)?,
+            offset: 0,
+            read_only: false,
+        })
+    }
+
+    /// Zero-filled tensor.
+    pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        let t = Tensor::empty(shape, dtype, device)?;
+        t.fill_bytes(&vec![0u8; dtype.size()])?;
+        Ok(t)
+    }
+
+    /// Tensor filled with `value`.
+    pub fn full<T: Element>(shape: &[usize], value: T, device: Device) -> Result<Tensor> {
+        let t = Tensor::empty(shape, T::DTYPE, device)?;
+        t.fill(value)?;
+        Ok(t)
+    }
+
+    /// CPU tensor holding a copy of `data`, C-contiguous with `shape`.
+    pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
+        if layout::numel(shape)? != data.len() {
+            return Err(Error::ShapeMismatch { expected: shape.to_vec(), got: vec![data.len()] });
+        }
+        let t = Tensor::empty(shape, T::DTYPE, Device::Cpu)?;
+        // SAFETY: `t` is a fresh contiguous allocation of exactly `size_of_val(data)`
+        // bytes that nothing else references; `data` is a valid slice.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr().cast::<u8>(), t.data_ptr(), std::mem::size_of_val(data));
+        }
+        Ok(t)
+    }
+
+    /// Assembles a tensor from parts (used by DLPack import). The caller has
+    /// checked that every element lies inside `storage`.
+    pub(crate) fn from_parts(storage: Arc<Storage>, dtype: DType, shape: Shape, strides: Strides, offset: usize, read_only: bool) -> Tensor {
+        Tensor { storage, dtype, shape, strides, offset, read_only }
+    }
+
+    // ----- metadata -----------------------------------------------------------------
+
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Sizes.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Strides in elements.
+    pub fn strides(&self) -> &[isize] {
+        &self.strides
+    }
+
+    /// Number of dimensions.
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of element data (`numel * itemsize`), not of the storage.
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+
+    /// Where the data lives.
+    pub fn device(&self) -> Device {
+        self.storage.device
+    }
+
+    /// Bytes from the storage start to element `[0, 0, ..]`.
+    pub fn byte_offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The shared storage.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// Address of element `[0, 0, ..]`.
+    pub fn data_ptr(&self) -> *mut u8 {
+        self.storage.as_ptr().wrapping_add(self.offset)
+    }
+
+    /// True when writes are refused (an imported READ_ONLY DLPack tensor and its views).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// True when C-contiguous (size-1 dims ignored, empty tensors contiguous).
+    pub fn is_contiguous(&self) -> bool {
+        layout::is_contiguous(&self.shape, &self.strides)
+    }
+
+    // ----- views --------------------------------------------------------------------
+
+    fn with_layout(&self, shape: Shape, strides: Strides, offset: usize) -> Tensor {
+        Tensor { storage: self.storage.clone(), dtype: self.dtype, shape, strides, offset, read_only: self.read_only }
+    }
+
+    /// Moves the view's start by `elems` elements of stride `stride` (may be negative).
+    fn shifted(&self, elems: usize, stride: isize) -> Result<usize> {
+        let ovf = || Error::Overflow { what: "view offset" };
+        let delta = (elems as isize)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_mul(self.dtype.size() as isize))
+            .ok_or_else(ovf)?;
+        self.offset.checked_add_signed(delta).ok_or_else(ovf)
+    }
+
+    /// `self[.., start:stop:step, ..]` along `dim`, with Python's rules
+    /// (negative indices count from the end, a negative step walks backwards).
+    pub fn slice(&self, dim: isize, start: Option<isize>, stop: Option<isize>, step: isize) -> Result<Tensor> {
+        let d = layout::normalize_dim(dim, self.ndim())?;
+        let (first, len) = layout::slice_indices(self.shape[d], start, stop, step)?;
+        let offset = if len == 0 { self.offset } else { self.shifted(first, self.strides[d])? };
+        let mut shape = self.shape.clone();
+        let mut strides = self.strides.clone();
+        shape[d] = len;
+        strides[d] = self.strides[d].checked_mul(step).ok_or(Error::Overflow { what: "slice stride" })?;
+        Ok(self.with_layout(shape, strides, offset))
+    }
+
+    /// `self[.., index, ..]`: drops dimension `dim`.
+    pub fn select(&self, dim: isize, index: isize) -> Result<Tensor> {
+        let d = layout::normalize_dim(dim, self.ndim())?;
+        let size = self.shape[d];
+        let i = if index < 0 { index + size as isize } else { index };
+        if !(0..size as isize).contains(&i) {
+            return Err(Error::IndexOutOfRange { index, dim: d, size });
+        }
+        let offset = self.shifted(i as usize, self.strides[d])?;
+        let mut shape = self.shape.clone();
+        let mut strides = self.strides.clone();
+        shape.remove(d);
+        strides.remove(d);
+        Ok(self.with_layout(shape, strides, offset))
+    }
+
+    /// Reorders dimensions: result dim `i` is input dim `dims[i]`.
+    pub fn permute(&self, dims: &[isize]) -> Result<Tensor> {
+        if dims.len() != self.ndim() {
+            return Err(Error::InvalidLayout("permute needs one entry per dimension"));
+        }
+        let mut seen: SmallVec<[bool; 8]> = SmallVec::from_elem(false, dims.len());
+        let mut shape = Shape::new();
+        let mut strides = Strides::new();
+        for &dim in dims {
+            let d = layout::normalize_dim(dim, self.ndim())?;
+            if std::mem::replace(&mut seen[d], true) {
+                return Err(Error::InvalidLayout("permute dimensions repeat"));
+            }
+            shape.push(self.shape[d]);
+            strides.push(self.strides[d]);
+        }
+        Ok(self.with_layout(shape, strides, self.offset))
+    }
+
+    /// Inserts a size-1 dimension at `dim` (`-ndim-1 ..= ndim`).
+    pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        let d = layout::normalize_dim(dim, self.ndim() + 1)?;
+        // The stride of a size-1 dim is never used to address; pick torch's choice.
+        let stride = if d < self.ndim() { (self.shape[d] as isize).saturating_mul(self.strides[d]) } else { 1 };
+        let mut t = self.clone();
+        t.shape.insert(d, 1);
+        t.strides.insert(d, stride);
+        Ok(t)
+    }
+
+    /// Swaps two dimensions.
+    pub fn transpose(&self, dim0: isize, dim1: isize) -> Result<Tensor> {
+        let a = layout::normalize_dim(dim0, self.ndim())?;
+        let b = layout::normalize_dim(dim1, self.ndim())?;
+        let mut t = self.clone();
+        t.shape.swap(a, b);
+        t.strides.swap(a, b);
+        Ok(t)
+    }
+
+    /// Reverses the order of elements along each of `dims` (negative strides, no copy).
+    pub fn flip(&self, dims: &[isize]) -> Result<Tensor> {
+        let mut t = self.clone();
+        for &dim in dims {
+            let d = layout::normalize_dim(dim, self.ndim())?;
+            if t.shape[d] > 1 {
+                t.offset = t.shifted(t.shape[d] - 1, t.strides[d])?;
+            }
+            t.strides[d] = -t.strides[d];
+        }
+        Ok(t)
+    }
+
+    /// Broadcasts to `shape` (stride 0 on expanded dims; `-1` keeps a size;
+    /// new leading dims allowed), as torch's `expand`.
+    pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
+        if shape.len() < self.ndim() {
+            return Err(Error::InvalidLayout("expand cannot remove dimensions"));
+        }
+        let lead = shape.len() - self.ndim();
+        let mut out_shape = Shape::new();
+        let mut out_strides = Strides::new();
+        for (i, &want) in shape.iter().enumerate() {
+            let (have, stride) = if i < lead { (1, 0) } else { (self.shape[i - lead], self.strides[i - lead]) };
+            let size = match want {
+                -1 if i >= lead => have,
+                w if w < 0 => return Err(Error::InvalidLayout("expand sizes must be non-negative or -1")),
+                w => w as usize,
+            };
+            if size == have {
+                out_shape.push(size);
+                out_strides.push(if have == 1 { 0 } else { stride });
+            } else if have == 1 {
+                out_shape.push(size);
+                out_strides.push(0);
+            } else {
+                return Err(Error::ShapeMismatch { expected: self.shape.to_vec(), got: shape.iter().map(|&s| s.max(0) as usize).collect() });
+            }
+        }
+        Ok(self.with_layout(out_shape, out_strides, self.offset))
+    }
+
+    /// A view with `shape` (one `-1` inferred) when the strides allow it, else
+    /// `Err(InvalidLayout)` (torch's `view`).
+    pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        let new_shape = layout::infer_shape(shape, self.numel())?;
+        let strides = layout::view_strides(&self.shape, &self.strides, &new_shape)
+            .ok_or(Error::InvalidLayout("view is not possible with these strides: use reshape"))?;
+        Ok(self.with_layout(new_shape, strides, self.offset))
+    }
+
+    /// A view with `shape` when possible, otherwise a contiguous copy (torch's `reshape`).
+    pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        let new_shape = layout::infer_shape(shape, self.numel())?;
+        match layout::view_strides(&self.shape, &self.strides, &new_shape) {
+            Some(strides) => Ok(self.with_layout(new_shape, strides, self.offset)),
+            None => {
+                let mut c = self.contiguous_copy()?;
+                c.strides = layout::contiguous_strides(&new_shape)?;
+                c.shape = new_shape;
+                Ok(c)
+            }
+        }
+    }
+
+    // ----- data movement ------------------------------------------------------------
+
+    /// `self` when already C-contiguous, else a C-contiguous copy.
+    pub fn contiguous(&self) -> Result<Tensor> {
+        if self.is_contiguous() { Ok(self.clone()) } else { self.contiguous_copy() }
+    }
+
+    /// A fresh, writable, C-contiguous copy on the same device.
+    pub fn contiguous_copy(&self) -> Result<Tensor> {
+        let out = Tensor::empty(&self.shape, self.dtype, self.device())?;
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
+    fn check_host(&self, op: &'static str) -> Result<()> {
+        if self.device().is_host_accessible() {
+            Ok(())
+        } else {
+            Err(Error::UnsupportedDevice { op, device: self.device() })
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only { Err(Error::ReadOnly) } else { Ok(()) }
+    }
+
+    /// Copies `src` into `self` element by element (bitwise). Shapes and dtypes
+    /// must match; any layouts work, including overlapping source and destination.
+    pub fn copy_from(&self, src: &Tensor) -> Result<()> {
+        self.check_writable()?;
+        if self.shape != src.shape {
+            return Err(Error::ShapeMismatch { expected: self.shape.to_vec(), got: src.shape.to_vec() });
+        }
+        if self.dtype != src.dtype {
+            return Err(Error::DTypeMismatch { expected: self.dtype, got: src.dtype });
+        }
+        self.check_host("copy_from")?;
+        src.check_host("copy_from")?;
+        // SAFETY: both views lie inside their storages (every view constructor
+        // keeps them in bounds), both are host-accessible, `self` is writable,
+        // and the engine copies through a temporary when the ranges overlap.
+        unsafe {
+            crate::copy::copy_strided(
+                self.data_ptr(),
+                &self.strides,
+                src.data_ptr(),
+                &src.strides,
+                &self.shape,
+                self.dtype.size(),
+            )
+        }
+    }
+
+    /// Writes the raw element `value` (`itemsize` bytes) to every element.
+    pub fn fill_bytes(&self, value: &[u8]) -> Result<()> {
+        self.check_writable()?;
+        if value.len() != self.dtype.size() {
+            return Err(Error::InvalidLayout("fill value size differs from the element size"));
+        }
+        self.check_host("fill")?;
+        // SAFETY: the view lies inside its storage, is host-accessible and writable.
+        unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
+    }
+
+    /// Writes `value` to every element; its type must match the dtype.
+    pub fn fill<T: Element>(&self, value: T) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch { expected: self.dtype, got: T::DTYPE });
+        }
+        // SAFETY: `T` is a plain scalar (Element is only implemented for them), so
+        // its bytes may be read.
+        let bytes = unsafe { std::slice::from_raw_parts((&raw const value).cast::<u8>(), size_of::<T>()) };
+        self.fill_bytes(bytes)
+    }
+
+    /// The elements in C order, copied out.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::DTypeMismatch { expected: self.dtype, got: T::DTYPE });
+        }
+        self.check_host("to_vec")?;
+        let n = self.numel();
+        let mut out: Vec<T> = Vec::with_capacity(n);
+        let strides = layout::contiguous_strides(&self.shape)?;
+        // SAFETY: `out` has capacity for `n` elements laid out C-contiguously; the
+        // source view lies inside its storage and is host-accessible; after the
+        // copy all `n` elements are initialised.
+        unsafe {
+            crate::copy::copy_strided(
+                out.as_mut_ptr().cast::<u8>(),
+                &strides,
+                self.data_ptr(),
+                &self.strides,
+                &self.shape,
+                self.dtype.size(),
+            )?;
+            if self.dtype == DType::Bool {
+                // Foreign bool bytes may be any value; normalise before they become `bool`s.
+                let bytes = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), n);
+                bytes.iter_mut().for_each(|b| *b = u8::from(*b != 0));
+            }
+            out.set_len(n);
+        }
+        Ok(out)
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tensor")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape.as_slice())
+            .field("strides", &self.strides.as_slice())
+            .field("offset", &self.offset)
+            .field("device", &self.device())
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}

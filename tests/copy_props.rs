@@ -1,0 +1,443 @@
+//! Property tests of the CPU strided-copy engine against a naive per-element
+//! reference, plus explicit cases: overlap handling, large (parallel, blocked)
+//! transposes, unaligned pointers, wide elements, errors.
+
+use devtensor::Error;
+use devtensor::copy::{copy_strided, fill_strided};
+use proptest::prelude::*;
+
+/// Calls `f(src_off, dst_off)` (element offsets) for every index of `shape`.
+fn for_each_index(shape: &[usize], src: &[isize], dst: &[isize], mut f: impl FnMut(isize, isize)) {
+    if shape.contains(&0) {
+        return;
+    }
+    let mut idx = vec![0usize; shape.len()];
+    loop {
+        let so: isize = idx.iter().zip(src).map(|(&i, &s)| i as isize * s).sum();
+        let d: isize = idx.iter().zip(dst).map(|(&i, &s)| i as isize * s).sum();
+        f(so, d);
+        let mut k = shape.len();
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            if idx[k] < shape[k] {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+}
+
+/// The reference copy on byte buffers; offsets in bytes, strides in elements.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    dst: &mut [u8],
+    dst_off: usize,
+    dst_strides: &[isize],
+    src: &[u8],
+    src_off: usize,
+    src_strides: &[isize],
+    shape: &[usize],
+    e: usize,
+) {
+    for_each_index(shape, src_strides, dst_strides, |so, d| {
+        let s = (src_off as isize + so * e as isize) as usize;
+        let d = (dst_off as isize + d * e as isize) as usize;
+        dst[d..d + e].copy_from_slice(&src[s..s + e]);
+    });
+}
+
+/// A pseudo-random byte pattern.
+fn pattern(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct DimSpec {
+    len: usize,
+    step: usize,
+    flip: bool,
+    bcast: bool,
+    extra: usize,
+    start: usize,
+}
+
+fn dim_spec() -> impl Strategy<Value = DimSpec> {
+    (
+        prop_oneof![1 => Just(0usize), 12 => 1usize..=9],
+        1usize..=3,
+        any::<bool>(),
+        prop::bool::weighted(0.15),
+        0usize..=2,
+        0usize..=2,
+    )
+        .prop_map(|(len, step, flip, bcast, extra, start)| DimSpec { len, step, flip, bcast, extra, start: start.min(extra) })
+}
+
+/// A view into a parent buffer: strides in elements, offset of element [0..0]
+/// in elements, parent size in elements.
+#[derive(Debug, Clone)]
+struct View {
+    strides: Vec<isize>,
+    offset: usize,
+    alloc: usize,
+}
+
+/// Builds a view: each dim sliced with `step` (and flipped) out of a parent
+/// whose dims are laid out densely in the order `perm` (perm[0] outermost).
+fn build_view(specs: &[DimSpec], perm: &[usize], allow_bcast: bool, pad: usize) -> View {
+    let n = specs.len();
+    let parent: Vec<usize> = specs
+        .iter()
+        .map(|s| if allow_bcast && s.bcast { 1 } else { s.len.saturating_sub(1) * s.step + 1 + s.extra })
+        .collect();
+    let mut pstride = vec![0isize; n];
+    let mut acc = 1isize;
+    for &d in perm.iter().rev() {
+        pstride[d] = acc;
+        acc *= parent[d] as isize;
+    }
+    let mut strides = vec![0isize; n];
+    let mut offset = pad as isize;
+    for (i, s) in specs.iter().enumerate() {
+        if allow_bcast && s.bcast {
+            strides[i] = 0;
+            continue;
+        }
+        let st = pstride[i] * s.step as isize;
+        if s.flip {
+            strides[i] = -st;
+            offset += (s.start + s.len.saturating_sub(1) * s.step) as isize * pstride[i];
+        } else {
+            strides[i] = st;
+            offset += s.start as isize * pstride[i];
+        }
+    }
+    View { strides, offset: offset as usize, alloc: acc as usize + pad }
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    e: usize,
+    shape: Vec<usize>,
+    src: View,
+    dst: View,
+    src_shift: usize,
+    dst_shift: usize,
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (0usize..=5)
+        .prop_flat_map(|nd| {
+            (
+                prop::sample::select(vec![1usize, 2, 3, 4, 8, 12, 16]),
+                prop::collection::vec(dim_spec(), nd),
+                Just((0..nd).collect::<Vec<_>>()).prop_shuffle(),
+                Just((0..nd).collect::<Vec<_>>()).prop_shuffle(),
+                prop::collection::vec((1usize..=2, any::<bool>()), nd),
+                0usize..4,
+                any::<bool>(),
+                0usize..16,
+                0usize..16,
+            )
+        })
+        .prop_map(|(e, specs, sperm, dperm, dmods, pad, dst_contig, src_shift, dst_shift)| {
+            let shape: Vec<usize> = specs.iter().map(|s| s.len).collect();
+            let src = build_view(&specs, &sperm, true, pad);
+            let dspecs: Vec<DimSpec> = specs
+                .iter()
+                .zip(&dmods)
+                .map(|(s, &(step, flip))| {
+                    if dst_contig {
+                        DimSpec { len: s.len, step: 1, flip: false, bcast: false, extra: 0, start: 0 }
+                    } else {
+                        DimSpec { len: s.len, step, flip, bcast: false, extra: step - 1, start: 0 }
+                    }
+                })
+                .collect();
+            let ident: Vec<usize> = (0..shape.len()).collect();
+            let dst = build_view(&dspecs, if dst_contig { &ident } else { &dperm }, false, 0);
+            Case { e, shape, src, dst, src_shift, dst_shift }
+        })
+}
+
+fn run_case(c: &Case) -> Result<(), TestCaseError> {
+    let e = c.e;
+    let src_buf = pattern(c.src.alloc * e + c.src_shift, 7 + c.src.alloc as u64);
+    let mut got = pattern(c.dst.alloc * e + c.dst_shift, 99);
+    let mut want = got.clone();
+    let s_off = c.src_shift + c.src.offset * e;
+    let d_off = c.dst_shift + c.dst.offset * e;
+    reference(&mut want, d_off, &c.dst.strides, &src_buf, s_off, &c.src.strides, &c.shape, e);
+    // SAFETY: the views were built inside these buffers.
+    let r = unsafe {
+        copy_strided(
+            got.as_mut_ptr().add(d_off),
+            &c.dst.strides,
+            src_buf.as_ptr().add(s_off),
+            &c.src.strides,
+            &c.shape,
+            e,
+        )
+    };
+    prop_assert!(r.is_ok(), "{r:?}");
+    prop_assert!(got == want, "mismatch for {c:?}");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, .. ProptestConfig::default() })]
+
+    #[test]
+    fn copy_matches_reference(c in case_strategy()) {
+        run_case(&c)?;
+    }
+
+    #[test]
+    fn fill_matches_reference(c in case_strategy(), v in prop::collection::vec(any::<u8>(), 16)) {
+        let e = c.e;
+        let value = &v[..e];
+        let mut got = pattern(c.dst.alloc * e + c.dst_shift, 5);
+        let mut want = got.clone();
+        let d_off = c.dst_shift + c.dst.offset * e;
+        let zeros = vec![0isize; c.shape.len()];
+        reference(&mut want, d_off, &c.dst.strides, value, 0, &zeros, &c.shape, e);
+        // SAFETY: the view was built inside this buffer.
+        let r = unsafe { fill_strided(got.as_mut_ptr().add(d_off), &c.dst.strides, &c.shape, value) };
+        prop_assert!(r.is_ok(), "{r:?}");
+        prop_assert!(got == want, "mismatch for {c:?}");
+    }
+}
+
+fn contiguous(shape: &[usize]) -> Vec<isize> {
+    let mut s = vec![0isize; shape.len()];
+    let mut acc = 1isize;
+    for i in (0..shape.len()).rev() {
+        s[i] = acc;
+        acc *= shape[i] as isize;
+    }
+    s
+}
+
+/// Copies a permuted view of a dense `src_shape` tensor into a contiguous
+/// buffer and checks it against the reference. `shift` misaligns both buffers.
+fn check_permute(src_shape: &[usize], perm: &[usize], e: usize, shift: usize) {
+    let dense = contiguous(src_shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| src_shape[p]).collect();
+    let strides: Vec<isize> = perm.iter().map(|&p| dense[p]).collect();
+    let n: usize = src_shape.iter().product();
+    let src = pattern(n * e + shift, n as u64);
+    let mut got = vec![0u8; n * e + shift];
+    let mut want = got.clone();
+    let dst_strides = contiguous(&shape);
+    reference(&mut want, shift, &dst_strides, &src, shift, &strides, &shape, e);
+    // SAFETY: both buffers hold the `n` elements after `shift` bytes.
+    unsafe {
+        copy_strided(got.as_mut_ptr().add(shift), &dst_strides, src.as_ptr().add(shift), &strides, &shape, e).unwrap();
+    }
+    assert!(got == want, "permute {src_shape:?} by {perm:?}, e = {e}, shift = {shift}");
+}
+
+#[test]
+fn large_transposes() {
+    check_permute(&[1000, 1037], &[1, 0], 4, 0);
+    check_permute(&[2048, 2048], &[1, 0], 1, 0);
+    check_permute(&[1037, 1000], &[1, 0], 2, 0);
+    check_permute(&[513, 700], &[1, 0], 8, 0);
+    check_permute(&[300, 257], &[1, 0], 16, 0);
+    check_permute(&[301, 259], &[1, 0], 3, 0);
+    check_permute(&[200, 301], &[1, 0], 12, 0);
+}
+
+#[test]
+fn large_nd_permutes() {
+    check_permute(&[16, 100, 130], &[0, 2, 1], 4, 0); // batched transpose
+    check_permute(&[4, 64, 8, 32], &[0, 2, 1, 3], 2, 0); // attention permute
+    check_permute(&[4, 3, 96, 97], &[0, 2, 3, 1], 4, 0); // NCHW -> NHWC, C = 3
+    check_permute(&[4, 96, 97, 3], &[0, 3, 1, 2], 4, 0); // NHWC -> NCHW, C = 3
+    check_permute(&[4, 40, 30, 33], &[0, 2, 3, 1], 1, 0);
+    check_permute(&[60, 61, 62], &[2, 1, 0], 4, 0);
+    check_permute(&[60, 61, 62], &[2, 0, 1], 8, 0);
+    check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);
+    check_permute(&[10, 11, 12, 13, 14], &[4, 3, 2, 1, 0], 4, 0);
+    check_permute(&[500, 1000, 2], &[1, 0, 2], 2, 0); // widened to u32 pairs
+}
+
+#[test]
+fn unaligned_pointers() {
+    for shift in [1, 3, 5] {
+        check_permute(&[300, 301], &[1, 0], 4, shift);
+        check_permute(&[300, 301], &[1, 0], 8, shift);
+        check_permute(&[300, 301], &[1, 0], 2, shift);
+        check_permute(&[300, 301], &[1, 0], 16, shift);
+        check_permute(&[700, 701], &[0, 1], 4, shift);
+        check_permute(&[7, 80, 90], &[0, 2, 1], 4, shift);
+    }
+}
+
+#[test]
+fn wide_elements() {
+    check_permute(&[30, 40], &[1, 0], 24, 0);
+    check_permute(&[30, 40], &[1, 0], 32, 3);
+    check_permute(&[30, 40], &[0, 1], 100, 0);
+    let mut buf = vec![0u8; 5 * 7 * 20];
+    let value: Vec<u8> = (0..20).collect();
+    // SAFETY: 35 elements of 20 bytes.
+    unsafe { fill_strided(buf.as_mut_ptr(), &[1, 5], &[5, 7], &value).unwrap() };
+    assert!(buf.chunks(20).all(|c| c == value.as_slice()));
+}
+
+#[test]
+fn dst_self_overlap_is_rejected() {
+    let src = vec![0u8; 64];
+    let mut dst = vec![0u8; 64];
+    // SAFETY: every address used is inside the 64-byte buffers.
+    unsafe {
+        let r = copy_strided(dst.as_mut_ptr(), &[0, 1], src.as_ptr(), &[4, 1], &[4, 4], 4);
+        assert!(matches!(r, Err(Error::OverlappingDestination)), "{r:?}");
+        let r = copy_strided(dst.as_mut_ptr(), &[2, 1], src.as_ptr(), &[4, 1], &[4, 4], 2);
+        assert!(matches!(r, Err(Error::OverlappingDestination)), "{r:?}");
+        let r = fill_strided(dst.as_mut_ptr(), &[0], &[3], &[1, 2]);
+        assert!(matches!(r, Err(Error::OverlappingDestination)), "{r:?}");
+        // A single element through a zero stride is fine.
+        copy_strided(dst.as_mut_ptr(), &[0], src.as_ptr(), &[0], &[1], 4).unwrap();
+    }
+}
+
+#[test]
+fn errors() {
+    let src = vec![0u8; 64];
+    let mut dst = vec![0u8; 64];
+    // SAFETY: nothing is accessed: each call fails validation or is empty.
+    unsafe {
+        let r = copy_strided(dst.as_mut_ptr(), &[1], src.as_ptr(), &[1, 1], &[4], 4);
+        assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
+        let r = copy_strided(dst.as_mut_ptr(), &[1, 1], src.as_ptr(), &[1], &[4], 4);
+        assert!(matches!(r, Err(Error::ShapeMismatch { .. })), "{r:?}");
+        let r = copy_strided(dst.as_mut_ptr(), &[1], src.as_ptr(), &[1], &[4], 0);
+        assert!(matches!(r, Err(Error::InvalidLayout(_))), "{r:?}");
+        let r = copy_strided(dst.as_mut_ptr(), &[1], src.as_ptr(), &[isize::MAX], &[4], 4);
+        assert!(matches!(r, Err(Error::Overflow { .. })), "{r:?}");
+        let r = copy_strided(dst.as_mut_ptr(), &[1, 1], src.as_ptr(), &[1, 1], &[usize::MAX, 4], 1);
+        assert!(matches!(r, Err(Error::Overflow { .. })), "{r:?}");
+        let r = fill_strided(dst.as_mut_ptr(), &[1], &[4], &[]);
+        assert!(matches!(r, Err(Error::InvalidLayout(_))), "{r:?}");
+        // Empty copies succeed and touch nothing.
+        copy_strided(dst.as_mut_ptr(), &[1, 0], src.as_ptr(), &[0, 0], &[0, 5], 4).unwrap();
+        copy_strided(dst.as_mut_ptr(), &[], src.as_ptr(), &[], &[], 4).unwrap();
+    }
+    assert!(dst[4..].iter().all(|&b| b == 0));
+}
+
+/// Runs an in-buffer copy and compares with the same copy from a snapshot.
+fn check_overlapping(
+    len: usize,
+    e: usize,
+    dst_off: usize,
+    dst_strides: &[isize],
+    src_off: usize,
+    src_strides: &[isize],
+    shape: &[usize],
+) {
+    let mut buf = pattern(len * e, 3);
+    let snapshot = buf.clone();
+    let mut want = buf.clone();
+    reference(&mut want, dst_off * e, dst_strides, &snapshot, src_off * e, src_strides, shape, e);
+    // SAFETY: both views lie inside `buf`.
+    unsafe {
+        let p = buf.as_mut_ptr();
+        copy_strided(p.add(dst_off * e), dst_strides, p.add(src_off * e), src_strides, shape, e).unwrap();
+    }
+    assert!(buf == want, "overlapping copy {shape:?} dst {dst_strides:?}@{dst_off} src {src_strides:?}@{src_off}");
+}
+
+#[test]
+fn overlapping_src_and_dst() {
+    // Shift by one element, both directions, small and large (parallel).
+    check_overlapping(1001, 4, 1, &[1], 0, &[1], &[1000]);
+    check_overlapping(1001, 4, 0, &[1], 1, &[1], &[1000]);
+    check_overlapping(300_001, 4, 1, &[1], 0, &[1], &[300_000]);
+    check_overlapping(300_001, 2, 0, &[1], 1, &[1], &[300_000]);
+    // Reverse in place.
+    check_overlapping(1000, 4, 0, &[1], 999, &[-1], &[1000]);
+    check_overlapping(1000, 4, 999, &[-1], 0, &[1], &[1000]);
+    // In-place transpose of a square matrix, small and blocked sizes.
+    check_overlapping(64 * 64, 4, 0, &[64, 1], 0, &[1, 64], &[64, 64]);
+    check_overlapping(700 * 700, 8, 0, &[700, 1], 0, &[1, 700], &[700, 700]);
+    // Broadcast of a row over the rows of the same buffer.
+    check_overlapping(50 * 40, 4, 0, &[40, 1], 40, &[0, 1], &[50, 40]);
+    // Identical layouts: a no-op.
+    check_overlapping(100, 3, 0, &[10, 1], 0, &[10, 1], &[10, 10]);
+    // Fill whose value aliases the destination.
+    let mut buf: Vec<u8> = (0..64).collect();
+    let v: Vec<u8> = buf[4..8].to_vec();
+    // SAFETY: 16 elements of 4 bytes; the value is read from inside the buffer.
+    unsafe {
+        let p = buf.as_mut_ptr();
+        fill_strided(p, &[1], &[16], std::slice::from_raw_parts(p.add(4), 4)).unwrap();
+    }
+    assert!(buf.chunks(4).all(|c| c == v.as_slice()));
+}
+
+#[test]
+fn broadcast_and_fill_large() {
+    // [1, N] -> [M, N] and [M, 1] -> [M, N], beyond the parallel threshold.
+    let (m, n) = (300, 500);
+    let src = pattern(m.max(n) * 4, 11);
+    for strides in [[0isize, 1], [1, 0], [0, 0]] {
+        let mut got = vec![0u8; m * n * 4];
+        let mut want = got.clone();
+        reference(&mut want, 0, &[n as isize, 1], &src, 0, &strides, &[m, n], 4);
+        // SAFETY: the views fit both buffers.
+        unsafe { copy_strided(got.as_mut_ptr(), &[n as isize, 1], src.as_ptr(), &strides, &[m, n], 4).unwrap() };
+        assert!(got == want, "broadcast {strides:?}");
+    }
+    for e in [1usize, 2, 3, 4, 5, 8, 12, 16] {
+        let value: Vec<u8> = (1..=e as u8).collect();
+        let mut got = vec![0u8; 200_000 * e];
+        // SAFETY: 200 000 elements.
+        unsafe { fill_strided(got.as_mut_ptr(), &[1], &[200_000], &value).unwrap() };
+        assert!(got.chunks(e).all(|c| c == value.as_slice()), "fill e = {e}");
+        // Strided destination: every other element.
+        let mut got = vec![0u8; 200_000 * e];
+        // SAFETY: 100 000 elements at stride 2 fit the buffer.
+        unsafe { fill_strided(got.as_mut_ptr(), &[2], &[100_000], &value).unwrap() };
+        assert!(got.chunks(e).step_by(2).all(|c| c == value.as_slice()));
+        assert!(got.chunks(e).skip(1).step_by(2).all(|c| c.iter().all(|&b| b == 0)));
+    }
+}
+
+#[test]
+fn sliced_rows_and_flips() {
+    for k in [1usize, 3, 16, 25, 1024] {
+        let (m, n) = (257, k + 7);
+        let src = pattern(m * n * 4, k as u64);
+        let mut got = vec![0u8; m * k * 4];
+        let mut want = got.clone();
+        reference(&mut want, 0, &[k as isize, 1], &src, 0, &[n as isize, 1], &[m, k], 4);
+        // SAFETY: the view x[:, :k] lies inside `src`.
+        unsafe { copy_strided(got.as_mut_ptr(), &[k as isize, 1], src.as_ptr(), &[n as isize, 1], &[m, k], 4).unwrap() };
+        assert!(got == want, "sliced rows k = {k}");
+    }
+    let (m, n) = (513, 600);
+    let src = pattern(m * n * 2, 1);
+    for (strides, off) in [([n as isize, -1], n - 1), ([-(n as isize), 1], (m - 1) * n), ([-(n as isize), -1], m * n - 1)] {
+        let mut got = vec![0u8; m * n * 2];
+        let mut want = got.clone();
+        reference(&mut want, 0, &[n as isize, 1], &src, off * 2, &strides, &[m, n], 2);
+        // SAFETY: the flipped view lies inside `src`.
+        unsafe { copy_strided(got.as_mut_ptr(), &[n as isize, 1], src.as_ptr().add(off * 2), &strides, &[m, n], 2).unwrap() };
+        assert!(got == want, "flip {strides:?}");
+    }
+}

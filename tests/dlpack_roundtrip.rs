@@ -1,0 +1,233 @@
+//! DLPack export and import: every deleter runs exactly once, on every path.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use devtensor::dlpack::ffi::*;
+use devtensor::dlpack::{ExportOptions, live_exports};
+use devtensor::{CpuAlloc, DLPackError, DType, Device, Error, NDAlloc, Tensor};
+use serial_test::serial;
+
+fn arange(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    Tensor::from_slice(&(0..n as i32).collect::<Vec<_>>(), shape).unwrap()
+}
+
+fn cpu_live() -> usize {
+    CpuAlloc.stats().live_allocations
+}
+
+#[test]
+#[serial(counters)]
+fn export_describes_the_view_and_frees_once() {
+    let (allocs, exports) = (cpu_live(), live_exports());
+    {
+        let t = arange(&[3, 4]).transpose(0, 1).unwrap().slice(0, Some(1), None, 2).unwrap();
+        let m = t.to_dlpack_versioned(ExportOptions::default());
+        assert_eq!(live_exports(), exports + 1);
+        drop(t); // the export keeps the storage alive
+        // SAFETY: `m` is a live export; reading its descriptor is allowed.
+        unsafe {
+            let m = &*m;
+            assert_eq!(m.version, DLPackVersion { major: 1, minor: 3 });
+            assert_eq!(m.flags, 0);
+            let dl = &m.dl_tensor;
+            assert_eq!((dl.ndim, dl.byte_offset), (2, 0));
+            assert_eq!(dl.device, DLDevice { device_type: kDLCPU, device_id: 0 });
+            assert_eq!(dl.dtype, DLDataType { code: kDLInt, bits: 32, lanes: 1 });
+            assert_eq!(std::slice::from_raw_parts(dl.shape, 2), &[2, 3]);
+            assert_eq!(std::slice::from_raw_parts(dl.strides, 2), &[2, 4]);
+            // Element [1, 2] of the view is original [2*... ]: column 3, row 2 = 11.
+            let p = dl.data.cast::<i32>();
+            assert_eq!(*p, 1);
+            assert_eq!(*p.offset(2 + 2 * 4), 11);
+            (m.deleter.unwrap())(m as *const _ as *mut _);
+        }
+    }
+    assert_eq!(live_exports(), exports);
+    assert_eq!(cpu_live(), allocs);
+}
+
+#[test]
+#[serial(counters)]
+fn round_trip_is_zero_copy_both_versions() {
+    let (allocs, exports) = (cpu_live(), live_exports());
+    {
+        let t = arange(&[2, 5]).flip(&[1]).unwrap();
+        // SAFETY: a fresh export, consumed once.
+        let back = unsafe { devtensor::from_dlpack_versioned(t.to_dlpack_versioned(ExportOptions::default())) }.unwrap();
+        assert_eq!(back.data_ptr(), t.data_ptr());
+        assert_eq!(back.strides(), t.strides());
+        assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
+        back.select(1, 0).unwrap().fill(42i32).unwrap();
+        assert_eq!(t.to_vec::<i32>().unwrap()[0], 42);
+        // SAFETY: as above, legacy struct.
+        let legacy = unsafe { devtensor::from_dlpack_legacy(t.to_dlpack_legacy().unwrap()) }.unwrap();
+        assert_eq!(legacy.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
+        assert_eq!(live_exports(), exports + 2);
+    }
+    assert_eq!(live_exports(), exports);
+    assert_eq!(cpu_live(), allocs);
+}
+
+#[test]
+#[serial(counters)]
+fn read_only_and_copied_flags() {
+    let exports = live_exports();
+    let t = arange(&[4]);
+    let m = t.to_dlpack_versioned(ExportOptions { is_copied: true, minor_version: 1 });
+    // SAFETY: `m` is live; then consumed once.
+    unsafe {
+        assert_eq!((*m).flags, DLPACK_FLAG_BITMASK_IS_COPIED);
+        assert_eq!((*m).version.minor, 1);
+        (*m).flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
+    }
+    // SAFETY: consumed once.
+    let ro = unsafe { devtensor::from_dlpack_versioned(m) }.unwrap();
+    assert!(ro.is_read_only());
+    assert!(matches!(ro.fill(1i32), Err(Error::ReadOnly)));
+    assert!(matches!(ro.slice(0, None, None, -1).unwrap().copy_from(&t), Err(Error::ReadOnly)));
+    // A read-only tensor cannot travel in the legacy struct, and re-exports as read-only.
+    assert!(matches!(ro.to_dlpack_legacy(), Err(Error::ReadOnly)));
+    let again = ro.to_dlpack_versioned(ExportOptions::default());
+    // SAFETY: live export, then freed once.
+    unsafe {
+        assert_eq!((*again).flags & DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_READ_ONLY);
+        ((*again).deleter.unwrap())(again);
+    }
+    // A contiguous copy is writable.
+    let w = ro.contiguous_copy().unwrap();
+    w.fill(3i32).unwrap();
+    drop((ro, w));
+    assert_eq!(live_exports(), exports);
+}
+
+// ----- a foreign producer with a counting deleter ------------------------------------
+
+static DELETED: AtomicUsize = AtomicUsize::new(0);
+
+struct Foreign {
+    managed: DLManagedTensorVersioned,
+    data: Vec<f32>,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+}
+
+unsafe extern "C" fn foreign_deleter(m: *mut DLManagedTensorVersioned) {
+    // SAFETY: `manager_ctx` is the Box<Foreign> leaked by `foreign`.
+    drop(unsafe { Box::from_raw((*m).manager_ctx.cast::<Foreign>()) });
+    DELETED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A producer-made tensor; `edit` corrupts the descriptor to test validation.
+fn foreign(shape: &[i64], strides: Option<&[i64]>, edit: impl FnOnce(&mut DLManagedTensorVersioned)) -> *mut DLManagedTensorVersioned {
+    let n = shape.iter().product::<i64>().max(0) as usize;
+    let mut f = Box::new(Foreign {
+        managed: DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 3 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(foreign_deleter),
+            flags: 0,
+            dl_tensor: DLTensor {
+                data: std::ptr::null_mut(),
+                device: DLDevice { device_type: kDLCPU, device_id: 0 },
+                ndim: shape.len() as i32,
+                dtype: DLDataType { code: kDLFloat, bits: 32, lanes: 1 },
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+        },
+        data: (0..n.max(16)).map(|i| i as f32).collect(),
+        shape: shape.to_vec(),
+        strides: strides.map(<[i64]>::to_vec).unwrap_or_default(),
+    });
+    f.managed.dl_tensor.data = f.data.as_mut_ptr().cast::<c_void>();
+    f.managed.dl_tensor.shape = f.shape.as_mut_ptr();
+    if strides.is_some() {
+        f.managed.dl_tensor.strides = f.strides.as_mut_ptr();
+    }
+    edit(&mut f.managed);
+    let raw = Box::into_raw(f);
+    // SAFETY: `raw` is a valid unique pointer.
+    unsafe {
+        (*raw).managed.manager_ctx = raw.cast::<c_void>();
+        &raw mut (*raw).managed
+    }
+}
+
+#[test]
+#[serial(counters)]
+fn foreign_import_honours_strides_offsets_and_frees_once() {
+    let before = DELETED.load(Ordering::SeqCst);
+    // NULL strides: C-contiguous.
+    // SAFETY: a well-formed producer tensor, consumed once.
+    let t = unsafe { devtensor::from_dlpack_versioned(foreign(&[2, 3], None, |_| {})) }.unwrap();
+    assert_eq!(t.strides(), &[3, 1]);
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![0., 1., 2., 3., 4., 5.]);
+    let view = t.transpose(0, 1).unwrap();
+    drop(t);
+    assert_eq!(DELETED.load(Ordering::SeqCst), before, "a live view keeps the producer's memory");
+    drop(view);
+    assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
+
+    // byte_offset and negative strides: a reversed view starting at element 5.
+    let m = foreign(&[3], Some(&[-2]), |m| m.dl_tensor.byte_offset = 5 * 4);
+    // SAFETY: as above.
+    let t = unsafe { devtensor::from_dlpack_versioned(m) }.unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![5., 3., 1.]);
+    drop(t);
+    // Empty tensors may have NULL data.
+    let m = foreign(&[0, 4], None, |m| m.dl_tensor.data = std::ptr::null_mut());
+    // SAFETY: as above.
+    let t = unsafe { devtensor::from_dlpack_versioned(m) }.unwrap();
+    assert_eq!((t.numel(), t.shape()), (0, &[0usize, 4][..]));
+    drop(t);
+    assert_eq!(DELETED.load(Ordering::SeqCst), before + 3);
+}
+
+#[test]
+#[serial(counters)]
+fn invalid_descriptors_are_rejected_and_still_freed() {
+    type Edit = fn(&mut DLManagedTensorVersioned);
+    let cases: Vec<(&str, Edit, fn(&Error) -> bool)> = vec![
+        ("major 2", |m| m.version.major = 2, |e| matches!(e, Error::DLPack(DLPackError::UnsupportedVersion { major: 2 }))),
+        ("ndim -1", |m| m.dl_tensor.ndim = -1, |e| matches!(e, Error::DLPack(DLPackError::BadNdim(-1)))),
+        ("ndim 1000", |m| m.dl_tensor.ndim = 1000, |e| matches!(e, Error::DLPack(DLPackError::BadNdim(1000)))),
+        ("null shape", |m| m.dl_tensor.shape = std::ptr::null_mut(), |e| matches!(e, Error::DLPack(DLPackError::NullShape))),
+        ("negative size", |m| unsafe { *m.dl_tensor.shape = -3 }, |e| matches!(e, Error::DLPack(DLPackError::NegativeSize { .. }))),
+        ("vulkan", |m| m.dl_tensor.device.device_type = kDLVulkan, |e| matches!(e, Error::DLPack(DLPackError::UnsupportedDevice(7)))),
+        ("negative id", |m| m.dl_tensor.device.device_id = -1, |e| matches!(e, Error::DLPack(DLPackError::BadDeviceId(-1)))),
+        ("lanes 4", |m| m.dl_tensor.dtype.lanes = 4, |e| matches!(e, Error::UnsupportedDType { lanes: 4, .. })),
+        ("bits 24", |m| m.dl_tensor.dtype.bits = 24, |e| matches!(e, Error::UnsupportedDType { bits: 24, .. })),
+        ("code 99", |m| m.dl_tensor.dtype.code = 99, |e| matches!(e, Error::UnsupportedDType { code: 99, .. })),
+        ("null data", |m| m.dl_tensor.data = std::ptr::null_mut(), |e| matches!(e, Error::DLPack(DLPackError::NullData(6)))),
+        ("huge stride", |m| unsafe { *m.dl_tensor.strides = i64::MAX }, |e| matches!(e, Error::Overflow { .. })),
+    ];
+    for (name, edit, expected) in cases {
+        let before = DELETED.load(Ordering::SeqCst);
+        // SAFETY: the descriptor may be invalid but the struct and deleter are sound.
+        let err = unsafe { devtensor::from_dlpack_versioned(foreign(&[2, 3], Some(&[3, 1]), edit)) }.unwrap_err();
+        assert!(expected(&err), "{name}: {err}");
+        assert_eq!(DELETED.load(Ordering::SeqCst), before + 1, "{name}: deleter must run exactly once");
+    }
+    // SAFETY: null is allowed and owns nothing.
+    let err = unsafe { devtensor::from_dlpack_versioned(std::ptr::null_mut()) }.unwrap_err();
+    assert!(matches!(err, Error::DLPack(DLPackError::NullTensor)));
+}
+
+#[test]
+#[serial(counters)]
+fn every_dtype_exports_with_its_encoding() {
+    for &dt in DType::ALL {
+        let t = Tensor::zeros(&[2, 2], dt, Device::Cpu).unwrap();
+        let m = t.to_dlpack_versioned(ExportOptions::default());
+        // SAFETY: live export consumed once.
+        let back = unsafe {
+            assert_eq!((*m).dl_tensor.dtype, dt.to_dlpack());
+            devtensor::from_dlpack_versioned(m)
+        }
+        .unwrap();
+        assert_eq!(back.dtype(), dt);
+    }
+}

@@ -1,0 +1,132 @@
+//! Views move no data; copies match a per-element reference.
+
+use devtensor::{DType, Device, Error, Tensor};
+
+fn arange(shape: &[usize]) -> Tensor {
+    let n: usize = shape.iter().product();
+    let data: Vec<i32> = (0..n as i32).collect();
+    Tensor::from_slice(&data, shape).unwrap()
+}
+
+#[test]
+fn slicing_with_steps_matches_python() {
+    let t = arange(&[10]);
+    assert_eq!(t.slice(0, Some(2), Some(8), 3).unwrap().to_vec::<i32>().unwrap(), vec![2, 5]);
+    assert_eq!(t.slice(0, None, None, -1).unwrap().to_vec::<i32>().unwrap(), (0..10).rev().collect::<Vec<_>>());
+    assert_eq!(t.slice(0, Some(-2), None, -3).unwrap().to_vec::<i32>().unwrap(), vec![8, 5, 2]);
+    let empty = t.slice(0, Some(5), Some(5), 1).unwrap();
+    assert_eq!(empty.shape(), &[0]);
+    assert!(empty.to_vec::<i32>().unwrap().is_empty());
+    assert!(matches!(t.slice(0, None, None, 0), Err(Error::InvalidLayout(_))));
+    assert!(matches!(t.slice(1, None, None, 1), Err(Error::DimOutOfRange { .. })));
+}
+
+#[test]
+fn views_share_storage() {
+    let t = arange(&[3, 4]);
+    let v = t.transpose(0, 1).unwrap();
+    assert!(std::sync::Arc::ptr_eq(t.storage(), v.storage()));
+    assert_eq!(v.shape(), &[4, 3]);
+    assert_eq!(v.strides(), &[1, 4]);
+    assert!(!v.is_contiguous());
+    // A write through a view is seen by the base.
+    v.select(0, 1).unwrap().select(0, 2).unwrap().fill(-7i32).unwrap();
+    assert_eq!(t.to_vec::<i32>().unwrap()[2 * 4 + 1], -7);
+}
+
+#[test]
+fn select_permute_flip_expand() {
+    let t = arange(&[2, 3, 4]);
+    assert_eq!(t.select(1, -1).unwrap().to_vec::<i32>().unwrap(), vec![8, 9, 10, 11, 20, 21, 22, 23]);
+    assert!(matches!(t.select(0, 2), Err(Error::IndexOutOfRange { .. })));
+    let p = t.permute(&[2, 0, 1]).unwrap();
+    assert_eq!(p.shape(), &[4, 2, 3]);
+    assert_eq!(p.to_vec::<i32>().unwrap()[..6], [0, 4, 8, 12, 16, 20]);
+    assert!(t.permute(&[0, 0, 1]).is_err());
+    let f = t.flip(&[0, 2]).unwrap();
+    assert_eq!(f.to_vec::<i32>().unwrap()[..4], [15, 14, 13, 12]);
+    let row = arange(&[1, 3]);
+    let e = row.expand(&[2, -1, -1]).unwrap();
+    assert_eq!(e.shape(), &[2, 1, 3]);
+    assert_eq!(e.strides(), &[0, 0, 1]);
+    assert_eq!(e.to_vec::<i32>().unwrap(), vec![0, 1, 2, 0, 1, 2]);
+    assert!(matches!(arange(&[2]).expand(&[3]), Err(Error::ShapeMismatch { .. })));
+}
+
+#[test]
+fn reshape_views_when_possible_and_copies_otherwise() {
+    let t = arange(&[2, 3, 4]);
+    let v = t.reshape(&[6, -1]).unwrap();
+    assert!(std::sync::Arc::ptr_eq(t.storage(), v.storage()));
+    let tt = t.transpose(1, 2).unwrap();
+    assert!(matches!(tt.view(&[-1]), Err(Error::InvalidLayout(_))));
+    let flat = tt.reshape(&[-1]).unwrap();
+    assert!(!std::sync::Arc::ptr_eq(t.storage(), flat.storage()));
+    assert_eq!(flat.to_vec::<i32>().unwrap(), tt.to_vec::<i32>().unwrap());
+    assert_eq!(flat.to_vec::<i32>().unwrap()[..4], [0, 4, 8, 1]);
+}
+
+#[test]
+fn contiguous_and_copy_from_any_layout() {
+    let t = arange(&[5, 7]);
+    let tt = t.transpose(0, 1).unwrap().flip(&[1]).unwrap();
+    let c = tt.contiguous().unwrap();
+    assert!(c.is_contiguous());
+    assert_eq!(c.to_vec::<i32>().unwrap(), tt.to_vec::<i32>().unwrap());
+    // Same contiguous tensor: no copy.
+    assert!(std::sync::Arc::ptr_eq(c.storage(), c.contiguous().unwrap().storage()));
+    let dst = Tensor::zeros(&[7, 5], DType::I32, Device::Cpu).unwrap();
+    dst.transpose(0, 1).unwrap().copy_from(&t).unwrap();
+    assert_eq!(dst.to_vec::<i32>().unwrap(), t.transpose(0, 1).unwrap().to_vec::<i32>().unwrap());
+    assert!(matches!(dst.copy_from(&t), Err(Error::ShapeMismatch { .. })));
+    let f = Tensor::zeros(&[5, 7], DType::F32, Device::Cpu).unwrap();
+    assert!(matches!(f.copy_from(&t), Err(Error::DTypeMismatch { .. })));
+    // Writing into a broadcast view would write one element many times.
+    let b = arange(&[1, 7]).expand(&[5, 7]).unwrap();
+    assert!(matches!(b.copy_from(&t), Err(Error::OverlappingDestination)));
+}
+
+#[test]
+fn overlapping_copy_goes_through_a_temporary() {
+    let t = arange(&[6]);
+    let head = t.slice(0, Some(0), Some(5), 1).unwrap();
+    let tail = t.slice(0, Some(1), Some(6), 1).unwrap();
+    tail.copy_from(&head).unwrap();
+    assert_eq!(t.to_vec::<i32>().unwrap(), vec![0, 0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn fill_full_zeros_and_dtype_checks() {
+    let t = Tensor::full(&[3, 2], 2.5f64, Device::Cpu).unwrap();
+    assert_eq!(t.to_vec::<f64>().unwrap(), vec![2.5; 6]);
+    assert!(matches!(t.fill(1i32), Err(Error::DTypeMismatch { .. })));
+    let z = Tensor::zeros(&[4], DType::BF16, Device::Cpu).unwrap();
+    assert_eq!(z.nbytes(), 8);
+    z.fill_bytes(&[0x80, 0x3f]).unwrap();
+    assert!(matches!(z.fill_bytes(&[1]), Err(Error::InvalidLayout(_))));
+    assert!(matches!(z.to_vec::<u16>(), Err(Error::DTypeMismatch { .. })));
+    let scalar = Tensor::full(&[], 7u8, Device::Cpu).unwrap();
+    assert_eq!((scalar.ndim(), scalar.numel()), (0, 1));
+    assert_eq!(scalar.to_vec::<u8>().unwrap(), vec![7]);
+}
+
+#[test]
+fn gpu_devices_without_a_backend_are_typed_errors() {
+    let status = devtensor::backend::cuda_status();
+    if status.is_available() {
+        println!("SKIP gpu_devices_without_a_backend_are_typed_errors: a CUDA device is present");
+        return;
+    }
+    for d in [Device::Cuda(0), Device::CudaHost, Device::Rocm(0)] {
+        let err = Tensor::empty(&[4], DType::F32, d).unwrap_err();
+        assert!(matches!(err, Error::BackendUnavailable { .. }), "{err}");
+    }
+}
+
+#[test]
+fn shape_overflow_is_an_error_not_a_panic() {
+    let err = Tensor::empty(&[1 << 40, 1 << 40], DType::F32, Device::Cpu).unwrap_err();
+    assert!(matches!(err, Error::Overflow { .. }));
+    let err = Tensor::empty(&[1 << 62], DType::F64, Device::Cpu).unwrap_err();
+    assert!(matches!(err, Error::Overflow { .. }));
+}
