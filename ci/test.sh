@@ -24,11 +24,15 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 step "pip install (venv $VENV)"
-"$VENV/bin/pip" install -q --disable-pip-version-check apache-tvm-ffi
+"$VENV/bin/pip" install -q --disable-pip-version-check apache-tvm-ffi nvidia-cuda-nvrtc
 DEVTENSOR_DLPACK_H=$("$VENV/bin/python" -c \
   'import os, tvm_ffi; print(os.path.join(os.path.dirname(tvm_ffi.__file__), "include", "dlpack", "dlpack.h"))')
 export DEVTENSOR_DLPACK_H DEVTENSOR_REQUIRE_DLPACK_H=1
 echo "dlpack.h: $DEVTENSOR_DLPACK_H"
+# NVRTC from pip, so every kernel is compiled here without a GPU or toolkit.
+DEVTENSOR_NVRTC=$(dirname "$(find "$VENV" -name 'libnvrtc.so.1[0-9]*' | sort | tail -n 1)")
+export DEVTENSOR_NVRTC
+echo "NVRTC: $DEVTENSOR_NVRTC"
 
 # --- Rust ------------------------------------------------------------------------------
 step "cargo fmt --check"
@@ -47,6 +51,9 @@ cargo test --locked --lib abi_check -- --nocapture 2>&1 | grep -E "DLPack ABI|SK
 
 step "devtensor info"
 cargo run --locked --quiet -- info
+
+step "devtensor kernels --check (NVRTC, no GPU)"
+cargo run --locked --quiet -- kernels --check --arch sm_80 --arch sm_90
 
 echo
 echo "ci/test.sh: all checks passed"

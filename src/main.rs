@@ -17,6 +17,8 @@ enum Command {
     Info,
     /// Run the strided-copy pattern matrix on the best available device.
     Bench(cli::bench::BenchArgs),
+    /// Compile the GPU kernels (no GPU needed with --check).
+    Kernels(cli::kernels::KernelsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -26,6 +28,13 @@ fn main() -> std::process::ExitCode {
             cli::info::run();
             std::process::ExitCode::SUCCESS
         }
+        Command::Kernels(k) => match cli::kernels::run(&k) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("devtensor kernels: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        },
         Command::Bench(b) => match cli::bench::run(&b) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {

@@ -1,5 +1,8 @@
-//! The CUDA backend (driver API through cudarc, loaded at run time).
+//! The CUDA backend (driver API through cudarc, NVRTC loaded by devtensor),
+//! both loaded at run time.
 
+pub mod kernels;
+pub mod nvrtc;
 mod probe;
 
 pub(crate) use probe::probe;

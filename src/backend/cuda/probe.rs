@@ -8,7 +8,6 @@ use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use cudarc::driver::{result, sys};
-use cudarc::nvrtc;
 
 use crate::backend::{BackendStatus, DeviceInfo};
 use crate::device::Backend;
@@ -18,8 +17,9 @@ const NO_DRIVER: &str = "libcuda.so not found: install the NVIDIA driver (or add
 /// Probes the driver, NVRTC and every device.
 pub(crate) fn probe() -> BackendStatus {
     let mut status = BackendStatus { backend: Backend::Cuda, versions: Vec::new(), devices: Vec::new(), unavailable: None };
-    if let Ok(Some(v)) = catch_unwind(nvrtc_version) {
-        status.versions.push(("nvrtc", v));
+    match super::nvrtc::version() {
+        Ok(((major, minor), path)) => status.versions.push(("nvrtc", format!("{major}.{minor} ({path})"))),
+        Err(e) => status.versions.push(("nvrtc", format!("not found: {e}"))),
     }
     match catch_unwind(AssertUnwindSafe(|| probe_driver(&mut status))) {
         Ok(Ok(())) => {}
@@ -67,17 +67,6 @@ fn probe_driver(status: &mut BackendStatus) -> Result<(), String> {
         });
     }
     Ok(())
-}
-
-fn nvrtc_version() -> Option<String> {
-    // SAFETY: only tries to dlopen the candidate names.
-    if !unsafe { nvrtc::sys::is_culib_present() } {
-        return None;
-    }
-    let (mut major, mut minor): (c_int, c_int) = (0, 0);
-    // SAFETY: the library is present; both are valid out-pointers.
-    let rc = unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    (rc == nvrtc::sys::nvrtcResult::NVRTC_SUCCESS).then(|| format!("{major}.{minor}"))
 }
 
 fn describe(e: result::DriverError) -> String {
