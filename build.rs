@@ -55,6 +55,7 @@ fn dlpack_header_check() {
             .derive_debug(false)
             .derive_copy(false)
             .generate_comments(false)
+            .formatter(bindgen::Formatter::Prettyplease)
             .generate()
             .map_err(|e| e.to_string())
     })

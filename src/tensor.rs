@@ -411,14 +411,6 @@ impl Tensor {
         Ok(out)
     }
 
-    fn check_host(&self, op: &'static str) -> Result<()> {
-        if self.device().is_host_accessible() {
-            Ok(())
-        } else {
-            Err(Error::UnsupportedDevice { op, device: self.device() })
-        }
-    }
-
     fn check_writable(&self) -> Result<()> {
         if self.read_only { Err(Error::ReadOnly) } else { Ok(()) }
     }
@@ -433,8 +425,9 @@ impl Tensor {
         if self.dtype != src.dtype {
             return Err(Error::DTypeMismatch { expected: self.dtype, got: src.dtype });
         }
-        self.check_host("copy_from")?;
-        src.check_host("copy_from")?;
+        if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
+            return device_copy(self, src);
+        }
         // SAFETY: both views lie inside their storages (every view constructor
         // keeps them in bounds), both are host-accessible, `self` is writable,
         // and the engine copies through a temporary when the ranges overlap.
@@ -450,13 +443,25 @@ impl Tensor {
         }
     }
 
+    /// This tensor on `device`: itself when already there, else a C-contiguous copy.
+    pub fn to(&self, device: Device) -> Result<Tensor> {
+        if device == self.device() {
+            return Ok(self.clone());
+        }
+        let out = Tensor::empty(&self.shape, self.dtype, device)?;
+        out.copy_from(self)?;
+        Ok(out)
+    }
+
     /// Writes the raw element `value` (`itemsize` bytes) to every element.
     pub fn fill_bytes(&self, value: &[u8]) -> Result<()> {
         self.check_writable()?;
         if value.len() != self.dtype.size() {
             return Err(Error::InvalidLayout("fill value size differs from the element size"));
         }
-        self.check_host("fill")?;
+        if !self.device().is_host_accessible() {
+            return device_fill(self, value);
+        }
         // SAFETY: the view lies inside its storage, is host-accessible and writable.
         unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
     }
@@ -477,7 +482,9 @@ impl Tensor {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch { expected: self.dtype, got: T::DTYPE });
         }
-        self.check_host("to_vec")?;
+        if !self.device().is_host_accessible() {
+            return self.to(Device::Cpu)?.to_vec();
+        }
         let n = self.numel();
         let mut out: Vec<T> = Vec::with_capacity(n);
         let strides = layout::contiguous_strides(&self.shape)?;
@@ -502,6 +509,25 @@ impl Tensor {
         }
         Ok(out)
     }
+}
+
+/// A copy where at least one side is not host memory: the backend's job.
+fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if [dst.device(), src.device()].iter().any(|d| d.backend() == crate::device::Backend::Cuda) {
+        return crate::backend::cuda::copy::copy_tensor(dst, src);
+    }
+    Err(Error::UnsupportedDevice { op: "copy", device: if dst.device().is_host_accessible() { src.device() } else { dst.device() } })
+}
+
+/// A fill of device memory: the backend's job.
+fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
+    #[cfg(feature = "cuda")]
+    if dst.device().backend() == crate::device::Backend::Cuda {
+        return crate::backend::cuda::copy::fill_tensor(dst, value);
+    }
+    let _ = value;
+    Err(Error::UnsupportedDevice { op: "fill", device: dst.device() })
 }
 
 impl fmt::Debug for Tensor {

@@ -2,10 +2,9 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use super::{AllocStats, NDAlloc};
+use super::{AllocStats, Counters, NDAlloc};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::StreamHandle;
@@ -14,10 +13,7 @@ use crate::stream::StreamHandle;
 pub const CPU_ALIGNMENT: usize = 256;
 
 /// Process-wide counters: the CPU allocator is stateless, so its accounting is global.
-static LIVE_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static PEAK_BYTES: AtomicUsize = AtomicUsize::new(0);
-static TOTAL_ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static COUNTERS: Counters = Counters::new();
 
 /// The system allocator at 256-byte alignment, with live-allocation accounting.
 #[derive(Debug, Default, Clone, Copy)]
@@ -53,10 +49,7 @@ unsafe impl NDAlloc for CpuAlloc {
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         let ptr = NonNull::new(ptr).ok_or(Error::OutOfMemory { device: Device::Cpu, requested: size })?;
-        LIVE_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        TOTAL_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        let live = LIVE_BYTES.fetch_add(size, Ordering::Relaxed) + size;
-        PEAK_BYTES.fetch_max(live, Ordering::Relaxed);
+        COUNTERS.on_alloc(size);
         Ok(ptr)
     }
 
@@ -70,17 +63,11 @@ unsafe impl NDAlloc for CpuAlloc {
         // SAFETY: the caller passes a pointer from `allocate` with this size and
         // alignment, so `layout` is the layout it was allocated with.
         unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
-        LIVE_ALLOCATIONS.fetch_sub(1, Ordering::Relaxed);
-        LIVE_BYTES.fetch_sub(size, Ordering::Relaxed);
+        COUNTERS.on_free(size);
     }
 
     fn stats(&self) -> AllocStats {
-        AllocStats {
-            live_allocations: LIVE_ALLOCATIONS.load(Ordering::Relaxed),
-            live_bytes: LIVE_BYTES.load(Ordering::Relaxed),
-            peak_bytes: PEAK_BYTES.load(Ordering::Relaxed),
-            total_allocations: TOTAL_ALLOCATIONS.load(Ordering::Relaxed),
-        }
+        COUNTERS.stats()
     }
 }
 

@@ -5,6 +5,7 @@ mod cpu;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use cpu::{CpuAlloc, CPU_ALIGNMENT};
 
@@ -23,6 +24,51 @@ pub struct AllocStats {
     pub peak_bytes: usize,
     /// Allocations made since start.
     pub total_allocations: usize,
+}
+
+/// Lock-free live-allocation counters an allocator embeds.
+#[derive(Debug, Default)]
+pub struct Counters {
+    live_allocations: AtomicUsize,
+    live_bytes: AtomicUsize,
+    peak_bytes: AtomicUsize,
+    total_allocations: AtomicUsize,
+}
+
+impl Counters {
+    /// Zeroed counters (usable in a `static`).
+    pub const fn new() -> Counters {
+        Counters {
+            live_allocations: AtomicUsize::new(0),
+            live_bytes: AtomicUsize::new(0),
+            peak_bytes: AtomicUsize::new(0),
+            total_allocations: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records an allocation of `size` bytes.
+    pub fn on_alloc(&self, size: usize) {
+        self.live_allocations.fetch_add(1, Ordering::Relaxed);
+        self.total_allocations.fetch_add(1, Ordering::Relaxed);
+        let live = self.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        self.peak_bytes.fetch_max(live, Ordering::Relaxed);
+    }
+
+    /// Records the release of an allocation of `size` bytes.
+    pub fn on_free(&self, size: usize) {
+        self.live_allocations.fetch_sub(1, Ordering::Relaxed);
+        self.live_bytes.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// A snapshot.
+    pub fn stats(&self) -> AllocStats {
+        AllocStats {
+            live_allocations: self.live_allocations.load(Ordering::Relaxed),
+            live_bytes: self.live_bytes.load(Ordering::Relaxed),
+            peak_bytes: self.peak_bytes.load(Ordering::Relaxed),
+            total_allocations: self.total_allocations.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A device allocator: hands out raw bytes of one memory kind.
@@ -58,6 +104,8 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
 pub fn default_allocator(device: Device) -> Result<Arc<dyn NDAlloc>> {
     match device {
         Device::Cpu => Ok(CpuAlloc::shared()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) | Device::CudaHost | Device::CudaManaged(_) => crate::backend::cuda::alloc::shared(device),
         other => Err(Error::BackendUnavailable {
             backend: other.backend(),
             reason: unavailable_reason(other.backend()),

@@ -1,0 +1,160 @@
+//! CUDA allocators behind [`NDAlloc`]: device (synchronous or stream-ordered),
+//! managed and pinned host memory.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::sys;
+
+use super::context::{Gpu, check, check_alloc, device};
+use crate::alloc::{AllocStats, Counters, NDAlloc};
+use crate::device::Device;
+use crate::error::Result;
+use crate::stream::StreamHandle;
+
+/// Which CUDA memory an allocator hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CudaMemory {
+    /// `cuMemAlloc`: device memory, freed synchronously.
+    Device,
+    /// `cuMemAllocAsync` on the device's default pool with its release
+    /// threshold raised, so freed memory stays cached in the pool.
+    DeviceAsync,
+    /// `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`.
+    Managed,
+    /// `cuMemHostAlloc(CU_MEMHOSTALLOC_PORTABLE)`: pinned, visible to every
+    /// context, not write-combined (host reads stay fast).
+    PinnedHost,
+}
+
+/// A CUDA allocator for one GPU and one memory kind.
+#[derive(Debug)]
+pub struct CudaAlloc {
+    gpu: &'static Gpu,
+    memory: CudaMemory,
+    counters: Counters,
+}
+
+impl CudaAlloc {
+    /// An allocator of `memory` on GPU `ordinal` (pinned host memory is
+    /// portable: the ordinal only picks the context used to allocate it).
+    pub fn new(ordinal: u32, memory: CudaMemory) -> Result<CudaAlloc> {
+        let gpu = device(ordinal)?;
+        if memory == CudaMemory::DeviceAsync {
+            gpu.bind()?;
+            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+            // SAFETY: `gpu.dev` is a valid device; `pool` a valid out-pointer.
+            check("cuDeviceGetDefaultMemPool", unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, gpu.dev) })?;
+            let mut threshold = u64::MAX;
+            // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` outlives the call.
+            check("cuMemPoolSetAttribute", unsafe {
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&raw mut threshold).cast::<c_void>(),
+                )
+            })?;
+        }
+        Ok(CudaAlloc { gpu, memory, counters: Counters::new() })
+    }
+
+    /// The memory kind.
+    pub fn memory(&self) -> CudaMemory {
+        self.memory
+    }
+}
+
+fn raw_stream(stream: Option<StreamHandle>) -> sys::CUstream {
+    stream.map_or(std::ptr::null_mut(), |s| s.0 as sys::CUstream)
+}
+
+// SAFETY: every pointer comes from the CUDA allocation call matching
+// `self.memory`, is at least 256-byte aligned (CUDA guarantees 256 for device,
+// managed and host allocations) and is freed only by `deallocate`.
+unsafe impl NDAlloc for CudaAlloc {
+    fn device(&self) -> Device {
+        match self.memory {
+            CudaMemory::Device | CudaMemory::DeviceAsync => Device::Cuda(self.gpu.ordinal),
+            CudaMemory::Managed => Device::CudaManaged(self.gpu.ordinal),
+            CudaMemory::PinnedHost => Device::CudaHost,
+        }
+    }
+
+    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<NonNull<u8>> {
+        if size == 0 {
+            return NonNull::new(256usize.max(align) as *mut u8).ok_or(crate::Error::Overflow { what: "alignment" });
+        }
+        if align > 256 {
+            return Err(crate::Error::InvalidLayout("CUDA allocations are aligned to 256 bytes at most"));
+        }
+        self.gpu.bind()?;
+        let dev = self.device();
+        let addr: usize = match self.memory {
+            CudaMemory::Device | CudaMemory::DeviceAsync | CudaMemory::Managed => {
+                let mut p: sys::CUdeviceptr = 0;
+                // SAFETY: `p` is a valid out-pointer and the GPU's context is current.
+                let rc = unsafe {
+                    match self.memory {
+                        CudaMemory::Device => sys::cuMemAlloc_v2(&mut p, size),
+                        CudaMemory::DeviceAsync => sys::cuMemAllocAsync(&mut p, size, raw_stream(stream)),
+                        _ => sys::cuMemAllocManaged(&mut p, size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32),
+                    }
+                };
+                check_alloc("cuMemAlloc", rc, dev, size)?;
+                p as usize
+            }
+            CudaMemory::PinnedHost => {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: `p` is a valid out-pointer and a context is current.
+                let rc = unsafe { sys::cuMemHostAlloc(&mut p, size, sys::CU_MEMHOSTALLOC_PORTABLE) };
+                check_alloc("cuMemHostAlloc", rc, dev, size)?;
+                p as usize
+            }
+        };
+        self.counters.on_alloc(size);
+        NonNull::new(addr as *mut u8).ok_or(crate::Error::OutOfMemory { device: dev, requested: size })
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, _align: usize, stream: Option<StreamHandle>) {
+        if size == 0 || self.gpu.bind().is_err() {
+            return;
+        }
+        let p = ptr.as_ptr() as usize;
+        // SAFETY: the caller passes a pointer from `allocate` of this allocator,
+        // freed once, with the matching free call. Errors cannot be reported from
+        // a drop; the driver only fails here when the context is already gone.
+        let _ = unsafe {
+            match self.memory {
+                CudaMemory::Device | CudaMemory::Managed => sys::cuMemFree_v2(p as sys::CUdeviceptr),
+                CudaMemory::DeviceAsync => sys::cuMemFreeAsync(p as sys::CUdeviceptr, raw_stream(stream)),
+                CudaMemory::PinnedHost => sys::cuMemFreeHost(p as *mut c_void),
+            }
+        };
+        self.counters.on_free(size);
+    }
+
+    fn stats(&self) -> AllocStats {
+        self.counters.stats()
+    }
+}
+
+/// The shared default allocator for a CUDA memory kind (device memory is
+/// synchronous `cuMemAlloc` until the caching pool takes over).
+pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
+    let (ordinal, memory) = match device {
+        Device::Cuda(i) => (i, CudaMemory::Device),
+        Device::CudaManaged(i) => (i, CudaMemory::Managed),
+        Device::CudaHost => (0, CudaMemory::PinnedHost),
+        other => return Err(crate::Error::UnsupportedDevice { op: "CUDA allocation", device: other }),
+    };
+    static SHARED: OnceLock<Mutex<HashMap<Device, Arc<dyn NDAlloc>>>> = OnceLock::new();
+    let mut map = SHARED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(a) = map.get(&device) {
+        return Ok(a.clone());
+    }
+    let a: Arc<dyn NDAlloc> = Arc::new(CudaAlloc::new(ordinal, memory)?);
+    map.insert(device, a.clone());
+    Ok(a)
+}

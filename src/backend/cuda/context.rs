@@ -1,0 +1,95 @@
+//! Per-device primary contexts and driver error mapping.
+//!
+//! Every CUDA entry point first calls [`device`], which returns
+//! `Error::BackendUnavailable` unless the probe found a driver and the ordinal
+//! exists, so cudarc is never asked to load a missing library (it would panic).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::backend::cuda_status;
+use crate::device::{Backend, Device};
+use crate::error::{Error, Result};
+
+/// One GPU: its driver handle and retained primary context.
+#[derive(Debug)]
+pub struct Gpu {
+    /// Ordinal.
+    pub ordinal: u32,
+    /// `CUdevice`.
+    pub dev: sys::CUdevice,
+    /// The retained primary context.
+    pub ctx: sys::CUcontext,
+    /// `sm_XY` of the device.
+    pub arch: String,
+}
+
+// SAFETY: CUdevice is an integer and CUcontext a driver handle that the CUDA
+// driver allows to be made current on any thread.
+unsafe impl Send for Gpu {}
+// SAFETY: as above; `Gpu` is immutable after creation.
+unsafe impl Sync for Gpu {}
+
+impl Gpu {
+    /// Makes this GPU's context current on the calling thread.
+    pub fn bind(&self) -> Result<()> {
+        // SAFETY: `ctx` is a primary context retained for the life of the process.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+}
+
+/// Maps a `CUresult` to `Ok` or `Error::Driver`.
+pub fn check(call: &'static str, rc: CUresult) -> Result<()> {
+    if rc == CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: cuGetErrorString writes a pointer to a static string (or leaves null).
+    unsafe { sys::cuGetErrorString(rc, &mut name) };
+    let message = if name.is_null() {
+        format!("{rc:?}")
+    } else {
+        // SAFETY: the driver returned a static NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    };
+    Err(Error::Driver { backend: Backend::Cuda, call, code: rc as i64, message })
+}
+
+/// As [`check`], but `CUDA_ERROR_OUT_OF_MEMORY` becomes `Error::OutOfMemory`.
+pub fn check_alloc(call: &'static str, rc: CUresult, device: Device, requested: usize) -> Result<()> {
+    if rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        return Err(Error::OutOfMemory { device, requested });
+    }
+    check(call, rc)
+}
+
+/// The GPU with this ordinal, its context retained on first use.
+pub fn device(ordinal: u32) -> Result<&'static Gpu> {
+    let status = cuda_status();
+    if !status.is_available() {
+        return Err(Error::BackendUnavailable { backend: Backend::Cuda, reason: status.unavailable_reason() });
+    }
+    let Some(info) = status.devices.iter().find(|d| d.ordinal == ordinal) else {
+        return Err(Error::BackendUnavailable {
+            backend: Backend::Cuda,
+            reason: format!("no CUDA device {ordinal} (this machine has {})", status.devices.len()),
+        });
+    };
+    static GPUS: OnceLock<Mutex<HashMap<u32, &'static Gpu>>> = OnceLock::new();
+    let mut gpus = GPUS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(g) = gpus.get(&ordinal) {
+        return Ok(g);
+    }
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: the probe initialised the driver and saw this ordinal.
+    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) })?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `dev` came from cuDeviceGet; the context is retained forever
+    // (primary contexts are process-wide and shared with other libraries).
+    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
+    let gpu: &'static Gpu = Box::leak(Box::new(Gpu { ordinal, dev, ctx, arch: info.arch.clone() }));
+    gpus.insert(ordinal, gpu);
+    Ok(gpu)
+}

@@ -1,0 +1,180 @@
+//! CUDA streams and events, and the DLPack handoff rule: record an event on
+//! the producer's stream and make the consumer's stream wait on it; never block
+//! the host.
+
+use cudarc::driver::sys;
+
+use super::context::{check, device};
+use crate::error::{Error, Result};
+
+/// A CUDA stream: owned (destroyed on drop) or borrowed (a consumer's handle,
+/// or one of the default streams, never destroyed by devtensor).
+#[derive(Debug)]
+pub struct CudaStream {
+    raw: sys::CUstream,
+    ordinal: u32,
+    owned: bool,
+}
+
+// SAFETY: a CUstream handle may be used from any thread (the driver serialises).
+unsafe impl Send for CudaStream {}
+// SAFETY: as above; the struct is immutable.
+unsafe impl Sync for CudaStream {}
+
+impl CudaStream {
+    /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
+    pub fn new(ordinal: u32) -> Result<CudaStream> {
+        device(ordinal)?.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the GPU's context is current.
+        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) })?;
+        Ok(CudaStream { raw, ordinal, owned: true })
+    }
+
+    /// The legacy default stream (`cudaStreamLegacy`, DLPack value 1).
+    pub fn legacy(ordinal: u32) -> CudaStream {
+        CudaStream { raw: 1usize as sys::CUstream, ordinal, owned: false }
+    }
+
+    /// The per-thread default stream (`cudaStreamPerThread`, DLPack value 2).
+    pub fn per_thread(ordinal: u32) -> CudaStream {
+        CudaStream { raw: 2usize as sys::CUstream, ordinal, owned: false }
+    }
+
+    /// Wraps a stream handle owned by someone else; never destroyed here.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a valid stream of GPU `ordinal`'s context (or 1 / 2) for as
+    /// long as the returned value is used.
+    pub unsafe fn borrowed(ordinal: u32, raw: usize) -> CudaStream {
+        CudaStream { raw: raw as sys::CUstream, ordinal, owned: false }
+    }
+
+    /// The stream a DLPack `stream` argument names on CUDA: `None` → legacy
+    /// default, 1 legacy, 2 per-thread, >2 a pointer, -1 → `None` (no sync);
+    /// 0 and other negatives are invalid.
+    ///
+    /// # Safety
+    ///
+    /// A value > 2 must be a live `CUstream` of GPU `ordinal`'s context.
+    pub unsafe fn from_dlpack(ordinal: u32, value: Option<i64>) -> Result<Option<CudaStream>> {
+        match value {
+            None | Some(1) => Ok(Some(CudaStream::legacy(ordinal))),
+            Some(2) => Ok(Some(CudaStream::per_thread(ordinal))),
+            Some(-1) => Ok(None),
+            Some(v) if v > 2 => {
+                // SAFETY: forwarded from the caller.
+                Ok(Some(unsafe { CudaStream::borrowed(ordinal, v as usize) }))
+            }
+            Some(_) => Err(Error::InvalidLayout("invalid CUDA stream: 0 and negative values other than -1 are not allowed")),
+        }
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    /// The GPU it belongs to.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Blocks the host until the stream's work is done.
+    pub fn synchronize(&self) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: a valid stream handle of this context.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+    }
+
+    /// Makes this stream wait (on the device) for everything `event` recorded.
+    pub fn wait(&self, event: &CudaEvent) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: both handles are valid; flags 0 is the default wait.
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) })
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        if self.owned && device(self.ordinal).and_then(|g| g.bind()).is_ok() {
+            // SAFETY: an owned stream created by `new`, destroyed once.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+        }
+    }
+}
+
+/// A CUDA event.
+#[derive(Debug)]
+pub struct CudaEvent {
+    raw: sys::CUevent,
+    ordinal: u32,
+}
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    /// A new event; `timing` enables `elapsed_ms`.
+    pub fn new(ordinal: u32, timing: bool) -> Result<CudaEvent> {
+        device(ordinal)?.bind()?;
+        let flags = if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; context current.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
+        Ok(CudaEvent { raw, ordinal })
+    }
+
+    /// Records the current end of `stream`'s work.
+    pub fn record(&self, stream: &CudaStream) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: both handles are valid.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.raw) })
+    }
+
+    /// Blocks the host until the recorded work is done.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: a valid event.
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
+    }
+
+    /// True when the recorded work is done (no blocking).
+    pub fn is_complete(&self) -> Result<bool> {
+        // SAFETY: a valid event.
+        let rc = unsafe { sys::cuEventQuery(self.raw) };
+        if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", rc).map(|()| true)
+    }
+
+    /// Milliseconds between two timing events.
+    pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: both are timing events that have completed.
+        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`, destroyed once; CUDA defers the release of an
+        // event whose recorded work is still pending.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+    }
+}
+
+/// The DLPack handoff: work enqueued on `producer` so far happens before any
+/// work later enqueued on `consumer`. Nothing when they are the same stream.
+pub fn handoff(producer: &CudaStream, consumer: &CudaStream) -> Result<()> {
+    if producer.raw == consumer.raw && producer.ordinal == consumer.ordinal {
+        return Ok(());
+    }
+    let ev = CudaEvent::new(producer.ordinal, false)?;
+    ev.record(producer)?;
+    consumer.wait(&ev)
+}
