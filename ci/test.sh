@@ -46,6 +46,9 @@ step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
 grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {printf "cargo test summary: %d passed, %d failed\n", p, f}'
 
+step "GPU suite (no device here: every test must print SKIP)"
+cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
+
 step "DLPack ABI check against the real header"
 cargo test --locked --lib abi_check -- --nocapture 2>&1 | grep -E "DLPack ABI|SKIP|test result"
 

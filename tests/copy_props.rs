@@ -340,12 +340,8 @@ fn errors() {
     assert!(dst[4..].iter().all(|&b| b == 0));
 }
 
-fn check_overlapping(len: usize, e: usize, dst_off: usize, dst_strides: &[isize], src_off: usize, src_strides: &[isize], shape: &[usize]) {
-    eprintln!("DBG {shape:?} {dst_strides:?} {src_strides:?}");
-    check_overlapping_inner(len, e, dst_off, dst_strides, src_off, src_strides, shape)
-}
 /// Runs an in-buffer copy and compares with the same copy from a snapshot.
-fn check_overlapping_inner(
+fn check_overlapping(
     len: usize,
     e: usize,
     dst_off: usize,

@@ -128,7 +128,7 @@ pub unsafe fn copy_strided(
             return Ok(()); // every element is copied onto itself
         }
         // SAFETY: forwarded from the caller.
-        return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.numel) };
+        return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.bytes()) };
     }
     // SAFETY: the plan's offsets move the bases to elements of the caller's
     // layouts (the flipped dimensions' last elements), which are in bounds.
@@ -175,9 +175,8 @@ unsafe fn copy_via_temp(
     src_strides: &[isize],
     shape: &[usize],
     elem_size: usize,
-    numel: usize,
+    bytes: usize,
 ) -> Result<()> {
-    let bytes = numel.checked_mul(elem_size).ok_or(Error::Overflow { what: "temporary size" })?;
     let mut order: SmallVec<[usize; INLINE_DIMS]> = (0..shape.len()).filter(|&i| shape[i] > 1).collect();
     order.sort_by_key(|&i| dst_strides[i].unsigned_abs());
     let mut tmp_strides: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
@@ -194,7 +193,7 @@ unsafe fn copy_via_temp(
         acc *= len;
     }
     let mut tmp: Vec<u8> = Vec::with_capacity(bytes);
-    // SAFETY: `tmp` holds `numel` dense elements; `base` is the element offset of
+    // SAFETY: `tmp` holds `bytes` = numel × elem_size bytes, dense; `base` is the element offset of
     // logical index 0 in that dense layout, so every element lies inside it.
     // The temporary overlaps neither operand. The first copy initialises every
     // byte of it before the second reads it.

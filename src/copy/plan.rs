@@ -63,7 +63,8 @@ pub enum PlanKind {
     Rows,
     /// The fastest destination dimension (`dims[0]`, unit destination stride)
     /// differs from the fastest source dimension (`dims[src_fast]`, unit
-    /// source stride) and both are long enough to tile: a blocked 2-D
+    /// source stride), `dims[0]` is not broadcast, and both are long enough
+    /// to tile: a blocked 2-D
     /// transpose, the other dimensions being a batch.
     Transpose {
         /// Index in [`CopyPlan::dims`] of the dimension with unit source stride.
@@ -448,6 +449,7 @@ pub fn plan_copy(
         PlanKind::Rows
     } else if let Some(k) = (1..dims.len()).find(|&k| dims[k].src == e)
         && dims[0].dst == e
+        && dims[0].src != 0
         && dims[0].len >= min
         && dims[k].len >= min
     {
@@ -604,7 +606,7 @@ mod tests {
         let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::GPU)
             .unwrap();
         assert_eq!(p.elem_size, 2);
-        assert_eq!(p.kind, PlanKind::General);
+        assert_eq!(p.kind, PlanKind::Rows);
         let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::CPU)
             .unwrap();
         assert_eq!(p.elem_size, 4);
