@@ -75,7 +75,7 @@ fn round_trip_is_zero_copy_both_versions() {
 fn read_only_and_copied_flags() {
     let exports = live_exports();
     let t = arange(&[4]);
-    let m = t.to_dlpack_versioned(ExportOptions { is_copied: true, minor_version: 1 });
+    let m = t.to_dlpack_versioned(ExportOptions { is_copied: true, minor_version: 1, as_host: false });
     // SAFETY: `m` is live; then consumed once.
     unsafe {
         assert_eq!((*m).flags, DLPACK_FLAG_BITMASK_IS_COPIED);

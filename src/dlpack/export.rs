@@ -28,11 +28,15 @@ pub struct ExportOptions {
     pub minor_version: u32,
     /// Set `IS_COPIED`: the tensor was copied for this export.
     pub is_copied: bool,
+    /// Describe host-accessible memory (pinned, managed) as `kDLCPU`, for a
+    /// consumer that asked for `dl_device=(kDLCPU, 0)`. Ignored for memory the
+    /// host cannot read.
+    pub as_host: bool,
 }
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied: false }
+        ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied: false, as_host: false }
     }
 }
 
@@ -46,12 +50,13 @@ struct Exported<M> {
     tensor: Tensor,
 }
 
-fn describe(t: &Tensor, shape: &mut [i64], strides: &mut [i64]) -> DLTensor {
+fn describe(t: &Tensor, as_host: bool, shape: &mut [i64], strides: &mut [i64]) -> DLTensor {
+    let device = if as_host && t.device().is_host_accessible() { crate::Device::Cpu } else { t.device() };
     DLTensor {
         // The view offset goes into `data`, `byte_offset` stays 0: older
         // consumers (torch before 2.x) ignored `byte_offset`.
         data: t.data_ptr().cast::<c_void>(),
-        device: t.device().to_dlpack(),
+        device: device.to_dlpack(),
         ndim: t.ndim() as i32,
         dtype: t.dtype().to_dlpack(),
         shape: shape.as_mut_ptr(),
@@ -89,7 +94,7 @@ impl Tensor {
                 manager_ctx: std::ptr::null_mut(),
                 deleter: Some(delete_versioned),
                 flags,
-                dl_tensor: describe(self, &mut [], &mut []),
+                dl_tensor: describe(self, false, &mut [], &mut []),
             },
             shape,
             strides,
@@ -100,7 +105,7 @@ impl Tensor {
         // move when the Box does, so pointers into them stay valid.
         unsafe {
             let b = &mut *raw;
-            b.managed.dl_tensor = describe(&b.tensor, &mut b.shape, &mut b.strides);
+            b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
             b.managed.manager_ctx = raw.cast::<c_void>();
         }
         LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);
@@ -110,13 +115,19 @@ impl Tensor {
     /// Exports as a legacy `DLManagedTensor` (the `"dltensor"` capsule kind).
     /// A read-only tensor cannot be described by the legacy struct: `Err(ReadOnly)`.
     pub fn to_dlpack_legacy(&self) -> Result<*mut DLManagedTensor> {
+        self.to_dlpack_legacy_with(ExportOptions::default())
+    }
+
+    /// As [`Tensor::to_dlpack_legacy`]; of `opts` only `as_host` applies (the
+    /// legacy struct has no version or flags).
+    pub fn to_dlpack_legacy_with(&self, opts: ExportOptions) -> Result<*mut DLManagedTensor> {
         if self.is_read_only() {
             return Err(Error::ReadOnly);
         }
         let (shape, strides) = arrays(self);
         let block = Box::new(Exported {
             managed: DLManagedTensor {
-                dl_tensor: describe(self, &mut [], &mut []),
+                dl_tensor: describe(self, false, &mut [], &mut []),
                 manager_ctx: std::ptr::null_mut(),
                 deleter: Some(delete_legacy),
             },
@@ -128,7 +139,7 @@ impl Tensor {
         // SAFETY: as in `to_dlpack_versioned`.
         unsafe {
             let b = &mut *raw;
-            b.managed.dl_tensor = describe(&b.tensor, &mut b.shape, &mut b.strides);
+            b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
             b.managed.manager_ctx = raw.cast::<c_void>();
         }
         LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
 use crate::device::Device;
+use crate::dlpack::ffi as dl;
 use crate::python::errors::to_py;
 use crate::python::{capsule, exchange};
 use crate::tensor::Tensor;
@@ -33,11 +34,11 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         if rc == 0 {
             // SAFETY: `out` is an owned managed tensor from the producer.
             let t = unsafe { crate::dlpack::from_dlpack_versioned(out) }.map_err(to_py)?;
-            if t.device().is_host_accessible() {
+            if t.device().is_host_accessible() || order_after_producer(api, &t) {
                 return Ok(t);
             }
-            // A device tensor: drop it (its deleter runs) and let `__dlpack__`
-            // order the producer's work before ours through its `stream` argument.
+            // No way to order the producer's work before ours: drop it (its
+            // deleter runs) and let `__dlpack__` do it through `stream`.
             drop(t);
         } else {
             let err = PyErr::take(py);
@@ -55,6 +56,21 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         .map_err(|_| PyTypeError::new_err(format!("{} does not support DLPack", x.get_type())))?;
     let kwargs = PyDict::new(py);
     kwargs.set_item("max_version", (1, 3))?;
+    // A stream only for GPU producers: ours is the default stream (CUDA's legacy
+    // stream 1, ROCm's 0). The producer's device is made current first, as torch
+    // requires.
+    if let Ok(d) = x.call_method0(pyo3::intern!(py, "__dlpack_device__"))
+        && let Ok((ty, id)) = d.extract::<(i32, i32)>()
+    {
+        match ty {
+            dl::kDLCUDA | dl::kDLCUDAManaged => {
+                kwargs.set_item("stream", 1)?;
+                make_current(id);
+            }
+            dl::kDLROCM => kwargs.set_item("stream", 0)?,
+            _ => {}
+        }
+    }
     if let Some(d) = device {
         let dl = d.to_dlpack();
         kwargs.set_item("dl_device", (dl.device_type, dl.device_id))?;
@@ -69,6 +85,39 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     };
     // The producer honoured `copy` (or raised); only the device is checked here.
     finish(capsule::consume(&cap)?, device, None)
+}
+
+/// For a device tensor from the exchange API ("no sync"): makes our stream wait
+/// for the producer's current work stream. False when that is not possible.
+fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(i) | Device::CudaManaged(i) = t.device()
+        && let Some(current) = api.current_work_stream
+    {
+        use crate::backend::cuda::stream::{CudaStream, handoff};
+        let dl = t.device().to_dlpack();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the producer's function writes its current stream for the device.
+        if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
+            return false;
+        }
+        // SAFETY: the producer's stream handle is live on device `i`; NULL is the
+        // legacy default stream.
+        let theirs = unsafe { CudaStream::borrowed(i, if raw.is_null() { 1 } else { raw as usize }) };
+        return handoff(&theirs, &CudaStream::legacy(i)).is_ok();
+    }
+    let _ = (api, t);
+    false
+}
+
+/// Makes CUDA device `id` current when the backend is usable (a producer such
+/// as torch refuses to export a tensor of another device than the current one).
+fn make_current(id: i32) {
+    #[cfg(feature = "cuda")]
+    if let Ok(gpu) = u32::try_from(id).map_err(|_| ()).and_then(|i| crate::backend::cuda::context::device(i).map_err(|_| ())) {
+        let _ = gpu.bind();
+    }
+    let _ = id;
 }
 
 /// Applies `device` and `copy` to an imported tensor the producer could not adjust.

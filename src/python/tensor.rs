@@ -67,6 +67,28 @@ fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<O
     }
 }
 
+/// Orders our pending device work before the consumer's: the DLPack rule
+/// (event on our stream, the consumer's stream waits; the host never blocks),
+/// or a full device sync when the host will read managed memory in place.
+fn order_for_consumer(device: Device, stream: Option<i64>, host_reads: bool) -> PyResult<()> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(i) | Device::CudaManaged(i) = device {
+        use crate::backend::cuda::stream::{CudaStream, handoff};
+        let ours = CudaStream::legacy(i);
+        if host_reads {
+            return ours.synchronize().map_err(to_py);
+        }
+        // SAFETY: a stream value > 2 is the consumer's live CUstream on this
+        // device, which the DLPack protocol obliges it to pass.
+        let theirs = unsafe { CudaStream::from_dlpack(i, stream) }.map_err(to_py)?;
+        if let Some(theirs) = theirs {
+            handoff(&ours, &theirs).map_err(to_py)?;
+        }
+    }
+    let _ = (device, stream, host_reads);
+    Ok(())
+}
+
 #[pymethods]
 impl PyTensor {
     /// Sizes.
@@ -253,7 +275,7 @@ impl PyTensor {
         copy: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyCapsule>> {
         let device = self.inner.device();
-        let _stream = check_stream(device, stream)?;
+        let stream = check_stream(device, stream)?;
         let version: Option<(u32, u32)> = match max_version.filter(|v| !v.is_none()) {
             None => None,
             Some(v) => Some(v.extract().map_err(|_| {
@@ -264,36 +286,44 @@ impl PyTensor {
             None => None,
             Some(c) => Some(c.is_truthy()?),
         };
+        // Where the consumer wants the data: our device, or the host.
+        let (mut as_host_view, mut to_host) = (false, false);
         if let Some(target) = dl_device.filter(|d| !d.is_none()) {
             let (ty, id): (i32, i32) = target
                 .extract()
                 .map_err(|_| PyBufferError::new_err("dl_device must be a (device_type, device_id) tuple"))?;
             let own = device.to_dlpack();
-            let relabel_host = ty == kDLCPU && id == 0 && device.is_host_accessible();
-            if (ty, id) != (own.device_type, own.device_id) && !relabel_host {
+            if (ty, id) == (own.device_type, own.device_id) {
+            } else if (ty, id) == (kDLCPU, 0) && device.is_host_accessible() {
+                as_host_view = true; // pinned or managed memory: the host reads it in place
+            } else if (ty, id) == (kDLCPU, 0) {
                 if copy == Some(false) {
                     return Err(PyBufferError::new_err(format!(
-                        "exporting a {device} tensor to device ({ty}, {id}) needs a copy, but copy=False"
+                        "exporting a {device} tensor to the CPU needs a copy, but copy=False"
                     )));
                 }
-                return Err(PyBufferError::new_err(format!(
-                    "cannot export a {device} tensor to device ({ty}, {id})"
-                )));
+                to_host = true;
+            } else {
+                return Err(PyBufferError::new_err(format!("cannot export a {device} tensor to device ({ty}, {id})")));
             }
         }
-        let (tensor, is_copied) = if copy == Some(true) {
+        let (tensor, is_copied) = if to_host {
+            (py.detach(|| self.inner.to(Device::Cpu)).map_err(to_py)?, true)
+        } else if copy == Some(true) {
             (py.detach(|| self.inner.contiguous_copy()).map_err(to_py)?, true)
         } else {
             (self.inner.clone(), false)
         };
+        order_for_consumer(device, stream, as_host_view)?;
+        let opts = ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied, as_host: as_host_view };
         match version {
             Some((major, minor)) if major >= 1 => {
                 let minor = if major == 1 { minor.min(DLPACK_MINOR_VERSION) } else { DLPACK_MINOR_VERSION };
-                let m = tensor.to_dlpack_versioned(ExportOptions { minor_version: minor, is_copied });
+                let m = tensor.to_dlpack_versioned(ExportOptions { minor_version: minor, ..opts });
                 capsule::versioned(py, m)
             }
             _ => {
-                let m = tensor.to_dlpack_legacy().map_err(|_| {
+                let m = tensor.to_dlpack_legacy_with(opts).map_err(|_| {
                     PyBufferError::new_err("a read-only tensor cannot be exported as a legacy DLPack capsule: pass max_version=(1, 0) or later")
                 })?;
                 capsule::legacy(py, m)

@@ -1,0 +1,738 @@
+"""The Python API (issue 4 item 2): creation, dtypes, devices, properties, views, copies."""
+
+import ctypes
+import gc
+
+import pytest
+
+import devtensor
+from conftest import DLPACK_DTYPES, FLOAT8_NAMES
+
+np = pytest.importorskip("numpy")
+
+NUMPY_DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+]
+ALL_DTYPES = list(DLPACK_DTYPES)
+ITEMSIZE = {name: bits // 8 for name, (_code, bits) in DLPACK_DTYPES.items()}
+
+# One element of value 1 in each dtype, as raw little-endian bytes.
+ONE_BYTES = {n: np.ones(1, dtype=n).tobytes() for n in NUMPY_DTYPES}
+ONE_BYTES.update(
+    {
+        "bfloat16": (0x3F80).to_bytes(2, "little"),
+        "complex32": np.array([1, 0], dtype=np.float16).tobytes(),
+        # Checked against ml_dtypes 0.6.
+        "float8_e3m4": bytes([0x30]),
+        "float8_e4m3": bytes([0x38]),
+        "float8_e4m3b11fnuz": bytes([0x58]),
+        "float8_e4m3fn": bytes([0x38]),
+        "float8_e4m3fnuz": bytes([0x40]),
+        "float8_e5m2": bytes([0x3C]),
+        "float8_e5m2fnuz": bytes([0x40]),
+        "float8_e8m0fnu": bytes([0x7F]),
+    }
+)
+GPU_DEVICES = ["cuda", "cuda:0", "cuda_host", "cuda_managed:0", "rocm:0", "rocm_host", (2, 0), (3, 0), (13, 0), (10, 0)]
+
+
+def raw(t):
+    """The bytes of a C-contiguous CPU tensor."""
+    assert t.is_contiguous()
+    if t.nbytes == 0:
+        return b""
+    return ctypes.string_at(t.data_ptr, t.nbytes)
+
+
+def arr(t):
+    """A NumPy view of a CPU tensor (zero-copy)."""
+    return np.from_dlpack(t)
+
+
+def iota(shape, dtype="float32"):
+    """A devtensor tensor holding 0, 1, 2, ... in C order, and a NumPy copy of it."""
+    t = devtensor.empty(shape, dtype=dtype)
+    ref = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=dtype).reshape(shape)
+    arr(t)[...] = ref
+    return t, ref
+
+
+def _cuda_present():
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# --------------------------------------------------------------------------------------
+# Module
+# --------------------------------------------------------------------------------------
+
+
+def test_module_exports():
+    for name in ["Tensor", "empty", "zeros", "ones", "full", "from_dlpack", "__version__"]:
+        assert hasattr(devtensor, name), name
+        assert name in devtensor.__all__
+    assert isinstance(devtensor.__version__, str) and devtensor.__version__
+    assert devtensor.Tensor.__module__ in ("devtensor._devtensor", "devtensor")
+    assert tuple(devtensor.DLPACK_VERSION) >= (1, 3)
+
+
+def test_tensor_has_no_public_constructor_or_subclassing():
+    with pytest.raises(TypeError):
+        devtensor.Tensor()
+
+
+# --------------------------------------------------------------------------------------
+# Creation and dtypes
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_empty_every_dtype(dtype):
+    t = devtensor.empty((2, 3), dtype=dtype)
+    assert t.dtype == dtype
+    assert t.shape == (2, 3)
+    assert t.strides == (3, 1)
+    assert t.ndim == 2
+    assert t.itemsize == ITEMSIZE[dtype]
+    assert t.nbytes == 6 * ITEMSIZE[dtype]
+    assert t.device == "cpu"
+    assert t.read_only is False
+    assert t.is_contiguous()
+    assert t.data_ptr != 0
+
+
+@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d != "float8_e8m0fnu"])  # e8m0 has no zero
+def test_zeros_every_dtype(dtype):
+    t = devtensor.zeros((3, 5), dtype=dtype)
+    assert t.dtype == dtype
+    assert raw(t) == bytes(15 * ITEMSIZE[dtype])
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_ones_every_dtype(dtype):
+    t = devtensor.ones(7, dtype=dtype)
+    assert t.shape == (7,)
+    assert raw(t) == ONE_BYTES[dtype] * 7
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_full_numpy_dtypes(dtype):
+    value = True if dtype == "bool" else 5
+    t = devtensor.full((2, 2), value, dtype=dtype)
+    np.testing.assert_array_equal(arr(t), np.full((2, 2), value, dtype=dtype))
+
+
+@pytest.mark.parametrize(
+    "value, dtype",
+    [(True, "bool"), (3, "int64"), (1.5, "float32"), (1 + 2j, "complex64"), (-7, "int64"), (0.0, "float32")],
+)
+def test_full_infers_dtype_like_torch(value, dtype):
+    t = devtensor.full(4, value)
+    assert t.dtype == dtype
+    np.testing.assert_array_equal(arr(t), np.full(4, value, dtype=dtype))
+
+
+def test_full_values():
+    np.testing.assert_array_equal(arr(devtensor.full((2, 3), -2.25, dtype="float64")), np.full((2, 3), -2.25))
+    np.testing.assert_array_equal(arr(devtensor.full(3, 2 - 1j, dtype="complex128")), np.full(3, 2 - 1j))
+    np.testing.assert_array_equal(arr(devtensor.full(3, 255, dtype="uint8")), np.full(3, 255, dtype=np.uint8))
+    np.testing.assert_array_equal(
+        arr(devtensor.full(2, 2**63 - 1, dtype="int64")), np.full(2, 2**63 - 1, dtype=np.int64)
+    )
+    np.testing.assert_array_equal(
+        arr(devtensor.full(2, 2**64 - 1, dtype="uint64")), np.full(2, 2**64 - 1, dtype=np.uint64)
+    )
+    assert raw(devtensor.full(2, 2.5, dtype="bfloat16")) == (0x4020).to_bytes(2, "little") * 2
+
+
+def test_full_bad_values():
+    with pytest.raises(OverflowError):
+        devtensor.full(2, 256, dtype="uint8")
+    with pytest.raises(OverflowError):
+        devtensor.full(2, -1, dtype="uint32")
+    with pytest.raises(ValueError):
+        devtensor.full(2, 1.5, dtype="int32")
+    with pytest.raises(TypeError):
+        devtensor.full(2, "abc")
+    with pytest.raises(TypeError):
+        devtensor.full(2, None)
+
+
+@pytest.mark.parametrize(
+    "np_dtype, name",
+    [
+        (np.bool_, "bool"),
+        (np.int8, "int8"),
+        (np.int16, "int16"),
+        (np.int32, "int32"),
+        (np.int64, "int64"),
+        (np.uint8, "uint8"),
+        (np.uint16, "uint16"),
+        (np.uint32, "uint32"),
+        (np.uint64, "uint64"),
+        (np.float16, "float16"),
+        (np.float32, "float32"),
+        (np.float64, "float64"),
+        (np.complex64, "complex64"),
+        (np.complex128, "complex128"),
+    ],
+)
+def test_numpy_dtypes_accepted(np_dtype, name):
+    assert devtensor.empty(2, dtype=np_dtype).dtype == name  # scalar type
+    assert devtensor.zeros(2, dtype=np.dtype(np_dtype)).dtype == name  # dtype object
+    assert devtensor.ones(2, np.dtype(np_dtype)).dtype == name  # positional
+
+
+def test_ml_dtypes_numpy_dtypes_accepted():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    assert devtensor.empty(2, dtype=np.dtype(ml_dtypes.bfloat16)).dtype == "bfloat16"
+    for name in FLOAT8_NAMES:
+        if hasattr(ml_dtypes, name):
+            assert devtensor.empty(2, dtype=np.dtype(getattr(ml_dtypes, name))).dtype == name
+
+
+def test_torch_dtypes_accepted():
+    torch = pytest.importorskip("torch")
+    assert devtensor.empty(2, dtype=torch.bfloat16).dtype == "bfloat16"
+    assert devtensor.empty(2, dtype=torch.float8_e4m3fn).dtype == "float8_e4m3fn"
+    assert devtensor.empty(2, dtype=torch.bool).dtype == "bool"
+    assert devtensor.empty(2, dtype=torch.complex64).dtype == "complex64"
+
+
+def test_default_dtype_and_device():
+    t = devtensor.empty(3)
+    assert (t.dtype, t.device) == ("float32", "cpu")
+    assert devtensor.zeros(3).dtype == "float32"
+    assert devtensor.ones(3).dtype == "float32"
+
+
+@pytest.mark.parametrize("dtype", ["float33", "int", "floaty", "", "torch.float33", 123, object()])
+def test_bad_dtype_is_type_error(dtype):
+    if dtype == "int":  # an accepted alias (int32), like torch.int
+        assert devtensor.empty(1, dtype=dtype).dtype == "int32"
+        return
+    with pytest.raises(TypeError):
+        devtensor.empty(2, dtype=dtype)
+
+
+@pytest.mark.parametrize("shape, expect", [(5, (5,)), ((), ()), ([], ()), ((2, 3), (2, 3)), ([4, 0, 2], (4, 0, 2))])
+def test_shape_forms(shape, expect):
+    t = devtensor.empty(shape)
+    assert t.shape == expect
+    assert t.ndim == len(expect)
+
+
+def test_shape_numpy_ints():
+    t = devtensor.zeros((np.int64(2), np.int32(3)))
+    assert t.shape == (2, 3)
+    assert devtensor.zeros(np.int64(4)).shape == (4,)
+
+
+@pytest.mark.parametrize("shape", [-1, (2, -3), [-1]])
+def test_negative_size_is_value_error(shape):
+    with pytest.raises(ValueError):
+        devtensor.empty(shape)
+    with pytest.raises(ValueError):
+        devtensor.zeros(shape)
+
+
+@pytest.mark.parametrize("shape", ["abc", 1.5, (2, 1.5), (2, None)])
+def test_bad_shape_type(shape):
+    with pytest.raises(TypeError):
+        devtensor.empty(shape)
+
+
+def test_huge_shape_errors_cleanly():
+    with pytest.raises((ValueError, MemoryError, OverflowError)):
+        devtensor.empty((2**40, 2**40))
+    with pytest.raises((ValueError, MemoryError, OverflowError)):
+        devtensor.empty(2**62, dtype="float64")
+
+
+# --------------------------------------------------------------------------------------
+# Devices
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", ["cpu", (1, 0)])
+def test_cpu_device_forms(device):
+    t = devtensor.zeros(3, device=device)
+    assert t.device == "cpu"
+    assert t.__dlpack_device__() == (1, 0)
+
+
+def test_torch_device_object_accepted():
+    torch = pytest.importorskip("torch")
+    assert devtensor.empty(2, device=torch.device("cpu")).device == "cpu"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu:1", "cuda:x", "cuda:-1", "", "CPU0", "tpu:0", (7, 0), (1, -1), (99, 0)])
+def test_bad_device_is_value_error(device):
+    with pytest.raises(ValueError):
+        devtensor.empty(2, device=device)
+
+
+@pytest.mark.skipif(_cuda_present(), reason="a CUDA device is present: see test_gpu.py")
+@pytest.mark.parametrize("device", GPU_DEVICES)
+def test_gpu_device_without_backend_is_runtime_error(device):
+    with pytest.raises(RuntimeError):
+        devtensor.empty(2, device=device)
+    with pytest.raises(RuntimeError):
+        devtensor.zeros(2, device=device)
+
+
+@pytest.mark.skipif(_cuda_present(), reason="a CUDA device is present: see test_gpu.py")
+def test_to_gpu_without_backend_is_runtime_error():
+    t = devtensor.zeros(3)
+    with pytest.raises(RuntimeError):
+        t.to("cuda")
+
+
+def test_to_cpu_is_identity():
+    t = devtensor.ones(3)
+    assert t.to("cpu") is t or t.to("cpu").data_ptr == t.data_ptr
+    assert t.to((1, 0)).data_ptr == t.data_ptr
+    with pytest.raises(ValueError):
+        t.to("nowhere")
+
+
+# --------------------------------------------------------------------------------------
+# Properties, repr, len
+# --------------------------------------------------------------------------------------
+
+
+def test_properties_0d():
+    t = devtensor.full((), 3.5)
+    assert t.shape == ()
+    assert t.strides == ()
+    assert t.ndim == 0
+    assert t.nbytes == 4
+    assert t.is_contiguous()
+    assert arr(t)[()] == 3.5
+    with pytest.raises(TypeError):
+        len(t)
+
+
+def test_properties_empty():
+    t = devtensor.empty((3, 0, 2), dtype="int16")
+    assert t.shape == (3, 0, 2)
+    assert t.nbytes == 0
+    assert t.itemsize == 2
+    assert t.is_contiguous()
+    assert len(t) == 3
+    assert devtensor.zeros(0).nbytes == 0
+
+
+def test_properties_types():
+    t = devtensor.empty((2, 3))
+    assert type(t.shape) is tuple and all(type(x) is int for x in t.shape)
+    assert type(t.strides) is tuple and all(type(x) is int for x in t.strides)
+    assert type(t.data_ptr) is int
+    assert type(t.ndim) is int and type(t.nbytes) is int and type(t.itemsize) is int
+    assert type(t.dtype) is str and type(t.device) is str
+    assert type(t.read_only) is bool
+
+
+def test_properties_are_read_only():
+    t = devtensor.empty(2)
+    for name, value in [("shape", (3,)), ("dtype", "int8"), ("device", "cpu"), ("data_ptr", 0), ("read_only", True)]:
+        with pytest.raises(AttributeError):
+            setattr(t, name, value)
+
+
+def test_repr():
+    r = repr(devtensor.zeros((2, 3), dtype="int16"))
+    assert "(2, 3)" in r and "int16" in r and "cpu" in r and "Tensor" in r
+    assert "(4,)" in repr(devtensor.zeros(4))
+    assert "()" in repr(devtensor.zeros(()))
+    assert "bfloat16" in repr(devtensor.zeros(1, dtype="bfloat16"))
+
+
+def test_data_ptr_alignment():
+    # Not required by DLPack (§a.9), but JAX copies unaligned CPU buffers: we allocate aligned.
+    for dtype in ["uint8", "float32", "complex128"]:
+        assert devtensor.empty(17, dtype=dtype).data_ptr % 64 == 0
+
+
+# --------------------------------------------------------------------------------------
+# Indexing: views like NumPy's
+# --------------------------------------------------------------------------------------
+
+INDEX_KEYS = [
+    0,
+    -1,
+    2,
+    (1, 2),
+    (-1, -2, 3),
+    slice(None),
+    slice(1, 3),
+    slice(None, None, 2),
+    slice(None, None, -1),
+    slice(3, 0, -2),
+    slice(-2, None),
+    slice(None, -1, 3),
+    slice(10, 20),  # empty, clipped
+    slice(2, 2),  # empty
+    (slice(None), 1),
+    (slice(None), slice(None, None, -1), slice(1, None, 2)),
+    (Ellipsis, 0),
+    (Ellipsis, slice(None, None, -2)),
+    (0, Ellipsis),
+    (Ellipsis,),
+    Ellipsis,
+    None,
+    (None, 0),
+    (slice(None), None, 1),
+    (Ellipsis, None),
+    (1, None, Ellipsis, None, -1),
+    (slice(None, None, -1), slice(None, None, -1), slice(None, None, -1)),
+    (0, 0, 0),
+    (),
+]
+
+
+def _key_id(k):
+    return repr(k).replace(" ", "")
+
+
+@pytest.mark.parametrize("key", INDEX_KEYS, ids=_key_id)
+def test_getitem_matches_numpy(key):
+    t, ref = iota((4, 5, 6))
+    v = t[key]
+    expect = ref[key]
+    assert isinstance(v, devtensor.Tensor)
+    assert v.shape == expect.shape
+    # Strides in elements; a dimension of size 0 or 1 may have any stride.
+    got = [s for s, n in zip(v.strides, v.shape) if n > 1]
+    want = [s // ref.itemsize for s, n in zip(expect.strides, expect.shape) if n > 1]
+    assert got == want
+    if expect.size:
+        # A view into the same buffer, at the same offset NumPy would use.
+        assert v.data_ptr - t.data_ptr == expect.ctypes.data - ref.ctypes.data
+        np.testing.assert_array_equal(arr(v), expect)
+
+
+def test_getitem_is_a_view_writes_visible():
+    t, ref = iota((3, 4))
+    v = t[1:, ::-2]
+    arr(v)[...] = -1
+    ref[1:, ::-2] = -1
+    np.testing.assert_array_equal(arr(t), ref)
+    del v
+    gc.collect()
+
+
+def test_getitem_keeps_base_alive():
+    t, ref = iota((100,))
+    v = t[10:20]
+    del t
+    gc.collect()
+    np.testing.assert_array_equal(arr(v), ref[10:20])
+
+
+def test_getitem_numpy_int_index():
+    t, ref = iota((4, 3))
+    np.testing.assert_array_equal(arr(t[np.int64(2)]), ref[2])
+
+
+@pytest.mark.parametrize("key", [3, -4, (0, 3), (0, -4), (1, 2, 3)])
+def test_getitem_out_of_range(key):
+    t = devtensor.zeros((3, 3))
+    with pytest.raises(IndexError):
+        t[key]
+
+
+@pytest.mark.parametrize("key", [1.5, "a", (Ellipsis, Ellipsis), [0, 1], True])
+def test_getitem_bad_keys(key):
+    t = devtensor.zeros((3, 3))
+    with pytest.raises(IndexError):
+        t[key]
+
+
+def test_getitem_zero_step():
+    with pytest.raises(ValueError):
+        devtensor.zeros(3)[::0]
+
+
+def test_getitem_0d():
+    t = devtensor.full((), 2.0)
+    assert t[()].shape == ()
+    assert t[...].shape == ()
+    assert t[None].shape == (1,)
+    with pytest.raises(IndexError):
+        t[0]
+
+
+# --------------------------------------------------------------------------------------
+# permute / transpose / reshape / contiguous / clone
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dims", [(0, 1, 2), (2, 1, 0), (1, 2, 0), (-1, 0, 1)])
+def test_permute(dims):
+    t, ref = iota((2, 3, 4))
+    for v in (t.permute(*dims), t.permute(dims), t.permute(list(dims))):
+        expect = ref.transpose(dims)
+        assert v.shape == expect.shape
+        assert v.strides == tuple(s // 4 for s in expect.strides)
+        assert v.data_ptr == t.data_ptr
+        np.testing.assert_array_equal(arr(v), expect)
+
+
+@pytest.mark.parametrize("dims", [(0, 0, 1), (0, 1), (0, 1, 3), (0, 1, 2, 3)])
+def test_permute_bad(dims):
+    with pytest.raises((ValueError, IndexError)):
+        devtensor.zeros((2, 3, 4)).permute(*dims)
+
+
+@pytest.mark.parametrize("d0, d1", [(0, 1), (1, 0), (0, 2), (-1, 0), (1, 1)])
+def test_transpose(d0, d1):
+    t, ref = iota((2, 3, 4))
+    v = t.transpose(d0, d1)
+    expect = np.swapaxes(ref, d0, d1)
+    assert v.shape == expect.shape
+    assert v.strides == tuple(s // 4 for s in expect.strides)
+    assert v.data_ptr == t.data_ptr
+    assert v.is_contiguous() == (d0 % 3 == d1 % 3)
+    np.testing.assert_array_equal(arr(v), expect)
+
+
+def test_transpose_out_of_range():
+    with pytest.raises((IndexError, ValueError)):
+        devtensor.zeros((2, 3)).transpose(0, 2)
+
+
+@pytest.mark.parametrize("shape", [(24,), (4, 6), (2, 3, 4), (-1,), (2, -1), (1, 24, 1), (3, 2, -1)])
+def test_reshape_contiguous_is_view(shape):
+    t, ref = iota((2, 3, 4))
+    for v in (t.reshape(*shape), t.reshape(shape)):
+        expect = ref.reshape(shape)
+        assert v.shape == expect.shape
+        assert v.data_ptr == t.data_ptr
+        assert v.is_contiguous()
+        np.testing.assert_array_equal(arr(v), expect)
+
+
+def test_reshape_noncontiguous_copies():
+    t, ref = iota((3, 4))
+    tt = t.transpose(0, 1)
+    v = tt.reshape(-1)
+    expect = ref.T.reshape(-1)
+    assert v.shape == (12,)
+    assert v.data_ptr != t.data_ptr
+    np.testing.assert_array_equal(arr(v), expect)
+    arr(v)[0] = 99  # a copy: the source is unchanged
+    assert arr(t)[0, 0] == 0
+
+
+def test_reshape_noncontiguous_view_when_possible():
+    t, ref = iota((3, 4))
+    tt = t.transpose(0, 1)  # (4, 3), strides (1, 4)
+    v = tt.reshape(4, 1, 3)
+    np.testing.assert_array_equal(arr(v), ref.T.reshape(4, 1, 3))
+
+
+@pytest.mark.parametrize("shape", [(5,), (5, -1), (-1, -1), (7, 4)])
+def test_reshape_bad(shape):
+    with pytest.raises(ValueError):
+        devtensor.zeros((3, 4)).reshape(*shape)
+
+
+def test_reshape_empty_and_0d():
+    assert devtensor.zeros((0, 3)).reshape(3, 0).shape == (3, 0)
+    assert devtensor.full((), 1.0).reshape(1, 1).shape == (1, 1)
+    assert devtensor.full((1, 1), 1.0).reshape(()).shape == ()
+
+
+def test_contiguous_of_contiguous_is_same_memory():
+    t = devtensor.zeros((3, 4))
+    assert t.contiguous().data_ptr == t.data_ptr
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: t.transpose(0, 1),
+        lambda t: t[:, ::2],
+        lambda t: t[::-1],
+        lambda t: t[::-2, 1::3],
+        lambda t: t.permute(1, 0)[1:, ::-1],
+    ],
+    ids=["T", "stride2", "flip", "flip2-step3", "permute-flip"],
+)
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64", "complex128", "bfloat16"])
+def test_contiguous_copies_views(make, dtype):
+    t = devtensor.empty((6, 7), dtype=dtype)
+    # Fill with distinct bytes so any misplaced element shows.
+    n = t.nbytes
+    ctypes.memmove(t.data_ptr, bytes((i * 7 + 3) % 251 for i in range(n)), n)
+    v = make(t)
+    c = v.contiguous()
+    assert c.is_contiguous()
+    assert c.shape == v.shape
+    assert c.dtype == dtype
+    assert c.data_ptr != t.data_ptr
+    # Compare against NumPy applied to the same bytes.
+    base = np.frombuffer(raw(t), dtype=np.uint8).reshape(6, 7, t.itemsize)
+    expect = np.ascontiguousarray(make(_NpProxy(base)))
+    assert raw(c) == expect.tobytes()
+
+
+class _NpProxy:
+    """Applies the same view ops to a NumPy (..., itemsize) byte array."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def transpose(self, d0, d1):
+        return np.swapaxes(self.a, d0, d1)
+
+    def permute(self, *dims):
+        return _NpProxy(self.a.transpose(*dims, self.a.ndim - 1))
+
+    def __getitem__(self, key):
+        return self.a[key]
+
+
+def test_clone_is_a_new_buffer():
+    t, ref = iota((3, 4))
+    c = t.clone()
+    assert c.data_ptr != t.data_ptr
+    assert c.shape == t.shape and c.dtype == t.dtype
+    np.testing.assert_array_equal(arr(c), ref)
+    arr(c)[...] = 0
+    np.testing.assert_array_equal(arr(t), ref)
+
+
+def test_clone_of_view_is_contiguous():
+    t, ref = iota((3, 4))
+    c = t[:, ::-1].clone()
+    assert c.is_contiguous()
+    np.testing.assert_array_equal(arr(c), ref[:, ::-1])
+
+
+def test_clone_0d_and_empty():
+    assert devtensor.full((), 5.0).clone().shape == ()
+    assert devtensor.zeros((0, 4)).clone().shape == (0, 4)
+
+
+# --------------------------------------------------------------------------------------
+# copy_ / fill_
+# --------------------------------------------------------------------------------------
+
+
+def test_copy_from_tensor():
+    src, ref = iota((3, 4))
+    dst = devtensor.zeros((3, 4))
+    assert dst.copy_(src) is dst
+    np.testing.assert_array_equal(arr(dst), ref)
+    assert dst.data_ptr != src.data_ptr
+
+
+def test_copy_between_views():
+    src, ref = iota((4, 3))
+    dst = devtensor.zeros((3, 4))
+    dst.copy_(src.transpose(0, 1))
+    np.testing.assert_array_equal(arr(dst), ref.T)
+    dst2 = devtensor.zeros((4, 3))
+    dst2.transpose(0, 1).copy_(dst)  # strided destination
+    np.testing.assert_array_equal(arr(dst2), ref)
+    dst3 = devtensor.zeros((4, 3))
+    dst3[::-1].copy_(src)  # negative-stride destination
+    np.testing.assert_array_equal(arr(dst3), ref[::-1])
+
+
+def test_copy_from_numpy():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    dst = devtensor.zeros((3, 4), dtype="float64")
+    dst.copy_(a)
+    np.testing.assert_array_equal(arr(dst), a)
+    dst.copy_(a[::-1])  # a negative-stride producer
+    np.testing.assert_array_equal(arr(dst), a[::-1])
+    dst2 = devtensor.zeros((4, 3), dtype="float64")
+    dst2.copy_(a.T)
+    np.testing.assert_array_equal(arr(dst2), a.T)
+    assert a[0, 1] == 1  # source untouched
+
+
+def test_copy_mismatches():
+    dst = devtensor.zeros((3, 4))
+    with pytest.raises(ValueError):
+        dst.copy_(devtensor.zeros((4, 3)))
+    with pytest.raises((TypeError, ValueError)):
+        dst.copy_(devtensor.zeros((3, 4), dtype="int32"))
+    with pytest.raises(TypeError):
+        dst.copy_(object())
+
+
+def test_copy_into_read_only_fails():
+    a = np.zeros(4, dtype=np.float32)
+    a.flags.writeable = False
+    t = devtensor.from_dlpack(a)
+    assert t.read_only
+    with pytest.raises((BufferError, ValueError)):
+        t.copy_(devtensor.ones(4))
+    with pytest.raises((BufferError, ValueError)):
+        t.fill_(1.0)
+    assert not a.any()
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_fill(dtype):
+    t = devtensor.empty((2, 5), dtype=dtype)
+    value = True if dtype == "bool" else 3
+    assert t.fill_(value) is t
+    np.testing.assert_array_equal(arr(t), np.full((2, 5), value, dtype=dtype))
+
+
+def test_fill_view_only():
+    t = devtensor.zeros((3, 4), dtype="int32")
+    t[:, 1::2].fill_(7)
+    expect = np.zeros((3, 4), dtype=np.int32)
+    expect[:, 1::2] = 7
+    np.testing.assert_array_equal(arr(t), expect)
+    t[::-1, 0].fill_(-1)
+    expect[:, 0] = -1
+    np.testing.assert_array_equal(arr(t), expect)
+
+
+def test_fill_complex_and_float():
+    t = devtensor.zeros(3, dtype="complex64")
+    t.fill_(1 - 2j)
+    np.testing.assert_array_equal(arr(t), np.full(3, 1 - 2j, dtype=np.complex64))
+    t = devtensor.zeros(3, dtype="float16")
+    t.fill_(0.5)
+    np.testing.assert_array_equal(arr(t), np.full(3, 0.5, dtype=np.float16))
+
+
+def test_fill_bad_values():
+    with pytest.raises(OverflowError):
+        devtensor.zeros(3, dtype="int8").fill_(200)
+    with pytest.raises(ValueError):
+        devtensor.zeros(3, dtype="int8").fill_(0.5)
+    with pytest.raises(TypeError):
+        devtensor.zeros(3).fill_("x")
+
+
+def test_fill_empty_and_0d():
+    devtensor.zeros((0, 3)).fill_(1.0)
+    t = devtensor.zeros(())
+    t.fill_(4.0)
+    assert arr(t)[()] == 4.0
