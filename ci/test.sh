@@ -9,8 +9,9 @@ VENV=$CACHE/venv
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- system packages: libclang for the bindgen ABI check (only when missing) ------
-if ! compgen -G "/usr/lib/llvm-*/lib/libclang*.so*" >/dev/null \
-   && ! compgen -G "/usr/lib/*/libclang*.so*" >/dev/null; then
+# (libclang-cpp*.so is not the library bindgen loads: match libclang.so / libclang-N.so only.)
+if ! compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null \
+   && ! compgen -G "/usr/lib/*/libclang-[0-9]*.so*" >/dev/null; then
   step "apt-get install libclang-dev"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
