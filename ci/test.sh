@@ -9,9 +9,8 @@ VENV=$CACHE/venv
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- system packages: libclang for the bindgen ABI check (only when missing) ------
-# (libclang-cpp*.so is not the library bindgen loads: match libclang.so / libclang-N.so only.)
-if ! compgen -G "/usr/lib/llvm-*/lib/libclang.so*" >/dev/null \
-   && ! compgen -G "/usr/lib/*/libclang-[0-9]*.so*" >/dev/null; then
+# (libclang-dev brings libclang.so and clang's own headers such as stddef.h.)
+if ! dpkg -s libclang-dev >/dev/null 2>&1; then
   step "apt-get install libclang-dev"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
