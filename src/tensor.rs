@@ -311,6 +311,24 @@ impl Tensor {
         Ok(self.with_layout(shape, strides, self.offset))
     }
 
+    /// A view with explicit `shape`, `strides` (elements) and `offset`
+    /// (elements from the start of the storage), as torch's `as_strided`;
+    /// `Err` when any element would fall outside the storage.
+    pub fn as_strided(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
+        let e = self.dtype.size();
+        let start = offset.checked_mul(e).ok_or(Error::Overflow { what: "view offset" })?;
+        if let Some((lo, hi)) = layout::byte_range(shape, strides, e)? {
+            let lo_abs = (start as isize).checked_add(lo).ok_or(Error::Overflow { what: "view extent" })?;
+            let hi_abs = (start as isize).checked_add(hi).ok_or(Error::Overflow { what: "view extent" })?;
+            if lo_abs < 0 || hi_abs as usize > self.storage.len() {
+                return Err(Error::InvalidLayout("as_strided view reaches outside the storage"));
+            }
+        } else if start > self.storage.len() {
+            return Err(Error::InvalidLayout("as_strided offset is outside the storage"));
+        }
+        Ok(self.with_layout(shape.into(), strides.into(), start))
+    }
+
     /// Inserts a size-1 dimension at `dim` (`-ndim-1 ..= ndim`).
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let d = layout::normalize_dim(dim, self.ndim() + 1)?;

@@ -1,6 +1,12 @@
-//! `devtensor bench`: the strided-copy pattern matrix on the best available device.
+//! `devtensor bench`: the strided-copy pattern matrix on the best available
+//! device (a CUDA GPU when one is usable, else the CPU), as GB/s (read +
+//! write) and % of a same-size memcpy on that device.
+
+use std::time::Duration;
 
 use clap::Args;
+use devtensor::copy::patterns::{self, Pattern};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Options of `devtensor bench`.
 #[derive(Args, Debug)]
@@ -14,8 +20,130 @@ pub struct BenchArgs {
     /// Only patterns whose name contains this text.
     #[arg(long)]
     pub filter: Option<String>,
+    /// Force a device: "cpu" or "cuda:N" (default: the best available).
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
-pub fn run(_args: &BenchArgs) -> devtensor::Result<()> {
+/// One measured row: the copy and the memcpy baseline, in GB/s.
+struct Row {
+    pattern: Pattern,
+    gbps: f64,
+    memcpy_gbps: f64,
+}
+
+fn progress(n: usize, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(n as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
+    let mut matrix = if args.quick { patterns::quick_matrix() } else { patterns::cpu_matrix() };
+    if let Some(f) = &args.filter {
+        matrix.retain(|p| p.name.contains(f.as_str()));
+    }
+    let device = match &args.device {
+        Some(d) => d.parse()?,
+        None if devtensor::backend::cuda_status().is_available() => devtensor::Device::Cuda(0),
+        None => devtensor::Device::Cpu,
+    };
+    let min_time = Duration::from_millis(if args.quick { 100 } else { 400 });
+    let bar = progress(matrix.len(), args.json);
+    let mut rows = Vec::new();
+    for p in &matrix {
+        bar.set_message(p.name.clone());
+        let row = match device {
+            devtensor::Device::Cpu => {
+                let r = patterns::measure_pattern(p, min_time)?;
+                if args.json {
+                    println!("{}", r.to_json());
+                }
+                Row { pattern: p.clone(), gbps: r.copy.gbps, memcpy_gbps: r.memcpy.gbps }
+            }
+            other => gpu::measure(p, other, args.quick)?,
+        };
+        rows.push(row);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    if !args.json {
+        print_table(&device.to_string(), &rows);
+    }
     Ok(())
+}
+
+fn print_table(device: &str, rows: &[Row]) {
+    println!("strided copy on {device}: GB/s = (read + write) bytes / time; memcpy = same-size contiguous copy");
+    println!("{:<40} {:>10} {:>12} {:>9}", "pattern", "GB/s", "memcpy GB/s", "% memcpy");
+    for r in rows {
+        let pct = 100.0 * r.gbps / r.memcpy_gbps;
+        println!("{:<40} {:>10.2} {:>12.2} {:>8.1}%", r.pattern.name, r.gbps, r.memcpy_gbps, pct);
+    }
+}
+
+#[cfg(feature = "cuda")]
+mod gpu {
+    use devtensor::backend::cuda::stream::{CudaEvent, CudaStream};
+    use devtensor::{DType, Device, Tensor};
+
+    use super::{Pattern, Row};
+
+    fn dtype_of(elem: usize) -> devtensor::Result<DType> {
+        Ok(match elem {
+            1 => DType::U8,
+            2 => DType::U16,
+            4 => DType::U32,
+            8 => DType::U64,
+            16 => DType::C128,
+            _ => return Err(devtensor::Error::InvalidLayout("no dtype of this element size")),
+        })
+    }
+
+    /// Average seconds of `f` over enough iterations, timed with events on the
+    /// legacy default stream (where devtensor enqueues its copies).
+    fn time(ordinal: u32, quick: bool, mut f: impl FnMut() -> devtensor::Result<()>) -> devtensor::Result<f64> {
+        let stream = CudaStream::legacy(ordinal);
+        f()?; // warm-up (and kernel compilation)
+        stream.synchronize()?;
+        let (start, end) = (CudaEvent::new(ordinal, true)?, CudaEvent::new(ordinal, true)?);
+        let iters = if quick { 5 } else { 20 };
+        start.record(&stream)?;
+        for _ in 0..iters {
+            f()?;
+        }
+        end.record(&stream)?;
+        end.synchronize()?;
+        Ok(f64::from(start.elapsed_ms(&end)?) / 1e3 / f64::from(iters))
+    }
+
+    pub(super) fn measure(p: &Pattern, device: Device, quick: bool) -> devtensor::Result<Row> {
+        let Device::Cuda(ordinal) = device else {
+            return Err(devtensor::Error::UnsupportedDevice { op: "bench", device });
+        };
+        let dtype = dtype_of(p.elem_size)?;
+        let buf = Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
+        let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
+        let dst = Tensor::empty(&p.shape, dtype, device)?;
+        let secs = time(ordinal, quick, || dst.copy_from(&view))?;
+        let flat_src = Tensor::zeros(&[p.numel()], dtype, device)?;
+        let flat_dst = Tensor::empty(&[p.numel()], dtype, device)?;
+        let base = time(ordinal, quick, || flat_dst.copy_from(&flat_src))?;
+        let bytes = p.bytes_moved() as f64;
+        Ok(Row { pattern: p.clone(), gbps: bytes / secs / 1e9, memcpy_gbps: bytes / base / 1e9 })
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+mod gpu {
+    use super::{Pattern, Row};
+
+    pub(super) fn measure(_p: &Pattern, device: devtensor::Device, _quick: bool) -> devtensor::Result<Row> {
+        Err(devtensor::Error::UnsupportedDevice { op: "bench", device })
+    }
 }

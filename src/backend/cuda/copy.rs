@@ -107,25 +107,31 @@ struct Module {
 fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
     static MODULES: OnceLock<Mutex<HashMap<u32, Module>>> = OnceLock::new();
     let mut modules = MODULES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if !modules.contains_key(&gpu.ordinal) {
-        let (cubin, _) = kernels::module(&gpu.arch)?;
-        gpu.bind()?;
-        let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: `cubin` is a complete cubin image for this GPU's arch, alive
-        // for the call; the module stays loaded for the life of the process.
-        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) })?;
-        let mut funcs = HashMap::new();
-        for &k in kernels::KERNELS {
-            let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
-            let mut f: sys::CUfunction = std::ptr::null_mut();
-            // SAFETY: `module` is loaded; `cname` is a valid C string.
-            check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) })?;
-            funcs.insert(k, f as usize);
-        }
-        modules.insert(gpu.ordinal, Module { funcs });
-    }
-    let f = modules[&gpu.ordinal].funcs.get(name).copied().ok_or(Error::InvalidLayout("unknown kernel"))?;
+    let module = match modules.entry(gpu.ordinal) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(load_module(gpu)?),
+    };
+    let f = module.funcs.get(name).copied().ok_or(Error::InvalidLayout("unknown kernel"))?;
     Ok(f as sys::CUfunction)
+}
+
+/// Loads the cubin for `gpu`'s arch and resolves every kernel of the manifest.
+fn load_module(gpu: &Gpu) -> Result<Module> {
+    let (cubin, _) = kernels::module(&gpu.arch)?;
+    gpu.bind()?;
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `cubin` is a complete cubin image for this GPU's arch, alive
+    // for the call; the module stays loaded for the life of the process.
+    check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) })?;
+    let mut funcs = HashMap::new();
+    for &k in kernels::KERNELS {
+        let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `cname` is a valid C string.
+        check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) })?;
+        funcs.insert(k, f as usize);
+    }
+    Ok(Module { funcs })
 }
 
 /// Launches `name` with the given by-value arguments.
