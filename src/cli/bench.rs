@@ -23,6 +23,17 @@ pub struct BenchArgs {
     /// Force a device: "cpu" or "cuda:N" (default: the best available).
     #[arg(long)]
     pub device: Option<String>,
+    /// Print the patterns (JSON, one per line) without measuring.
+    #[arg(long)]
+    pub list: bool,
+}
+
+/// A pattern as one JSON object (what bench scripts rebuild with as_strided).
+fn pattern_json(p: &Pattern, extra: &str) -> String {
+    format!(
+        "{{\"name\":\"{}\",\"elem_size\":{},\"shape\":{:?},\"src_strides\":{:?},\"src_offset\":{},\"src_alloc_elems\":{}{extra}}}",
+        p.name, p.elem_size, p.shape, p.src_strides, p.src_offset, p.src_alloc_elems
+    )
 }
 
 /// One measured row: the copy and the memcpy baseline, in GB/s.
@@ -53,6 +64,12 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
         None if devtensor::backend::cuda_status().is_available() => devtensor::Device::Cuda(0),
         None => devtensor::Device::Cpu,
     };
+    if args.list {
+        for p in &matrix {
+            println!("{}", pattern_json(p, ""));
+        }
+        return Ok(());
+    }
     let min_time = Duration::from_millis(if args.quick { 100 } else { 400 });
     let bar = progress(matrix.len(), args.json);
     let mut rows = Vec::new();
@@ -61,13 +78,13 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
         let row = match device {
             devtensor::Device::Cpu => {
                 let r = patterns::measure_pattern(p, min_time)?;
-                if args.json {
-                    println!("{}", r.to_json());
-                }
                 Row { pattern: p.clone(), gbps: r.copy.gbps, memcpy_gbps: r.memcpy.gbps }
             }
             other => gpu::measure(p, other, args.quick)?,
         };
+        if args.json {
+            println!("{}", pattern_json(p, &format!(",\"gbps\":{:.4},\"memcpy_gbps\":{:.4}", row.gbps, row.memcpy_gbps)));
+        }
         rows.push(row);
         bar.inc(1);
     }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds what a GPU runner without a Rust toolchain needs, into carry/ (ignored):
+#   carry/nextest-archive.tar.zst  every test binary (cargo nextest archive)
+#   carry/cargo-nextest            the runner for that archive
+#   carry/devtensor                the release CLI (info, bench, kernels)
+#   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.9)
+# Then on the runner: `bash ci/gpu.sh` (it finds carry/ and uses it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p carry/wheels
+cargo nextest archive --release --archive-file carry/nextest-archive.tar.zst
+cp "$(command -v cargo-nextest)" carry/cargo-nextest
+cargo build --release --bin devtensor
+cp target/release/devtensor carry/devtensor
+VENV=${VENV:-$HOME/.cache/devtensor-ci/venv}
+[ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q "maturin>=1.9.4,<2"
+rm -f carry/wheels/*.whl
+"$VENV/bin/maturin" build --release --features python -o carry/wheels
+ls -la carry carry/wheels

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# What a GPU runner runs: the whole GPU suite with DEVTENSOR_REQUIRE_GPU=1,
+# compute-sanitizer memcheck on the Rust GPU tests, the Python GPU tests, then
+# the GPU benchmark; writes bench/results/<date>-<gpu>.md.
+#
+# With cargo on PATH it builds here; without (a runner with no Rust toolchain)
+# it uses carry/ from ci/build_carry.sh: the nextest archive, cargo-nextest,
+# the release CLI and the abi3 wheel.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DEVTENSOR_REQUIRE_GPU=1
+
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+[ -n "$gpu" ] || { echo "ci/gpu.sh: no NVIDIA GPU (nvidia-smi found none)"; exit 1; }
+slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//')
+mkdir -p bench/results
+report="bench/results/$(date -u +%Y-%m-%d)-$slug.md"
+log=$(mktemp -d)
+PY=${PYTHON:-python3}
+
+# NVRTC: the toolkit's, or the one pip installed for torch / cupy.
+if [ -z "${DEVTENSOR_NVRTC:-}" ]; then
+  nvrtc=$($PY - <<'PYEOF' 2>/dev/null
+import glob, os, site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    hits = sorted(glob.glob(os.path.join(d, "nvidia", "**", "libnvrtc.so.1[0-9]*"), recursive=True))
+    if hits:
+        print(os.path.dirname(hits[-1])); sys.exit()
+PYEOF
+)
+  [ -n "$nvrtc" ] && export DEVTENSOR_NVRTC=$nvrtc
+fi
+
+if command -v cargo >/dev/null; then
+  CLI="cargo run --release --quiet --"
+  run_rust_tests() { cargo test --release --no-fail-fast -- --test-threads=4; }
+  gpu_test_bin() { cargo test --release --no-run --test gpu_cuda 2>&1 | grep -o 'target/release/deps/gpu_cuda-[a-z0-9]*' | head -n 1; }
+else
+  CLI="carry/devtensor"
+  run_rust_tests() {
+    carry/cargo-nextest nextest run --archive-file carry/nextest-archive.tar.zst \
+      --workspace-remap . --extract-to "$log/archive" --extract-overwrite --no-fail-fast
+  }
+  gpu_test_bin() { ls "$log"/archive/target/release/deps/gpu_cuda-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
+fi
+
+echo "==> devtensor info";            $CLI info | tee "$log/info.txt"
+echo "==> kernels";                   $CLI kernels --check --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d . | sed 's/^/sm_/')" | tee "$log/kernels.txt"
+echo "==> Rust tests (GPU required)"; run_rust_tests 2>&1 | tee "$log/rust.txt"; rust_rc=${PIPESTATUS[0]}
+
+sanitizer="not available"
+if command -v compute-sanitizer >/dev/null; then
+  bin=$(gpu_test_bin)
+  if [ -n "$bin" ]; then
+    echo "==> compute-sanitizer memcheck $bin"
+    if compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --test-threads=1 >"$log/sanitizer.txt" 2>&1; then
+      sanitizer="clean ($(grep -c '^test .* ok$' "$log/sanitizer.txt") tests)"
+    else
+      sanitizer="FAILED (see the log below)"
+    fi
+  fi
+fi
+
+echo "==> Python tests (GPU required)"
+wheel=$(ls carry/wheels/*.whl 2>/dev/null | head -n 1)
+if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"; else $PY -m pip install -q . ; fi
+$PY -m pytest tests/python -q -rs 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
+[ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure
+
+echo "==> benchmarks"
+$CLI bench 2>&1 | tee "$log/bench.txt"
+bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
+$PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
+$PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
+
+{
+  echo "# GPU run $(date -u +%Y-%m-%dT%H:%MZ) — $gpu"
+  echo
+  echo "- device: $gpu, driver $driver"
+  echo "- Rust tests: $(grep -E '^test result:|Summary' "$log/rust.txt" | tail -n 3 | tr '\n' ' ') (exit $rust_rc)"
+  echo "- Python tests: $(tail -n 1 "$log/python.txt") (exit $py_rc)"
+  echo "- compute-sanitizer memcheck: $sanitizer"
+  echo
+  echo '## devtensor info'; echo '```'; cat "$log/info.txt"; echo '```'
+  echo '## Kernels'; echo '```'; cat "$log/kernels.txt"; echo '```'
+  echo '## Strided copy (devtensor bench)'; echo '```'; cat "$log/bench.txt"; echo '```'
+  echo '## devtensor vs torch (same process)'; cat "$log/peers.txt"
+  echo '## Handoff latency'; cat "$log/handoff.txt"
+  [ -f "$log/sanitizer.txt" ] && { echo '## compute-sanitizer'; echo '```'; tail -n 20 "$log/sanitizer.txt"; echo '```'; }
+} > "$report"
+echo "report: $report"
+[ "$rust_rc" = 0 ] && [ "$py_rc" = 0 ]
