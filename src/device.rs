@@ -147,7 +147,13 @@ mod tests {
             assert_eq!(Device::from_dlpack(d.to_dlpack()).unwrap(), d);
         }
         assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(0));
-        assert_eq!(Device::CudaHost.to_dlpack(), DLDevice { device_type: 3, device_id: 0 });
+        assert_eq!(
+            Device::CudaHost.to_dlpack(),
+            DLDevice {
+                device_type: 3,
+                device_id: 0
+            }
+        );
     }
 
     #[test]
@@ -155,9 +161,15 @@ mod tests {
         for s in ["gpu", "cuda:x", "cpu:1", "cuda:-1", ""] {
             assert!(matches!(s.parse::<Device>(), Err(Error::UnknownDevice(_))), "{s}");
         }
-        let vulkan = DLDevice { device_type: ffi::kDLVulkan, device_id: 0 };
+        let vulkan = DLDevice {
+            device_type: ffi::kDLVulkan,
+            device_id: 0,
+        };
         assert_eq!(Device::from_dlpack(vulkan), Err(DLPackError::UnsupportedDevice(7)));
-        let neg = DLDevice { device_type: ffi::kDLCUDA, device_id: -1 };
+        let neg = DLDevice {
+            device_type: ffi::kDLCUDA,
+            device_id: -1,
+        };
         assert_eq!(Device::from_dlpack(neg), Err(DLPackError::BadDeviceId(-1)));
     }
 }

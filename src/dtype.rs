@@ -177,13 +177,32 @@ mod tests {
     #[test]
     fn unknown_encodings_and_names_are_errors() {
         let bad = [
-            DLDataType { code: 2, bits: 24, lanes: 1 },
-            DLDataType { code: 2, bits: 32, lanes: 4 },
-            DLDataType { code: 99, bits: 8, lanes: 1 },
-            DLDataType { code: ffi::kDLFloat4_e2m1fn, bits: 4, lanes: 1 },
+            DLDataType {
+                code: 2,
+                bits: 24,
+                lanes: 1,
+            },
+            DLDataType {
+                code: 2,
+                bits: 32,
+                lanes: 4,
+            },
+            DLDataType {
+                code: 99,
+                bits: 8,
+                lanes: 1,
+            },
+            DLDataType {
+                code: ffi::kDLFloat4_e2m1fn,
+                bits: 4,
+                lanes: 1,
+            },
         ];
         for dt in bad {
-            assert!(matches!(DType::from_dlpack(dt), Err(Error::UnsupportedDType { .. })), "{dt:?}");
+            assert!(
+                matches!(DType::from_dlpack(dt), Err(Error::UnsupportedDType { .. })),
+                "{dt:?}"
+            );
         }
         assert!(matches!(DType::from_name("float31"), Err(Error::UnknownDTypeName(_))));
     }

@@ -19,13 +19,23 @@ pub enum Error {
         /// Why, and what fixes it.
         reason: String,
     },
-    /// An allocation failed for lack of memory.
-    #[error("out of memory on {device}: requested {requested} bytes")]
+    /// An allocation failed for lack of memory (after a caching pool freed
+    /// what it could). Pool figures are 0 for allocators without a pool.
+    #[error(
+        "out of memory on {device}: requested {requested} bytes \
+         (pool: {reserved} bytes reserved, {allocated} allocated, largest free block {largest_free})"
+    )]
     OutOfMemory {
         /// The device that ran out.
         device: Device,
         /// Bytes asked for.
         requested: usize,
+        /// Bytes the pool holds from the device.
+        reserved: usize,
+        /// Bytes of the pool handed out.
+        allocated: usize,
+        /// The largest free block in the pool.
+        largest_free: usize,
     },
     /// A driver or runtime call returned an error code.
     #[error("{backend} call {call} failed with code {code}: {message}")]

@@ -20,9 +20,13 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
     let n = shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or(Error::Overflow { what: "number of elements" })?;
+        .ok_or(Error::Overflow {
+            what: "number of elements",
+        })?;
     if n > isize::MAX as usize {
-        return Err(Error::Overflow { what: "number of elements" });
+        return Err(Error::Overflow {
+            what: "number of elements",
+        });
     }
     Ok(n)
 }
@@ -146,11 +150,15 @@ pub fn infer_shape(requested: &[isize], numel: usize) -> Result<Shape> {
     let mut shape: Shape = requested.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer_at {
         if known == 0 || numel % known != 0 {
-            return Err(Error::InvalidLayout("shape is incompatible with the number of elements"));
+            return Err(Error::InvalidLayout(
+                "shape is incompatible with the number of elements",
+            ));
         }
         shape[i] = numel / known;
     } else if known != numel {
-        return Err(Error::InvalidLayout("shape is incompatible with the number of elements"));
+        return Err(Error::InvalidLayout(
+            "shape is incompatible with the number of elements",
+        ));
     }
     Ok(shape)
 }

@@ -14,3 +14,8 @@ impl StreamHandle {
     /// CUDA's per-thread default stream (`cudaStreamPerThread`, DLPack value 2).
     pub const CUDA_PER_THREAD: StreamHandle = StreamHandle(2);
 }
+
+/// A raw device event handle (`CUevent` / `hipEvent_t` as an integer), owned
+/// by the allocator that recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EventHandle(pub usize);

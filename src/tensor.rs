@@ -6,11 +6,12 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use crate::alloc::{NDAlloc, default_allocator};
+use crate::alloc::{Allocation, NDAlloc, default_allocator};
+use crate::stream::StreamHandle;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -22,10 +23,12 @@ pub(crate) enum Owner {
     Alloc {
         /// The allocator that made it.
         alloc: Arc<dyn NDAlloc>,
-        /// Requested size.
-        size: usize,
-        /// Requested alignment.
-        align: usize,
+        /// What it handed out.
+        allocation: Allocation,
+        /// The stream it was allocated on.
+        stream: Option<StreamHandle>,
+        /// Other streams the memory was used on (`record_stream`).
+        used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
     },
     /// Memory owned by a DLPack producer; dropping the guard calls its deleter once.
     Foreign {
@@ -51,17 +54,44 @@ unsafe impl Send for Storage {}
 unsafe impl Sync for Storage {}
 
 impl Storage {
-    /// Allocates `size` bytes with `alloc`.
-    pub fn new(alloc: Arc<dyn NDAlloc>, size: usize) -> Result<Storage> {
-        let align = crate::alloc::CPU_ALIGNMENT;
-        let ptr = alloc.allocate(size, align, None)?;
+    /// Allocates `size` bytes with `alloc`, ordered on `stream`.
+    pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+        let allocation = alloc.allocate(size, crate::alloc::CPU_ALIGNMENT, stream)?;
         let device = alloc.device();
-        Ok(Storage { ptr, len: size, device, owner: Owner::Alloc { alloc, size, align } })
+        Ok(Storage {
+            ptr: allocation.ptr,
+            len: size,
+            device,
+            owner: Owner::Alloc { alloc, allocation, stream, used_on: Mutex::new(SmallVec::new()) },
+        })
+    }
+
+    /// Marks the memory as used on `stream` as well (torch's `record_stream`):
+    /// a stream-aware pool will not reuse it elsewhere before that work is done.
+    pub fn record_stream(&self, stream: StreamHandle) {
+        if let Owner::Alloc { stream: own, used_on, .. } = &self.owner
+            && *own != Some(stream)
+        {
+            let mut used = used_on.lock().unwrap_or_else(|p| p.into_inner());
+            if !used.contains(&stream) {
+                used.push(stream);
+            }
+        }
     }
 
     /// Wraps foreign memory (DLPack import).
-    pub(crate) fn foreign(ptr: NonNull<u8>, len: usize, device: Device, owner: crate::dlpack::import::ForeignOwner) -> Storage {
-        Storage { ptr, len, device, owner: Owner::Foreign { _guard: owner } }
+    pub(crate) fn foreign(
+        ptr: NonNull<u8>,
+        len: usize,
+        device: Device,
+        owner: crate::dlpack::import::ForeignOwner,
+    ) -> Storage {
+        Storage {
+            ptr,
+            len,
+            device,
+            owner: Owner::Foreign { _guard: owner },
+        }
     }
 
     /// Start address.
@@ -87,11 +117,18 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        match &self.owner {
-            Owner::Alloc { alloc, size, align } => {
-                // SAFETY: `ptr` came from `alloc.allocate(size, align)` in `Storage::new`
+        match &mut self.owner {
+            Owner::Alloc { alloc, allocation, stream, used_on } => {
+                let used = used_on.get_mut().unwrap_or_else(|p| p.into_inner());
+                // SAFETY: `allocation` came from `alloc.allocate` in `Storage::new`
                 // and this is the only place that frees it.
-                unsafe { alloc.deallocate(self.ptr, *size, *align, None) }
+                unsafe {
+                    if used.is_empty() {
+                        alloc.deallocate(*allocation, *stream)
+                    } else {
+                        alloc.deallocate_after(*allocation, *stream, used)
+                    }
+                }
             }
             Owner::Foreign { .. } => {} // the guard's own Drop calls the deleter
         }
@@ -100,7 +137,11 @@ impl Drop for Storage {
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Storage").field("ptr", &self.ptr).field("len", &self.len).field("device", &self.device).finish()
+        f.debug_struct("Storage")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("device", &self.device)
+            .finish()
     }
 }
 
@@ -139,8 +180,10 @@ impl Tensor {
     /// Uninitialised C-contiguous tensor from a given allocator.
     pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n = layout::numel(shape)?;
-        let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow { what: "allocation size" })?;
-        let storage = Arc::new(Storage::new(alloc, bytes)?);
+        let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow {
+            what: "allocation size",
+        })?;
+        let storage = Arc::new(Storage::new(alloc, bytes, None)?);
         Ok(Tensor {
             storage,
             dtype,
@@ -168,7 +211,10 @@ impl Tensor {
     /// CPU tensor holding a copy of `data`, C-contiguous with `shape`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
         if layout::numel(shape)? != data.len() {
-            return Err(Error::ShapeMismatch { expected: shape.to_vec(), got: vec![data.len()] });
+            return Err(Error::ShapeMismatch {
+                expected: shape.to_vec(),
+                got: vec![data.len()],
+            });
         }
         let t = Tensor::empty(shape, T::DTYPE, Device::Cpu)?;
         // SAFETY: `t` is a fresh contiguous allocation of exactly `size_of_val(data)`
@@ -181,8 +227,22 @@ impl Tensor {
 
     /// Assembles a tensor from parts (used by DLPack import). The caller has
     /// checked that every element lies inside `storage`.
-    pub(crate) fn from_parts(storage: Arc<Storage>, dtype: DType, shape: Shape, strides: Strides, offset: usize, read_only: bool) -> Tensor {
-        Tensor { storage, dtype, shape, strides, offset, read_only }
+    pub(crate) fn from_parts(
+        storage: Arc<Storage>,
+        dtype: DType,
+        shape: Shape,
+        strides: Strides,
+        offset: usize,
+        read_only: bool,
+    ) -> Tensor {
+        Tensor {
+            storage,
+            dtype,
+            shape,
+            strides,
+            offset,
+            read_only,
+        }
     }
 
     // ----- metadata -----------------------------------------------------------------
@@ -250,7 +310,14 @@ impl Tensor {
     // ----- views --------------------------------------------------------------------
 
     fn with_layout(&self, shape: Shape, strides: Strides, offset: usize) -> Tensor {
-        Tensor { storage: self.storage.clone(), dtype: self.dtype, shape, strides, offset, read_only: self.read_only }
+        Tensor {
+            storage: self.storage.clone(),
+            dtype: self.dtype,
+            shape,
+            strides,
+            offset,
+            read_only: self.read_only,
+        }
     }
 
     /// Moves the view's start by `elems` elements of stride `stride` (may be negative).
@@ -268,11 +335,17 @@ impl Tensor {
     pub fn slice(&self, dim: isize, start: Option<isize>, stop: Option<isize>, step: isize) -> Result<Tensor> {
         let d = layout::normalize_dim(dim, self.ndim())?;
         let (first, len) = layout::slice_indices(self.shape[d], start, stop, step)?;
-        let offset = if len == 0 { self.offset } else { self.shifted(first, self.strides[d])? };
+        let offset = if len == 0 {
+            self.offset
+        } else {
+            self.shifted(first, self.strides[d])?
+        };
         let mut shape = self.shape.clone();
         let mut strides = self.strides.clone();
         shape[d] = len;
-        strides[d] = self.strides[d].checked_mul(step).ok_or(Error::Overflow { what: "slice stride" })?;
+        strides[d] = self.strides[d]
+            .checked_mul(step)
+            .ok_or(Error::Overflow { what: "slice stride" })?;
         Ok(self.with_layout(shape, strides, offset))
     }
 
@@ -318,8 +391,12 @@ impl Tensor {
         let e = self.dtype.size();
         let start = offset.checked_mul(e).ok_or(Error::Overflow { what: "view offset" })?;
         if let Some((lo, hi)) = layout::byte_range(shape, strides, e)? {
-            let lo_abs = (start as isize).checked_add(lo).ok_or(Error::Overflow { what: "view extent" })?;
-            let hi_abs = (start as isize).checked_add(hi).ok_or(Error::Overflow { what: "view extent" })?;
+            let lo_abs = (start as isize)
+                .checked_add(lo)
+                .ok_or(Error::Overflow { what: "view extent" })?;
+            let hi_abs = (start as isize)
+                .checked_add(hi)
+                .ok_or(Error::Overflow { what: "view extent" })?;
             if lo_abs < 0 || hi_abs as usize > self.storage.len() {
                 return Err(Error::InvalidLayout("as_strided view reaches outside the storage"));
             }
@@ -333,7 +410,11 @@ impl Tensor {
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
         let d = layout::normalize_dim(dim, self.ndim() + 1)?;
         // The stride of a size-1 dim is never used to address; pick torch's choice.
-        let stride = if d < self.ndim() { (self.shape[d] as isize).saturating_mul(self.strides[d]) } else { 1 };
+        let stride = if d < self.ndim() {
+            (self.shape[d] as isize).saturating_mul(self.strides[d])
+        } else {
+            1
+        };
         let mut t = self.clone();
         t.shape.insert(d, 1);
         t.strides.insert(d, stride);
@@ -373,7 +454,11 @@ impl Tensor {
         let mut out_shape = Shape::new();
         let mut out_strides = Strides::new();
         for (i, &want) in shape.iter().enumerate() {
-            let (have, stride) = if i < lead { (1, 0) } else { (self.shape[i - lead], self.strides[i - lead]) };
+            let (have, stride) = if i < lead {
+                (1, 0)
+            } else {
+                (self.shape[i - lead], self.strides[i - lead])
+            };
             let size = match want {
                 -1 if i >= lead => have,
                 w if w < 0 => return Err(Error::InvalidLayout("expand sizes must be non-negative or -1")),
@@ -386,7 +471,10 @@ impl Tensor {
                 out_shape.push(size);
                 out_strides.push(0);
             } else {
-                return Err(Error::ShapeMismatch { expected: self.shape.to_vec(), got: shape.iter().map(|&s| s.max(0) as usize).collect() });
+                return Err(Error::ShapeMismatch {
+                    expected: self.shape.to_vec(),
+                    got: shape.iter().map(|&s| s.max(0) as usize).collect(),
+                });
             }
         }
         Ok(self.with_layout(out_shape, out_strides, self.offset))
@@ -396,8 +484,9 @@ impl Tensor {
     /// `Err(InvalidLayout)` (torch's `view`).
     pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
         let new_shape = layout::infer_shape(shape, self.numel())?;
-        let strides = layout::view_strides(&self.shape, &self.strides, &new_shape)
-            .ok_or(Error::InvalidLayout("view is not possible with these strides: use reshape"))?;
+        let strides = layout::view_strides(&self.shape, &self.strides, &new_shape).ok_or(Error::InvalidLayout(
+            "view is not possible with these strides: use reshape",
+        ))?;
         Ok(self.with_layout(new_shape, strides, self.offset))
     }
 
@@ -419,7 +508,11 @@ impl Tensor {
 
     /// `self` when already C-contiguous, else a C-contiguous copy.
     pub fn contiguous(&self) -> Result<Tensor> {
-        if self.is_contiguous() { Ok(self.clone()) } else { self.contiguous_copy() }
+        if self.is_contiguous() {
+            Ok(self.clone())
+        } else {
+            self.contiguous_copy()
+        }
     }
 
     /// A fresh, writable, C-contiguous copy on the same device.
@@ -438,10 +531,16 @@ impl Tensor {
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
         self.check_writable()?;
         if self.shape != src.shape {
-            return Err(Error::ShapeMismatch { expected: self.shape.to_vec(), got: src.shape.to_vec() });
+            return Err(Error::ShapeMismatch {
+                expected: self.shape.to_vec(),
+                got: src.shape.to_vec(),
+            });
         }
         if self.dtype != src.dtype {
-            return Err(Error::DTypeMismatch { expected: self.dtype, got: src.dtype });
+            return Err(Error::DTypeMismatch {
+                expected: self.dtype,
+                got: src.dtype,
+            });
         }
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
             return device_copy(self, src);
@@ -487,7 +586,10 @@ impl Tensor {
     /// Writes `value` to every element; its type must match the dtype.
     pub fn fill<T: Element>(&self, value: T) -> Result<()> {
         if T::DTYPE != self.dtype {
-            return Err(Error::DTypeMismatch { expected: self.dtype, got: T::DTYPE });
+            return Err(Error::DTypeMismatch {
+                expected: self.dtype,
+                got: T::DTYPE,
+            });
         }
         // SAFETY: `T` is a plain scalar (Element is only implemented for them), so
         // its bytes may be read.
@@ -498,7 +600,10 @@ impl Tensor {
     /// The elements in C order, copied out.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
-            return Err(Error::DTypeMismatch { expected: self.dtype, got: T::DTYPE });
+            return Err(Error::DTypeMismatch {
+                expected: self.dtype,
+                got: T::DTYPE,
+            });
         }
         if !self.device().is_host_accessible() {
             return self.to(Device::Cpu)?.to_vec();
@@ -532,10 +637,20 @@ impl Tensor {
 /// A copy where at least one side is not host memory: the backend's job.
 fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
     #[cfg(feature = "cuda")]
-    if [dst.device(), src.device()].iter().any(|d| d.backend() == crate::device::Backend::Cuda) {
+    if [dst.device(), src.device()]
+        .iter()
+        .any(|d| d.backend() == crate::device::Backend::Cuda)
+    {
         return crate::backend::cuda::copy::copy_tensor(dst, src);
     }
-    Err(Error::UnsupportedDevice { op: "copy", device: if dst.device().is_host_accessible() { src.device() } else { dst.device() } })
+    Err(Error::UnsupportedDevice {
+        op: "copy",
+        device: if dst.device().is_host_accessible() {
+            src.device()
+        } else {
+            dst.device()
+        },
+    })
 }
 
 /// A fill of device memory: the backend's job.
@@ -545,7 +660,10 @@ fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
         return crate::backend::cuda::copy::fill_tensor(dst, value);
     }
     let _ = value;
-    Err(Error::UnsupportedDevice { op: "fill", device: dst.device() })
+    Err(Error::UnsupportedDevice {
+        op: "fill",
+        device: dst.device(),
+    })
 }
 
 impl fmt::Debug for Tensor {

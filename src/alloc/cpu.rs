@@ -4,7 +4,7 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
-use super::{AllocStats, Counters, NDAlloc};
+use super::{AllocStats, Allocation, Counters, NDAlloc};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::StreamHandle;
@@ -27,8 +27,9 @@ impl CpuAlloc {
     }
 
     fn layout(size: usize, align: usize) -> Result<Layout> {
-        Layout::from_size_align(size, align.max(CPU_ALIGNMENT))
-            .map_err(|_| Error::Overflow { what: "allocation size" })
+        Layout::from_size_align(size, align.max(CPU_ALIGNMENT)).map_err(|_| Error::Overflow {
+            what: "allocation size",
+        })
     }
 }
 
@@ -40,30 +41,38 @@ unsafe impl NDAlloc for CpuAlloc {
         Device::Cpu
     }
 
-    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<NonNull<u8>> {
+    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
         let layout = Self::layout(size, align)?;
-        if size == 0 {
+        let ptr = if size == 0 {
             // A dangling, aligned, non-null address: never dereferenced or freed.
-            return NonNull::new(layout.align() as *mut u8).ok_or(Error::Overflow { what: "alignment" });
-        }
-        // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc(layout) };
-        let ptr = NonNull::new(ptr).ok_or(Error::OutOfMemory { device: Device::Cpu, requested: size })?;
-        COUNTERS.on_alloc(size);
-        Ok(ptr)
+            NonNull::new(layout.align() as *mut u8).ok_or(Error::Overflow { what: "alignment" })?
+        } else {
+            // SAFETY: `layout` has a non-zero size.
+            let ptr = unsafe { std::alloc::alloc(layout) };
+            let ptr = NonNull::new(ptr).ok_or(Error::OutOfMemory {
+                device: Device::Cpu,
+                requested: size,
+                reserved: 0,
+                allocated: 0,
+                largest_free: 0,
+            })?;
+            COUNTERS.on_alloc(size);
+            ptr
+        };
+        Ok(Allocation { ptr, size, align, token: 0 })
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize, _stream: Option<StreamHandle>) {
-        if size == 0 {
+    unsafe fn deallocate(&self, a: Allocation, _stream: Option<StreamHandle>) {
+        if a.size == 0 {
             return;
         }
-        let Ok(layout) = Self::layout(size, align) else {
+        let Ok(layout) = Self::layout(a.size, a.align) else {
             return; // unreachable: the same layout was valid at allocation.
         };
-        // SAFETY: the caller passes a pointer from `allocate` with this size and
-        // alignment, so `layout` is the layout it was allocated with.
-        unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
-        COUNTERS.on_free(size);
+        // SAFETY: the caller passes an allocation from `allocate`, so `layout`
+        // is the layout it was allocated with.
+        unsafe { std::alloc::dealloc(a.ptr.as_ptr(), layout) };
+        COUNTERS.on_free(a.size);
     }
 
     fn stats(&self) -> AllocStats {
@@ -81,13 +90,13 @@ mod tests {
         let a = CpuAlloc;
         let before = a.stats();
         let p = a.allocate(1000, 16, None).unwrap();
-        assert_eq!(p.as_ptr() as usize % CPU_ALIGNMENT, 0);
+        assert_eq!(p.ptr.as_ptr() as usize % CPU_ALIGNMENT, 0);
         let mid = a.stats();
         assert_eq!(mid.live_allocations, before.live_allocations + 1);
         assert_eq!(mid.live_bytes, before.live_bytes + 1000);
         assert!(mid.peak_bytes >= mid.live_bytes);
         // SAFETY: `p` came from `allocate(1000, 16)` above and is freed once.
-        unsafe { a.deallocate(p, 1000, 16, None) };
+        unsafe { a.deallocate(p, None) };
         assert_eq!(a.stats().live_allocations, before.live_allocations);
         assert_eq!(a.stats().live_bytes, before.live_bytes);
     }
@@ -96,10 +105,13 @@ mod tests {
     fn zero_size_and_huge_requests() {
         let a = CpuAlloc;
         let p = a.allocate(0, 64, None).unwrap();
-        assert_eq!(p.as_ptr() as usize % CPU_ALIGNMENT, 0);
+        assert_eq!(p.ptr.as_ptr() as usize % CPU_ALIGNMENT, 0);
         // SAFETY: a zero-size pointer from `allocate` is a no-op to free.
-        unsafe { a.deallocate(p, 0, 64, None) };
-        assert!(matches!(a.allocate(usize::MAX - 10, 64, None), Err(Error::Overflow { .. })));
+        unsafe { a.deallocate(p, None) };
+        assert!(matches!(
+            a.allocate(usize::MAX - 10, 64, None),
+            Err(Error::Overflow { .. })
+        ));
         assert!(matches!(
             a.allocate(isize::MAX as usize / 2, 64, None),
             Err(Error::OutOfMemory { .. })

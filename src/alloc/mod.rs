@@ -1,5 +1,6 @@
 //! Allocators: the [`NDAlloc`] contract and its implementations.
 
+mod caching;
 mod cpu;
 
 use std::fmt;
@@ -7,11 +8,12 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use cpu::{CpuAlloc, CPU_ALIGNMENT};
+pub use caching::{CachingAlloc, MemoryStats, PoolConfig};
+pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
 
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
-use crate::stream::StreamHandle;
+use crate::stream::{EventHandle, StreamHandle};
 
 /// Live-allocation counters of one allocator, as tests and `devtensor info` read them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -25,6 +27,26 @@ pub struct AllocStats {
     /// Allocations made since start.
     pub total_allocations: usize,
 }
+
+/// One allocation handed out by an [`NDAlloc`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation {
+    /// Start of the memory.
+    pub ptr: NonNull<u8>,
+    /// Bytes requested.
+    pub size: usize,
+    /// Alignment requested.
+    pub align: usize,
+    /// Allocator-private identity of the block (a pool's block index), so a
+    /// free needs no global lookup; 0 where unused.
+    pub token: usize,
+}
+
+// SAFETY: an Allocation only describes memory (address, size, identity); the
+// NDAlloc that made it is Send + Sync and may free it from any thread.
+unsafe impl Send for Allocation {}
+// SAFETY: as above; shared references expose only plain values.
+unsafe impl Sync for Allocation {}
 
 /// Lock-free live-allocation counters an allocator embeds.
 #[derive(Debug, Default)]
@@ -86,18 +108,51 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
 
     /// Allocates `size` bytes aligned to `align` (a power of two), ordered on
     /// `stream` where the device has streams (`None`: the device's default).
-    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<NonNull<u8>>;
+    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation>;
 
-    /// Returns memory to the allocator.
+    /// Returns memory to the allocator, ordered on `stream`.
     ///
     /// # Safety
     ///
-    /// `ptr` must come from `allocate` on this allocator with the same `size`
-    /// and `align`, must not have been freed, and must not be used afterwards.
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, align: usize, stream: Option<StreamHandle>);
+    /// `a` must come from `allocate` on this allocator, must not have been
+    /// freed, and its memory must not be used afterwards.
+    unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>);
+
+    /// Returns memory that was also used on `used_on` streams besides the one
+    /// it was allocated on (`record_stream`): a stream-aware pool must not hand
+    /// it to another stream before that work is done. The default frees at once
+    /// (right for allocators whose free synchronises, and for the CPU).
+    ///
+    /// # Safety
+    ///
+    /// As [`NDAlloc::deallocate`].
+    unsafe fn deallocate_after(&self, a: Allocation, stream: Option<StreamHandle>, used_on: &[StreamHandle]) {
+        let _ = used_on;
+        // SAFETY: forwarded from the caller.
+        unsafe { self.deallocate(a, stream) }
+    }
 
     /// Live-allocation counters.
     fn stats(&self) -> AllocStats;
+
+    /// Records an event at the current end of `stream`'s work (`None` for
+    /// devices without streams). Used by pools to order the reuse of memory.
+    fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
+        let _ = stream;
+        Ok(None)
+    }
+
+    /// Makes `stream` (`None`: the default stream) wait on the device for
+    /// `event`; the host does not block.
+    fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
+        let _ = (stream, event);
+        Ok(())
+    }
+
+    /// Releases an event from [`NDAlloc::record_event`].
+    fn release_event(&self, event: EventHandle) {
+        let _ = event;
+    }
 }
 
 /// The allocator devtensor uses for `device` unless told otherwise.
@@ -119,4 +174,36 @@ fn unavailable_reason(backend: Backend) -> String {
         Backend::Cuda => crate::backend::cuda_status().unavailable_reason(),
         Backend::Rocm => crate::backend::rocm_status().unavailable_reason(),
     }
+}
+
+/// Pool figures for `device` (like `torch.cuda.memory_stats`). Memory kinds
+/// without a pool report their live allocations as both allocated and reserved.
+pub fn memory_stats(device: Device) -> Result<MemoryStats> {
+    #[cfg(feature = "cuda")]
+    if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
+        return Ok(p.memory_stats());
+    }
+    let s = default_allocator(device)?.stats();
+    Ok(MemoryStats {
+        allocated: s.live_bytes,
+        reserved: s.live_bytes,
+        peak_allocated: s.peak_bytes,
+        peak_reserved: s.peak_bytes,
+        active_blocks: s.live_allocations,
+        segments: s.live_allocations,
+        alloc_count: s.total_allocations,
+        segment_allocs: s.total_allocations,
+        oom_count: 0,
+    })
+}
+
+/// Returns the cached free memory of `device`'s pool to the device; the bytes
+/// released (0 for memory kinds without a pool).
+pub fn empty_cache(device: Device) -> Result<usize> {
+    #[cfg(feature = "cuda")]
+    if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
+        return Ok(p.empty_cache());
+    }
+    let _ = device;
+    Ok(0)
 }

@@ -58,7 +58,10 @@ pub fn cpu_status() -> BackendStatus {
         versions: vec![("rayon threads", threads.to_string())],
         devices: vec![DeviceInfo {
             ordinal: 0,
-            name: format!("host ({} logical cores)", std::thread::available_parallelism().map_or(1, |n| n.get())),
+            name: format!(
+                "host ({} logical cores)",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
             arch: std::env::consts::ARCH.to_owned(),
             total_memory: 0,
         }],
@@ -98,8 +101,7 @@ pub fn rocm_status() -> &'static BackendStatus {
         unavailable: Some(if cfg!(feature = "rocm") {
             "the HIP runtime backend is not part of this build yet: see the ROCm issue".to_owned()
         } else {
-            "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`"
-                .to_owned()
+            "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`".to_owned()
         }),
     })
 }

@@ -55,7 +55,11 @@ fn progress(n: usize, hidden: bool) -> ProgressBar {
 }
 
 pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
-    let mut matrix = if args.quick { patterns::quick_matrix() } else { patterns::cpu_matrix() };
+    let mut matrix = if args.quick {
+        patterns::quick_matrix()
+    } else {
+        patterns::cpu_matrix()
+    };
     if let Some(f) = &args.filter {
         matrix.retain(|p| p.name.contains(f.as_str()));
     }
@@ -78,12 +82,22 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
         let row = match device {
             devtensor::Device::Cpu => {
                 let r = patterns::measure_pattern(p, min_time)?;
-                Row { pattern: p.clone(), gbps: r.copy.gbps, memcpy_gbps: r.memcpy.gbps }
+                Row {
+                    pattern: p.clone(),
+                    gbps: r.copy.gbps,
+                    memcpy_gbps: r.memcpy.gbps,
+                }
             }
             other => gpu::measure(p, other, args.quick)?,
         };
         if args.json {
-            println!("{}", pattern_json(p, &format!(",\"gbps\":{:.4},\"memcpy_gbps\":{:.4}", row.gbps, row.memcpy_gbps)));
+            println!(
+                "{}",
+                pattern_json(
+                    p,
+                    &format!(",\"gbps\":{:.4},\"memcpy_gbps\":{:.4}", row.gbps, row.memcpy_gbps)
+                )
+            );
         }
         rows.push(row);
         bar.inc(1);
@@ -97,10 +111,16 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
 
 fn print_table(device: &str, rows: &[Row]) {
     println!("strided copy on {device}: GB/s = (read + write) bytes / time; memcpy = same-size contiguous copy");
-    println!("{:<40} {:>10} {:>12} {:>9}", "pattern", "GB/s", "memcpy GB/s", "% memcpy");
+    println!(
+        "{:<40} {:>10} {:>12} {:>9}",
+        "pattern", "GB/s", "memcpy GB/s", "% memcpy"
+    );
     for r in rows {
         let pct = 100.0 * r.gbps / r.memcpy_gbps;
-        println!("{:<40} {:>10.2} {:>12.2} {:>8.1}%", r.pattern.name, r.gbps, r.memcpy_gbps, pct);
+        println!(
+            "{:<40} {:>10.2} {:>12.2} {:>8.1}%",
+            r.pattern.name, r.gbps, r.memcpy_gbps, pct
+        );
     }
 }
 
@@ -152,7 +172,11 @@ mod gpu {
         let flat_dst = Tensor::empty(&[p.numel()], dtype, device)?;
         let base = time(ordinal, quick, || flat_dst.copy_from(&flat_src))?;
         let bytes = p.bytes_moved() as f64;
-        Ok(Row { pattern: p.clone(), gbps: bytes / secs / 1e9, memcpy_gbps: bytes / base / 1e9 })
+        Ok(Row {
+            pattern: p.clone(),
+            gbps: bytes / secs / 1e9,
+            memcpy_gbps: bytes / base / 1e9,
+        })
     }
 }
 

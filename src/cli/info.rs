@@ -13,11 +13,27 @@ fn print_status(s: &BackendStatus) {
         println!("  {lib:<14} {version}");
     }
     for d in &s.devices {
-        let mem = if d.total_memory > 0 { format!(", {}", gib(d.total_memory)) } else { String::new() };
+        let mem = if d.total_memory > 0 {
+            format!(", {}", gib(d.total_memory))
+        } else {
+            String::new()
+        };
         println!("  device {}: {} ({}{mem})", d.ordinal, d.name, d.arch);
     }
     if let Some(reason) = &s.unavailable {
         println!("  reason: {reason}");
+    }
+    if s.backend == devtensor::Backend::Cuda && s.is_available() {
+        let conf = std::env::var("DEVTENSOR_ALLOC_CONF").unwrap_or_else(|_| "defaults".to_owned());
+        println!("  allocator: caching pool for device and pinned memory (DEVTENSOR_ALLOC_CONF: {conf})");
+        for d in &s.devices {
+            if let Ok(m) = devtensor::alloc::memory_stats(devtensor::Device::Cuda(d.ordinal)) {
+                println!(
+                    "  pool cuda:{}: {} allocated, {} reserved, peak {}, {} segments",
+                    d.ordinal, m.allocated, m.reserved, m.peak_reserved, m.segments
+                );
+            }
+        }
     }
 }
 

@@ -18,7 +18,10 @@ pub struct KernelsArgs {
 
 pub fn run(args: &KernelsArgs) -> Result<(), String> {
     if args.backend != "cuda" {
-        return Err(format!("the {} kernel compiler is not part of this build", args.backend));
+        return Err(format!(
+            "the {} kernel compiler is not part of this build",
+            args.backend
+        ));
     }
     #[cfg(feature = "cuda")]
     {
@@ -46,7 +49,11 @@ pub fn run(args: &KernelsArgs) -> Result<(), String> {
                 failed = true;
             }
         }
-        if failed { Err("some kernels are missing from the compiled module".to_owned()) } else { Ok(()) }
+        if failed {
+            Err("some kernels are missing from the compiled module".to_owned())
+        } else {
+            Ok(())
+        }
     }
     #[cfg(not(feature = "cuda"))]
     Err("built without the `cuda` feature".to_owned())

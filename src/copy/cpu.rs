@@ -90,7 +90,10 @@ pub unsafe fn copy_strided(
 ) -> Result<()> {
     for strides in [dst_strides, src_strides] {
         if strides.len() != shape.len() {
-            return Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![strides.len()] });
+            return Err(Error::ShapeMismatch {
+                expected: vec![shape.len()],
+                got: vec![strides.len()],
+            });
         }
     }
     if elem_size > MAX_ELEM {
@@ -111,7 +114,10 @@ pub unsafe fn copy_strided(
         // (byte) dimension; the caller's guarantees carry over unchanged.
         return unsafe { copy_strided(dst, &d2, src, &s2, &shape2, 1) };
     }
-    let bases = BaseAddrs { dst: dst as usize, src: src as usize };
+    let bases = BaseAddrs {
+        dst: dst as usize,
+        src: src as usize,
+    };
     let plan = plan_copy(shape, dst_strides, src_strides, elem_size, bases, PlanOptions::CPU)?;
     if plan.kind == PlanKind::Empty {
         return Ok(());
@@ -153,7 +159,10 @@ pub unsafe fn fill_strided(dst: *mut u8, dst_strides: &[isize], shape: &[usize],
         return Err(Error::InvalidLayout("fill value must be at least one byte"));
     }
     if dst_strides.len() != shape.len() {
-        return Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![dst_strides.len()] });
+        return Err(Error::ShapeMismatch {
+            expected: vec![shape.len()],
+            got: vec![dst_strides.len()],
+        });
     }
     let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
     // SAFETY: a fill is a copy from a fully broadcast source; `value` is valid
@@ -241,7 +250,13 @@ fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
 /// `f(dst_off, src_off, i0, count)` once per piece of a row, with the byte
 /// offsets of the row's element 0. One div/mod per call, none per row.
 #[inline(always)]
-fn for_each_segment(outer: &[PlanDim], inner_len: usize, w0: usize, w1: usize, mut f: impl FnMut(isize, isize, usize, usize)) {
+fn for_each_segment(
+    outer: &[PlanDim],
+    inner_len: usize,
+    w0: usize,
+    w1: usize,
+    mut f: impl FnMut(isize, isize, usize, usize),
+) {
     if w0 >= w1 || inner_len == 0 {
         return;
     }
@@ -286,19 +301,55 @@ fn for_each_segment(outer: &[PlanDim], inner_len: usize, w0: usize, w1: usize, m
 /// `dst`/`src` are the plan's bases of layouts satisfying [`copy_strided`]'s
 /// contract, and the two do not overlap.
 unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    let nt = plan.bytes() >= stream_threshold();
     // SAFETY (for every arm): forwarded from the caller.
     unsafe {
         match plan.kind {
             PlanKind::Empty => {}
-            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes()),
-            PlanKind::Rows => rows(plan, dst, src),
-            PlanKind::Fill if plan.dims[0].dst == plan.elem_size as isize => fill_rows(plan, dst, src),
-            PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src)),
-            PlanKind::Transpose { src_fast } => with_elem!(plan.elem_size, transpose(plan, src_fast, dst, src)),
+            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes(), nt),
+            PlanKind::Rows => rows(plan, dst, src, nt),
+            PlanKind::Fill if plan.dims[0].dst == plan.elem_size as isize => fill_rows(plan, dst, src, nt),
+            PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src, nt)),
+            PlanKind::Transpose { src_fast } => with_elem!(plan.elem_size, transpose(plan, src_fast, dst, src, nt)),
         }
     }
 }
 
+/// Destinations of at least this many bytes are written with non-temporal
+/// (streaming) stores: half the last-level cache (from sysfs, 16 MiB if
+/// unknown), where the copy's source and destination no longer fit in it and
+/// the read-for-ownership of every destination line would cost a third of
+/// the bandwidth. `DEVTENSOR_STREAM_BYTES` overrides it.
+fn stream_threshold() -> usize {
+    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        if let Some(v) = std::env::var("DEVTENSOR_STREAM_BYTES").ok().and_then(|v| v.parse().ok()) {
+            return v;
+        }
+        llc_bytes().map_or(16 << 20, |b| (b / 2).max(1 << 20))
+    })
+}
+
+/// Size of the largest CPU cache, from Linux sysfs.
+fn llc_bytes() -> Option<usize> {
+    let mut best = None;
+    for i in 0..8 {
+        let Ok(s) = std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size")) else {
+            break;
+        };
+        let s = s.trim();
+        let (num, mult) = match s.as_bytes().last() {
+            Some(b'K') => (&s[..s.len() - 1], 1usize << 10),
+            Some(b'M') => (&s[..s.len() - 1], 1 << 20),
+            Some(b'G') => (&s[..s.len() - 1], 1 << 30),
+            _ => (s, 1),
+        };
+        if let Ok(n) = num.parse::<usize>() {
+            best = best.max(Some(n * mult));
+        }
+    }
+    best
+}
 
 #[inline(always)]
 unsafe fn ld<T: Copy>(p: *const u8) -> T {
@@ -312,26 +363,39 @@ unsafe fn st<T: Copy>(p: *mut u8, v: T) {
     unsafe { p.cast::<T>().write_unaligned(v) }
 }
 
-/// Copies `n` bytes; short copies are inlined (overlapping unaligned words).
+/// Makes a task's non-temporal stores globally visible before it ends.
+#[inline(always)]
+fn store_fence(nt: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if nt {
+        // SAFETY: SSE2 is part of the x86-64 baseline; `sfence` has no
+        // memory-safety preconditions.
+        unsafe { std::arch::x86_64::_mm_sfence() }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = nt;
+}
+
+/// Copies fewer than 64 bytes with overlapping unaligned words.
 ///
 /// # Safety
 ///
-/// As `ptr::copy_nonoverlapping(src, dst, n)`.
+/// As `ptr::copy_nonoverlapping(src, dst, n)`, `n < 64`.
 #[inline(always)]
-unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: every access below lies inside `[0, n)` of both ranges.
     unsafe {
-        if n >= 256 {
-            ptr::copy_nonoverlapping(src, dst, n);
+        if n >= 32 {
+            let (a, b) = (ld::<u128>(src), ld::<u128>(src.add(16)));
+            let (c, d) = (ld::<u128>(src.add(n - 32)), ld::<u128>(src.add(n - 16)));
+            st(dst, a);
+            st(dst.add(16), b);
+            st(dst.add(n - 32), c);
+            st(dst.add(n - 16), d);
         } else if n >= 16 {
-            let mut i = 0;
-            while i + 16 <= n {
-                st::<u128>(dst.add(i), ld::<u128>(src.add(i)));
-                i += 16;
-            }
-            if i < n {
-                st::<u128>(dst.add(n - 16), ld::<u128>(src.add(n - 16)));
-            }
+            let (a, b) = (ld::<u128>(src), ld::<u128>(src.add(n - 16)));
+            st(dst, a);
+            st(dst.add(n - 16), b);
         } else if n >= 8 {
             let (a, b) = (ld::<u64>(src), ld::<u64>(src.add(n - 8)));
             st(dst, a);
@@ -350,19 +414,102 @@ unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// Contiguous copy, split across threads in 4 KiB-aligned pieces.
+/// Copies `n` bytes: 64-byte blocks of 16-byte moves (libc's `rep movsb` is
+/// slower on some machines), streaming stores when `nt`.
+///
+/// # Safety
+///
+/// As `ptr::copy_nonoverlapping(src, dst, n)`. With `nt`, the task must call
+/// [`store_fence`] before it ends.
+#[inline(always)]
+unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
+    // SAFETY: every access below lies inside `[0, n)` of both ranges.
+    unsafe {
+        if n < 64 {
+            copy_small(dst, src, n);
+            return;
+        }
+        let mut i = 0;
+        #[cfg(target_arch = "x86_64")]
+        if nt && n >= 256 {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            // Stream whole destination cache lines only: a partial line written
+            // with non-temporal stores costs a read-modify-write in memory.
+            i = (64 - dst as usize % 64) % 64;
+            copy_small(dst, src, i);
+            while i + 64 <= n {
+                let s = src.add(i).cast::<__m128i>();
+                let d = dst.add(i).cast::<__m128i>();
+                let (a, b, c, e) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), e);
+                i += 64;
+            }
+            // The partial last line, with ordinary stores that do not touch the
+            // streamed lines (rewriting a line just streamed is very slow).
+            copy_small(dst.add(i), src.add(i), n - i);
+            return;
+        }
+        while i + 64 <= n {
+            let (a, b) = (ld::<u128>(src.add(i)), ld::<u128>(src.add(i + 16)));
+            let (c, e) = (ld::<u128>(src.add(i + 32)), ld::<u128>(src.add(i + 48)));
+            st(dst.add(i), a);
+            st(dst.add(i + 16), b);
+            st(dst.add(i + 32), c);
+            st(dst.add(i + 48), e);
+            i += 64;
+        }
+        if i < n {
+            // The last (up to 64) bytes, overlapping what was already copied.
+            let t = n - 64;
+            let (a, b) = (ld::<u128>(src.add(t)), ld::<u128>(src.add(t + 16)));
+            let (c, e) = (ld::<u128>(src.add(t + 32)), ld::<u128>(src.add(t + 48)));
+            st(dst.add(t), a);
+            st(dst.add(t + 16), b);
+            st(dst.add(t + 32), c);
+            st(dst.add(t + 48), e);
+        }
+    }
+}
+
+/// A 64-byte aligned, uninitialised staging buffer.
+#[repr(C, align(64))]
+struct Stage(std::mem::MaybeUninit<[u8; STAGE]>);
+
+/// Bytes of a staging buffer (a transpose tile, a gathered run).
+const STAGE: usize = 16 << 10;
+
+impl Stage {
+    #[inline(always)]
+    fn new() -> Self {
+        Stage(std::mem::MaybeUninit::uninit())
+    }
+    #[inline(always)]
+    fn ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr().cast()
+    }
+}
+
+/// Contiguous copy, split across threads in 4 KiB pieces.
 ///
 /// # Safety
 ///
 /// As `ptr::copy_nonoverlapping(src, dst, bytes)`.
-unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize) {
+unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize, nt: bool) {
     const BLK: usize = 4096;
     let (d, s) = (Shared(dst), Shared(src));
-    par_for(bytes.div_ceil(BLK), bytes, |b0, b1| {
-        let lo = b0 * BLK;
-        let hi = (b1 * BLK).min(bytes);
+    // Piece boundaries at 4 KiB-aligned destination addresses.
+    let head = (BLK - dst as usize % BLK) % BLK;
+    let head = if head >= bytes { 0 } else { head };
+    let blocks = 1 + (bytes - head).div_ceil(BLK);
+    par_for(blocks, bytes, |b0, b1| {
+        let at = |b: usize| if b == 0 { 0 } else { (head + (b - 1) * BLK).min(bytes) };
+        let (lo, hi) = (at(b0), at(b1));
         // SAFETY: `[lo, hi)` is inside `[0, bytes)`; tasks get disjoint ranges.
-        unsafe { copy_bytes(d.get().add(lo), s.get().add(lo), hi - lo) }
+        unsafe { copy_run(d.get().add(lo), s.get().add(lo), hi - lo, nt) }
+        store_fence(nt);
     });
 }
 
@@ -371,7 +518,7 @@ unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize) {
 /// # Safety
 ///
 /// As [`execute`].
-unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
     let e = plan.elem_size;
     let len = plan.dims[0].len;
     let outer = &plan.dims[1..];
@@ -380,8 +527,9 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;
             // SAFETY: a piece of one row of the plan, in bounds on both sides.
-            unsafe { copy_bytes(d.get().offset(dof + off), s.get().offset(so + off), n * e) }
+            unsafe { copy_run(d.get().offset(dof + off), s.get().offset(so + off), n * e, nt) }
         });
+        store_fence(nt);
     });
 }
 
@@ -391,7 +539,7 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
 /// # Safety
 ///
 /// As [`execute`]; `src` points at the one source element.
-unsafe fn fill_rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+unsafe fn fill_rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
     const PAT: usize = 4096;
     let e = plan.elem_size;
     let per = PAT / e; // elements per pattern block (e ≤ 16)
@@ -415,38 +563,24 @@ unsafe fn fill_rows(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
                 // SAFETY: `k` elements of a destination row, in bounds; the
                 // pattern holds `per ≥ k` elements.
                 unsafe {
-                    copy_bytes(p, pat.as_ptr(), k * e);
+                    copy_run(p, pat.as_ptr(), k * e, nt);
                     p = p.add(k * e);
                 }
                 left -= k;
             }
         });
+        store_fence(nt);
     });
-}
-
-/// Which innermost loop a general copy runs.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Inner {
-    /// (E, E)
-    Contig,
-    /// (0, E)
-    Bcast,
-    /// (s, E)
-    Gather,
-    /// (E, t)
-    Scatter,
-    /// (s, t)
-    Strided,
 }
 
 /// General copy: odometer over the outer dims, innermost loop specialised on
 /// the strides. When `dims[0]` is short, a longer dim with unit source stride
-/// becomes the inner loop (NCHW → NHWC with C = 3).
+/// becomes the inner loop.
 ///
 /// # Safety
 ///
 /// As [`execute`].
-unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
     let e = size_of::<T>() as isize;
     let mut dims = plan.dims.clone();
     if dims[0].len < 16
@@ -456,57 +590,91 @@ unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
         dims.insert(0, d);
     }
     let d0 = dims[0];
-    let kind = match (d0.src, d0.dst) {
-        (s, t) if s == e && t == e => Inner::Contig,
-        (0, t) if t == e => Inner::Bcast,
-        (_, t) if t == e => Inner::Gather,
-        (s, _) if s == e => Inner::Scatter,
-        _ => Inner::Strided,
-    };
+    let b = plan.bytes();
     // SAFETY: forwarded.
     unsafe {
-        match kind {
-            Inner::Contig => general_k::<T, 0>(&dims, plan.bytes(), dst, src),
-            Inner::Bcast => general_k::<T, 1>(&dims, plan.bytes(), dst, src),
-            Inner::Gather => general_k::<T, 2>(&dims, plan.bytes(), dst, src),
-            Inner::Scatter => general_k::<T, 3>(&dims, plan.bytes(), dst, src),
-            Inner::Strided => general_k::<T, 4>(&dims, plan.bytes(), dst, src),
+        match (d0.src, d0.dst) {
+            (s, t) if s == e && t == e => general_k::<T, CONTIG>(&dims, b, dst, src, nt),
+            (0, t) if t == e => general_k::<T, BCAST>(&dims, b, dst, src, nt),
+            (_, t) if t == e => general_k::<T, GATHER>(&dims, b, dst, src, nt),
+            (s, _) if s == e => general_k::<T, SCATTER>(&dims, b, dst, src, false),
+            _ => general_k::<T, STRIDED>(&dims, b, dst, src, false),
         }
     }
 }
 
+/// Inner loop (E, E).
+const CONTIG: u8 = 0;
+/// Inner loop (0, E).
+const BCAST: u8 = 1;
+/// Inner loop (s, E).
+const GATHER: u8 = 2;
+/// Inner loop (E, t).
+const SCATTER: u8 = 3;
+/// Inner loop (s, t).
+const STRIDED: u8 = 4;
+
 /// # Safety
 ///
 /// As [`execute`], with `dims` a reordering of the plan's dims.
-unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *mut u8, src: *const u8) {
+unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *mut u8, src: *const u8, nt: bool) {
     let e = size_of::<T>();
     let d0 = dims[0];
     let (ss, ds) = (d0.src, d0.dst);
     let outer = &dims[1..];
     let total = d0.len * outer.iter().map(|d| d.len).product::<usize>();
     let (d, s) = (Shared(dst), Shared(src));
+    let chunk = STAGE / e; // elements staged at a time
     par_for(total, bytes, |w0, w1| {
+        let mut stage = Stage::new();
+        let buf = stage.ptr();
         for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
             let i0 = i0 as isize;
             // SAFETY: `n` elements of one row starting at index `i0`; every address
-            // formed is an element of the plan, in bounds on its side.
+            // formed is an element of the plan, in bounds on its side. Staged
+            // pieces hold at most `chunk` elements, inside the buffer.
             unsafe {
                 let dp = d.get().offset(dof + i0 * ds);
                 let sp = s.get().offset(so + i0 * ss);
                 match K {
-                    0 => copy_bytes(dp, sp, n * e),
-                    1 => {
+                    CONTIG => copy_run(dp, sp, n * e, nt),
+                    BCAST if nt => {
+                        let v = ld::<T>(sp);
+                        let m = n.min(chunk);
+                        for i in 0..m {
+                            st(buf.add(i * e), v);
+                        }
+                        let mut i = 0;
+                        while i < n {
+                            let c = (n - i).min(m);
+                            copy_run(dp.add(i * e), buf, c * e, true);
+                            i += c;
+                        }
+                    }
+                    BCAST => {
                         let v = ld::<T>(sp);
                         for i in 0..n {
                             st(dp.add(i * e), v);
                         }
                     }
-                    2 => {
+                    GATHER if nt => {
+                        let mut i = 0;
+                        while i < n {
+                            let c = (n - i).min(chunk);
+                            let spi = sp.offset(i as isize * ss);
+                            for k in 0..c {
+                                st(buf.add(k * e), ld::<T>(spi.offset(k as isize * ss)));
+                            }
+                            copy_run(dp.add(i * e), buf, c * e, true);
+                            i += c;
+                        }
+                    }
+                    GATHER => {
                         for i in 0..n {
                             st(dp.add(i * e), ld::<T>(sp.offset(i as isize * ss)));
                         }
                     }
-                    3 => {
+                    SCATTER => {
                         for i in 0..n {
                             st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
                         }
@@ -520,6 +688,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                 }
             }
         });
+        store_fence(nt);
     });
 }
 
@@ -527,8 +696,6 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 trait Elem: Copy + Send + Sync + 'static {
     /// Edge of the register micro tile.
     const MICRO: usize;
-    /// Edge of the cache tile (a multiple of `MICRO`).
-    const TILE: usize;
 
     /// Transposes one `MICRO × MICRO` block:
     /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i, j < MICRO`.
@@ -553,35 +720,34 @@ trait Elem: Copy + Send + Sync + 'static {
 }
 
 macro_rules! scalar_elem {
-    ($($t:ty => $micro:expr, $tile:expr;)*) => {
+    ($($t:ty => $micro:expr;)*) => {
         $(impl Elem for $t {
             const MICRO: usize = $micro;
-            const TILE: usize = $tile;
         })*
     };
 }
 
 scalar_elem! {
-    [u8; 3] => 4, 64;
-    [u8; 5] => 4, 32;
-    [u8; 6] => 4, 32;
-    [u8; 7] => 4, 32;
-    [u8; 9] => 4, 32;
-    [u8; 10] => 4, 32;
-    [u8; 11] => 4, 32;
-    [u8; 12] => 4, 32;
-    [u8; 13] => 4, 32;
-    [u8; 14] => 4, 32;
-    [u8; 15] => 4, 32;
-    u128 => 4, 16;
+    [u8; 3] => 4;
+    [u8; 5] => 4;
+    [u8; 6] => 4;
+    [u8; 7] => 4;
+    [u8; 9] => 4;
+    [u8; 10] => 4;
+    [u8; 11] => 4;
+    [u8; 12] => 4;
+    [u8; 13] => 4;
+    [u8; 14] => 4;
+    [u8; 15] => 4;
+    u128 => 4;
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 scalar_elem! {
-    u8 => 8, 128;
-    u16 => 8, 64;
-    u32 => 8, 64;
-    u64 => 4, 32;
+    u8 => 8;
+    u16 => 8;
+    u32 => 8;
+    u64 => 4;
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -636,87 +802,173 @@ mod sse {
 
     impl Elem for u8 {
         const MICRO: usize = 16;
-        const TILE: usize = 128;
         #[inline(always)]
         unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
-            unsafe { transpose::<16>(dst, src, sa, db, |a, b| _mm_unpacklo_epi8(a, b), |a, b| _mm_unpackhi_epi8(a, b)) }
+            unsafe {
+                transpose::<16>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi8(a, b),
+                    |a, b| _mm_unpackhi_epi8(a, b),
+                )
+            }
         }
     }
     impl Elem for u16 {
         const MICRO: usize = 8;
-        const TILE: usize = 64;
         #[inline(always)]
         unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
-            unsafe { transpose::<8>(dst, src, sa, db, |a, b| _mm_unpacklo_epi16(a, b), |a, b| _mm_unpackhi_epi16(a, b)) }
+            unsafe {
+                transpose::<8>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi16(a, b),
+                    |a, b| _mm_unpackhi_epi16(a, b),
+                )
+            }
         }
     }
     impl Elem for u32 {
         const MICRO: usize = 4;
-        const TILE: usize = 64;
         #[inline(always)]
         unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
-            unsafe { transpose::<4>(dst, src, sa, db, |a, b| _mm_unpacklo_epi32(a, b), |a, b| _mm_unpackhi_epi32(a, b)) }
+            unsafe {
+                transpose::<4>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi32(a, b),
+                    |a, b| _mm_unpackhi_epi32(a, b),
+                )
+            }
         }
     }
     impl Elem for u64 {
         const MICRO: usize = 2;
-        const TILE: usize = 32;
         #[inline(always)]
         unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
-            unsafe { transpose::<2>(dst, src, sa, db, |a, b| _mm_unpacklo_epi64(a, b), |a, b| _mm_unpackhi_epi64(a, b)) }
+            unsafe {
+                transpose::<2>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi64(a, b),
+                    |a, b| _mm_unpackhi_epi64(a, b),
+                )
+            }
         }
     }
 }
 
 /// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
-/// stride); the other dims are a batch. Tiles (batch-major, then dst row
-/// blocks, then dst column blocks) are split across threads.
+/// stride); the other dims are a batch. Each tile is transposed from the
+/// source into a contiguous staging buffer (no cache-set conflicts between
+/// power-of-two rows) and then written out as contiguous destination runs,
+/// streaming when `nt`. Tiles (batch-major, then dst row blocks, then dst
+/// column blocks) are split across threads.
 ///
 /// # Safety
 ///
 /// As [`execute`].
-unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8) {
+unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt: bool) {
+    let e = size_of::<T>();
+    let m = T::MICRO;
     let a = plan.dims[0];
     let b = plan.dims[k];
     let batch: SmallVec<[PlanDim; INLINE_DIMS]> =
         plan.dims.iter().enumerate().filter(|&(i, _)| i != 0 && i != k).map(|(_, d)| *d).collect();
-    let bi = T::TILE.min(a.len);
-    let bj = T::TILE.min(b.len);
+    // Tile: `TI` destination bytes × `TJ` source bytes (long runs on both sides
+    // keep the hardware prefetchers and the write-combining buffers busy); a
+    // short side is taken whole and the other grows to fill the staging area.
+    let stage_max = tune("SM", 256 << 10);
+    let base_i = (tune("TI", 256) / e / m).max(1) * m;
+    let base_j = (tune("TJ", 2048) / e / m).max(1) * m;
+    let (bi, bj) = if b.len < base_j {
+        let bj = b.len;
+        (a.len.min((stage_max / (bj * e) / m).max(1) * m), bj)
+    } else {
+        let bi = a.len.min(base_i);
+        let cap = if bi < m { stage_max / (bi * e) } else { (stage_max / (bi * e) / m).max(1) * m };
+        (bi, b.len.min(base_j.max(cap.min(base_j))).min(cap.max(m)))
+    };
+    let stage_bytes = bi * bj * e;
     let nbi = a.len.div_ceil(bi);
     let nbj = b.len.div_ceil(bj);
     let per_slice = nbi * nbj;
     let slices: usize = batch.iter().map(|d| d.len).product();
-    let e = size_of::<T>();
     let (sa, db) = (a.src, b.dst);
+    let jfast = tune("JFAST", 0) == 1;
+    let pf = tune("PF", 0);
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
+        let mut stage = Stage::new();
+        let mut heap: Vec<u128> = Vec::new();
+        let buf = if stage_bytes <= STAGE {
+            stage.ptr()
+        } else {
+            heap.reserve_exact(stage_bytes.div_ceil(16));
+            heap.as_mut_ptr().cast::<u8>()
+        };
         for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
             for t in first..first + n {
-                let (jb, ib) = (t / nbi, t % nbi);
+                let (jb, ib) = if jfast { (t % nbj, t / nbj) } else { (t / nbi, t % nbi) };
+                if pf != 0 && t + 1 < first + n {
+                    let tn = t + 1;
+                    let (jn, inn) = if jfast { (tn % nbj, tn / nbj) } else { (tn / nbi, tn % nbi) };
+                    let (i0, j0) = (inn * bi, jn * bj);
+                    let ni = bi.min(a.len - i0);
+                    let nj = bj.min(b.len - j0);
+                    let p0 = s.get().wrapping_offset(so + i0 as isize * sa + (j0 * e) as isize);
+                    for i in 0..ni {
+                        let row = p0.wrapping_offset(i as isize * sa);
+                        let mut c = 0;
+                        while c < nj * e {
+                            #[cfg(target_arch = "x86_64")]
+                            // SAFETY: prefetch never faults.
+                            unsafe {
+                                use std::arch::x86_64::*;
+                                if pf == 1 { _mm_prefetch::<_MM_HINT_T0>(row.add(c).cast()) } else { _mm_prefetch::<_MM_HINT_T1>(row.add(c).cast()) }
+                            }
+                            c += 64;
+                        }
+                    }
+                }
                 let (i0, j0) = (ib * bi, jb * bj);
                 let ni = bi.min(a.len - i0);
                 let nj = bj.min(b.len - j0);
-                // SAFETY: the tile's elements are elements of the plan.
+                let tb = ni * e; // staging row stride
+                // SAFETY: the tile's elements are elements of the plan; the
+                // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes.
                 unsafe {
-                    tile::<T>(
-                        d.get().offset(dof + (i0 * e) as isize + j0 as isize * db),
-                        s.get().offset(so + i0 as isize * sa + (j0 * e) as isize),
-                        ni,
-                        nj,
-                        sa,
-                        db,
-                    );
+                    let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
+                    let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
+                    tile::<T>(buf, st, ni, nj, sa, tb as isize);
+                    if db == tb as isize {
+                        copy_run(dt, buf, tb * nj, nt);
+                    } else {
+                        for j in 0..nj {
+                            copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
+                        }
+                    }
                 }
             }
         });
+        store_fence(nt);
     });
 }
 
-/// One `ni × nj` tile: `dst[i·E + j·db] = src[i·sa + j·E]`.
+/// One `ni × nj` tile: `dst[i·E + j·db] = src[i·sa + j·E]`, micro tiles
+/// row-block by row-block so each source line is consumed while cached.
 ///
 /// # Safety
 ///
@@ -728,22 +980,22 @@ unsafe fn tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
     let (fi, fj) = (ni / m * m, nj / m * m);
     // SAFETY: all offsets below stay within the `ni × nj` tile.
     unsafe {
-        let mut j = 0;
-        while j < fj {
-            let mut i = 0;
-            while i < fi {
+        let mut i = 0;
+        while i < fi {
+            let mut j = 0;
+            while j < fj {
                 T::micro(dst.offset((i * e) as isize + j as isize * db), src.offset(i as isize * sa + (j * e) as isize), sa, db);
-                i += m;
+                j += m;
             }
-            j += m;
-        }
-        if fi < ni {
-            // Bottom strip: i in fi..ni, j in 0..fj.
-            edge::<T>(dst.add(fi * e), src.offset(fi as isize * sa), ni - fi, fj, sa, db);
+            i += m;
         }
         if fj < nj {
-            // Right strip: j in fj..nj, all i.
-            edge::<T>(dst.offset(fj as isize * db), src.add(fj * e), ni, nj - fj, sa, db);
+            // Right strip: j in fj..nj, i in 0..fi.
+            edge::<T>(dst.offset(fj as isize * db), src.add(fj * e), fi, nj - fj, sa, db);
+        }
+        if fi < ni {
+            // Bottom strip: i in fi..ni, all j.
+            edge::<T>(dst.add(fi * e), src.offset(fi as isize * sa), ni - fi, nj, sa, db);
         }
     }
 }
@@ -774,4 +1026,8 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
             }
         }
     }
+}
+
+fn tune(name: &str, def: usize) -> usize {
+    std::env::var(format!("DT_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(def)
 }

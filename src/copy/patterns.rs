@@ -90,7 +90,9 @@ impl Pattern {
     /// destination.
     pub fn prepare(&self) -> Prepared {
         let e = self.elem_size;
-        let src: Vec<u8> = (0..self.src_alloc_elems * e).map(|i| (i.wrapping_mul(131) >> 3) as u8 ^ i as u8).collect();
+        let src: Vec<u8> = (0..self.src_alloc_elems * e)
+            .map(|i| (i.wrapping_mul(131) >> 3) as u8 ^ i as u8)
+            .collect();
         Prepared {
             pattern: self.clone(),
             src,
@@ -120,7 +122,10 @@ impl Pattern {
         let _ = write!(s, "\",\"elem_size\":{},\"shape\":", self.elem_size);
         list(&mut s, &self.shape.iter().map(|x| x.to_string()).collect::<Vec<_>>());
         s.push_str(",\"src_strides\":");
-        list(&mut s, &self.src_strides.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        list(
+            &mut s,
+            &self.src_strides.iter().map(|x| x.to_string()).collect::<Vec<_>>(),
+        );
         let _ = write!(
             s,
             ",\"src_offset\":{},\"src_alloc_elems\":{},\"bytes_moved\":{},\"gbps\":{:.3},\"memcpy_gbps\":{:.3},\"ns\":{:.1},\"median_ns\":{:.1}}}",
@@ -303,7 +308,11 @@ impl PatternResult {
 pub fn measure_pattern(p: &Pattern, min_time: Duration) -> Result<PatternResult> {
     let copy = measure(p, min_time)?;
     let memcpy = measure_memcpy(p.numel() * p.elem_size, min_time)?;
-    Ok(PatternResult { pattern: p.clone(), copy, memcpy })
+    Ok(PatternResult {
+        pattern: p.clone(),
+        copy,
+        memcpy,
+    })
 }
 
 /// The full CPU matrix (sources of 16–64 MiB).
@@ -325,31 +334,91 @@ fn matrix(q: usize) -> Vec<Pattern> {
     let cn = (16 << 20) / (q * q);
     v.push(p(format!("contiguous_f32_{cn}"), 4, &[cn], &[0]));
     // 2. 2-D transposes.
-    for (e, ty, m, n) in [(4, "f32", n4k, n4k), (1, "u8", 2 * n4k, 2 * n4k), (2, "f16", n4k, n4k), (8, "f64", n4k / 2, n4k)] {
+    for (e, ty, m, n) in [
+        (4, "f32", n4k, n4k),
+        (1, "u8", 2 * n4k, 2 * n4k),
+        (2, "f16", n4k, n4k),
+        (8, "f64", n4k / 2, n4k),
+    ] {
         v.push(p(format!("transpose2d_{ty}_{m}x{n}"), e, &[m, n], &[1, 0]));
     }
-    v.push(p(format!("transpose2d_e3_{}x{}", n4k, n4k / 2), 3, &[n4k, n4k / 2], &[1, 0]));
-    v.push(p(format!("transpose2d_f32_{}x{}", n4k + 1, n4k - 1), 4, &[n4k + 1, n4k - 1], &[1, 0]));
+    v.push(p(
+        format!("transpose2d_e3_{}x{}", n4k, n4k / 2),
+        3,
+        &[n4k, n4k / 2],
+        &[1, 0],
+    ));
+    v.push(p(
+        format!("transpose2d_f32_{}x{}", n4k + 1, n4k - 1),
+        4,
+        &[n4k + 1, n4k - 1],
+        &[1, 0],
+    ));
     // 3. Batched last-two transposes.
-    v.push(p(format!("batched_transpose_f32_{}x512x512", 32 / (q * q)), 4, &[32 / (q * q), 512, 512], &[0, 2, 1]));
-    v.push(p(format!("batched_transpose_f16_{}x4096x128", 16 / (q * q)), 2, &[16 / (q * q), 4096, 128], &[0, 2, 1]));
+    v.push(p(
+        format!("batched_transpose_f32_{}x512x512", 32 / (q * q)),
+        4,
+        &[32 / (q * q), 512, 512],
+        &[0, 2, 1],
+    ));
+    v.push(p(
+        format!("batched_transpose_f16_{}x4096x128", 16 / (q * q)),
+        2,
+        &[16 / (q * q), 4096, 128],
+        &[0, 2, 1],
+    ));
     // 4. Attention permute [B,S,H,D] -> [B,H,S,D].
     for d in [64, 128] {
         let b = 8 / q;
         let s = 2048 / q;
         let shape = [b, s, 16, d];
-        v.push(p(format!("attention_permute_f16_{}", dims(&shape)), 2, &shape, &[0, 2, 1, 3]));
+        v.push(p(
+            format!("attention_permute_f16_{}", dims(&shape)),
+            2,
+            &shape,
+            &[0, 2, 1, 3],
+        ));
     }
     // 5. NCHW <-> NHWC.
     let nb = 16 / (q * q);
-    v.push(p(format!("nchw_to_nhwc_f32_{nb}x256x56x56"), 4, &[nb, 256, 56, 56], &[0, 2, 3, 1]));
-    v.push(p(format!("nhwc_to_nchw_f32_{nb}x56x56x256"), 4, &[nb, 56, 56, 256], &[0, 3, 1, 2]));
+    v.push(p(
+        format!("nchw_to_nhwc_f32_{nb}x256x56x56"),
+        4,
+        &[nb, 256, 56, 56],
+        &[0, 2, 3, 1],
+    ));
+    v.push(p(
+        format!("nhwc_to_nchw_f32_{nb}x56x56x256"),
+        4,
+        &[nb, 56, 56, 256],
+        &[0, 3, 1, 2],
+    ));
     let ib = 64 / (q * q);
-    v.push(p(format!("nchw_to_nhwc_f32_{ib}x3x224x224"), 4, &[ib, 3, 224, 224], &[0, 2, 3, 1]));
-    v.push(p(format!("nhwc_to_nchw_f32_{ib}x224x224x3"), 4, &[ib, 224, 224, 3], &[0, 3, 1, 2]));
+    v.push(p(
+        format!("nchw_to_nhwc_f32_{ib}x3x224x224"),
+        4,
+        &[ib, 3, 224, 224],
+        &[0, 2, 3, 1],
+    ));
+    v.push(p(
+        format!("nhwc_to_nchw_f32_{ib}x224x224x3"),
+        4,
+        &[ib, 224, 224, 3],
+        &[0, 3, 1, 2],
+    ));
     let ub = 4 * ib;
-    v.push(p(format!("nhwc_to_nchw_u8_{ub}x224x224x3"), 1, &[ub, 224, 224, 3], &[0, 3, 1, 2]));
-    v.push(p(format!("nchw_to_nhwc_u8_{ub}x3x224x224"), 1, &[ub, 3, 224, 224], &[0, 2, 3, 1]));
+    v.push(p(
+        format!("nhwc_to_nchw_u8_{ub}x224x224x3"),
+        1,
+        &[ub, 224, 224, 3],
+        &[0, 3, 1, 2],
+    ));
+    v.push(p(
+        format!("nchw_to_nhwc_u8_{ub}x3x224x224"),
+        1,
+        &[ub, 3, 224, 224],
+        &[0, 2, 3, 1],
+    ));
     // 6. 3-D / 4-D / 5-D permutations.
     let c = 256 / q;
     for perm in [[2, 1, 0], [2, 0, 1], [1, 0, 2]] {
@@ -358,17 +427,36 @@ fn matrix(q: usize) -> Vec<Pattern> {
     }
     let f = 64 / q;
     for perm in [[1, 2, 0, 3], [3, 0, 2, 1]] {
-        let name = format!("permute4d_{}{}{}{}_f32_{f}x{f}x{f}x{f}", perm[0], perm[1], perm[2], perm[3]);
+        let name = format!(
+            "permute4d_{}{}{}{}_f32_{f}x{f}x{f}x{f}",
+            perm[0], perm[1], perm[2], perm[3]
+        );
         v.push(p(name, 4, &[f, f, f, f], &perm));
     }
     let g = 32 / q;
-    v.push(p(format!("permute5d_43210_f32_{g}x{g}x{g}x{g}x16"), 4, &[g, g, g, g, 16], &[4, 3, 2, 1, 0]));
-    v.push(p(format!("permute5d_03142_f16_{g}x{g}x{g}x{g}x32"), 2, &[g, g, g, g, 32], &[0, 3, 1, 4, 2]));
+    v.push(p(
+        format!("permute5d_43210_f32_{g}x{g}x{g}x{g}x16"),
+        4,
+        &[g, g, g, g, 16],
+        &[4, 3, 2, 1, 0],
+    ));
+    v.push(p(
+        format!("permute5d_03142_f16_{g}x{g}x{g}x{g}x32"),
+        2,
+        &[g, g, g, g, 32],
+        &[0, 3, 1, 4, 2],
+    ));
     // 7. Sliced rows x[:, :k] of f32, row bytes 4/12/64/100/4096.
     for k in [1usize, 3, 16, 25, 1024] {
         let n = 2 * k;
         let m = (8 << 20) / (n * q * q);
-        v.push(Pattern::sliced_rows(format!("sliced_rows_{}B_f32_{m}x{n}", 4 * k), 4, m, n, k));
+        v.push(Pattern::sliced_rows(
+            format!("sliced_rows_{}B_f32_{m}x{n}", 4 * k),
+            4,
+            m,
+            n,
+            k,
+        ));
     }
     // 8. Broadcasts.
     v.push(Pattern {
@@ -456,7 +544,11 @@ mod tests {
                     let ext = (n as isize - 1) * s;
                     if ext < 0 { lo += ext } else { hi += ext }
                 }
-                assert!(lo >= 0 && (hi as usize) < p.src_alloc_elems, "{} does not fit its buffer", p.name);
+                assert!(
+                    lo >= 0 && (hi as usize) < p.src_alloc_elems,
+                    "{} does not fit its buffer",
+                    p.name
+                );
                 assert!(p.numel() > 0, "{}", p.name);
             }
         }
@@ -473,9 +565,20 @@ mod tests {
             assert!(prep.verify(), "{}", p.name);
         }
         let p = &quick_matrix()[0];
-        let r = measure_pattern(&Pattern { shape: vec![64], src_alloc_elems: 64, ..p.clone() }, Duration::ZERO).unwrap();
+        let r = measure_pattern(
+            &Pattern {
+                shape: vec![64],
+                src_alloc_elems: 64,
+                ..p.clone()
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
         let j = r.to_json();
-        assert!(j.starts_with("{\"name\":\"contiguous_f32_") && j.contains("\"shape\":[64]"), "{j}");
+        assert!(
+            j.starts_with("{\"name\":\"contiguous_f32_") && j.contains("\"shape\":[64]"),
+            "{j}"
+        );
         assert!(r.copy.gbps > 0.0 && r.memcpy_pct() > 0.0);
     }
 }

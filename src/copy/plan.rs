@@ -177,7 +177,10 @@ fn check_lengths(shape: &[usize], strides: &[isize]) -> Result<()> {
     if strides.len() == shape.len() {
         Ok(())
     } else {
-        Err(Error::ShapeMismatch { expected: vec![shape.len()], got: vec![strides.len()] })
+        Err(Error::ShapeMismatch {
+            expected: vec![shape.len()],
+            got: vec![strides.len()],
+        })
     }
 }
 
@@ -278,7 +281,10 @@ pub fn broadcast_strides(
     dst_shape: &[usize],
 ) -> Result<SmallVec<[isize; INLINE_DIMS]>> {
     check_lengths(src_shape, src_strides)?;
-    let mismatch = || Error::ShapeMismatch { expected: dst_shape.to_vec(), got: src_shape.to_vec() };
+    let mismatch = || Error::ShapeMismatch {
+        expected: dst_shape.to_vec(),
+        got: src_shape.to_vec(),
+    };
     if src_shape.len() > dst_shape.len() {
         return Err(mismatch());
     }
@@ -427,7 +433,11 @@ pub fn plan_copy(
             if row == w {
                 dims.remove(0);
             } else {
-                dims[0] = PlanDim { len: row / w, src: wi, dst: wi };
+                dims[0] = PlanDim {
+                    len: row / w,
+                    src: wi,
+                    dst: wi,
+                };
             }
             elem = w;
             plan.numel = plan.numel * elem_size / w;
@@ -471,7 +481,14 @@ pub fn plan_fill(
     opts: PlanOptions,
 ) -> Result<CopyPlan> {
     let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
-    plan_copy(shape, dst_strides, &zeros, elem_size, BaseAddrs { dst: dst_addr, src: 0 }, opts)
+    plan_copy(
+        shape,
+        dst_strides,
+        &zeros,
+        elem_size,
+        BaseAddrs { dst: dst_addr, src: 0 },
+        opts,
+    )
 }
 
 #[cfg(test)]
@@ -526,8 +543,22 @@ mod tests {
         let p = plan(&[32, 64], &contiguous(&[32, 64]), &[src[1], src[0]], 4);
         assert_eq!(p.kind, PlanKind::Transpose { src_fast: 1 });
         assert_eq!(p.elem_size, 4);
-        assert_eq!(p.dims[0], PlanDim { len: 64, src: 32 * 4, dst: 4 });
-        assert_eq!(p.dims[1], PlanDim { len: 32, src: 4, dst: 64 * 4 });
+        assert_eq!(
+            p.dims[0],
+            PlanDim {
+                len: 64,
+                src: 32 * 4,
+                dst: 4
+            }
+        );
+        assert_eq!(
+            p.dims[1],
+            PlanDim {
+                len: 32,
+                src: 4,
+                dst: 64 * 4
+            }
+        );
     }
 
     #[test]
@@ -539,7 +570,12 @@ mod tests {
         assert_eq!(p.dims.len(), 3);
         // Extent 3 on the dst-fastest dim is too short to tile (NCHW -> NHWC, C = 3).
         let s = contiguous(&[2, 3, 20, 20]);
-        let p = plan(&[2, 20, 20, 3], &contiguous(&[2, 20, 20, 3]), &permute(&s, &[0, 2, 3, 1]), 4);
+        let p = plan(
+            &[2, 20, 20, 3],
+            &contiguous(&[2, 20, 20, 3]),
+            &permute(&s, &[0, 2, 3, 1]),
+            4,
+        );
         assert_eq!(p.kind, PlanKind::General);
         // H and W coalesce in both operands.
         assert_eq!(p.dims.len(), 3);
@@ -557,7 +593,21 @@ mod tests {
     fn size_one_dims_dropped() {
         let p = plan(&[1, 7, 1, 9, 1], &[999, 9, -5, 1, 0], &[3, 1, 77, 7, 0], 8);
         assert_eq!(p.kind, PlanKind::General);
-        assert_eq!(p.dims.as_slice(), &[PlanDim { len: 9, src: 56, dst: 8 }, PlanDim { len: 7, src: 8, dst: 72 }]);
+        assert_eq!(
+            p.dims.as_slice(),
+            &[
+                PlanDim {
+                    len: 9,
+                    src: 56,
+                    dst: 8
+                },
+                PlanDim {
+                    len: 7,
+                    src: 8,
+                    dst: 72
+                }
+            ]
+        );
     }
 
     #[test]
@@ -568,7 +618,14 @@ mod tests {
         assert_eq!(p.kind, PlanKind::General);
         assert_eq!(p.dst_offset, -36);
         assert_eq!(p.src_offset, 36);
-        assert_eq!(p.dims[0], PlanDim { len: 10, src: -4, dst: 4 });
+        assert_eq!(
+            p.dims[0],
+            PlanDim {
+                len: 10,
+                src: -4,
+                dst: 4
+            }
+        );
         assert_eq!(p.dst_span, (-36, 4));
         // Both reversed: a plain memcpy from the flipped bases.
         let p = plan(&[10], &[-1], &[-1], 4);
@@ -585,11 +642,25 @@ mod tests {
         // [1, N] -> [M, N]: rows copied from the same source row.
         let p = plan(&[30, 40], &contiguous(&[30, 40]), &[0, 1], 4);
         assert_eq!(p.kind, PlanKind::Rows);
-        assert_eq!(p.dims[1], PlanDim { len: 30, src: 0, dst: 160 });
+        assert_eq!(
+            p.dims[1],
+            PlanDim {
+                len: 30,
+                src: 0,
+                dst: 160
+            }
+        );
         // [M, 1] -> [M, N]: a per-row fill.
         let p = plan(&[30, 40], &contiguous(&[30, 40]), &[1, 0], 4);
         assert_eq!(p.kind, PlanKind::General);
-        assert_eq!(p.dims[0], PlanDim { len: 40, src: 0, dst: 4 });
+        assert_eq!(
+            p.dims[0],
+            PlanDim {
+                len: 40,
+                src: 0,
+                dst: 4
+            }
+        );
         let p = plan_fill(&[3, 4], &[4, 1], 2, 0, PlanOptions::CPU).unwrap();
         assert_eq!(p.kind, PlanKind::Fill);
     }
@@ -603,12 +674,26 @@ mod tests {
         assert_eq!(p.kind, PlanKind::Transpose { src_fast: 1 });
         // Misaligned base: the GPU planner refuses, the CPU planner does not care.
         let b = BaseAddrs { dst: 0, src: 2 };
-        let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::GPU)
-            .unwrap();
+        let p = plan_copy(
+            &[32, 64, 2],
+            &contiguous(&[32, 64, 2]),
+            &permute(&s, &[1, 0, 2]),
+            2,
+            b,
+            PlanOptions::GPU,
+        )
+        .unwrap();
         assert_eq!(p.elem_size, 2);
         assert_eq!(p.kind, PlanKind::Rows);
-        let p = plan_copy(&[32, 64, 2], &contiguous(&[32, 64, 2]), &permute(&s, &[1, 0, 2]), 2, b, PlanOptions::CPU)
-            .unwrap();
+        let p = plan_copy(
+            &[32, 64, 2],
+            &contiguous(&[32, 64, 2]),
+            &permute(&s, &[1, 0, 2]),
+            2,
+            b,
+            PlanOptions::CPU,
+        )
+        .unwrap();
         assert_eq!(p.elem_size, 4);
         // Sliced rows of 3 f32: 12-byte elements on the CPU, rows on the GPU.
         let p = plan_copy(&[100, 3], &[3, 1], &[10, 1], 4, BaseAddrs::default(), PlanOptions::CPU).unwrap();
@@ -655,7 +740,14 @@ mod tests {
         assert!(matches!(e, Err(Error::Overflow { .. })));
         let e = plan_copy(&[2], &[isize::MAX / 2], &[1], 4, BaseAddrs::default(), PlanOptions::CPU);
         assert!(matches!(e, Err(Error::Overflow { .. })));
-        let e = plan_copy(&[1 << 40, 1 << 30], &[1 << 30, 1], &[1, 1 << 40], 1, BaseAddrs::default(), PlanOptions::CPU);
+        let e = plan_copy(
+            &[1 << 40, 1 << 30],
+            &[1 << 30, 1],
+            &[1, 1 << 40],
+            1,
+            BaseAddrs::default(),
+            PlanOptions::CPU,
+        );
         assert!(matches!(e, Err(Error::Overflow { .. })));
         assert!(matches!(
             plan_copy(&[2], &[1, 1], &[1], 4, BaseAddrs::default(), PlanOptions::CPU),
@@ -675,8 +767,14 @@ mod tests {
 
     #[test]
     fn broadcast_strides_rules() {
-        assert_eq!(broadcast_strides(&[1, 5], &[5, 1], &[3, 4, 5]).unwrap().as_slice(), &[0, 0, 1]);
-        assert_eq!(broadcast_strides(&[4, 1], &[1, 1], &[4, 6]).unwrap().as_slice(), &[1, 0]);
+        assert_eq!(
+            broadcast_strides(&[1, 5], &[5, 1], &[3, 4, 5]).unwrap().as_slice(),
+            &[0, 0, 1]
+        );
+        assert_eq!(
+            broadcast_strides(&[4, 1], &[1, 1], &[4, 6]).unwrap().as_slice(),
+            &[1, 0]
+        );
         assert!(broadcast_strides(&[3], &[1], &[4]).is_err());
     }
 }

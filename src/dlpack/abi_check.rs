@@ -11,8 +11,7 @@
 #[test]
 fn dlpack_abi_matches_header() {
     // CI sets this: there, a skipped comparison is a failure.
-    let required =
-        std::env::var("DEVTENSOR_REQUIRE_DLPACK_H").is_ok_and(|v| !v.is_empty() && v != "0");
+    let required = std::env::var("DEVTENSOR_REQUIRE_DLPACK_H").is_ok_and(|v| !v.is_empty() && v != "0");
     assert!(
         !required,
         "DEVTENSOR_REQUIRE_DLPACK_H is set but this test binary was built without a dlpack.h: \
@@ -77,9 +76,8 @@ mod with_header {
     impl Report {
         fn same<T: PartialEq + Debug>(&mut self, what: &str, ours: T, header: T) {
             if ours != header {
-                self.mismatches.push(format!(
-                    "{what}: ffi.rs has {ours:?}, dlpack.h has {header:?}"
-                ));
+                self.mismatches
+                    .push(format!("{what}: ffi.rs has {ours:?}, dlpack.h has {header:?}"));
             }
         }
     }
@@ -159,13 +157,7 @@ mod with_header {
         let mut r = Report::default();
 
         check_struct!(r, DLPackVersion { major, minor });
-        check_struct!(
-            r,
-            DLDevice {
-                device_type,
-                device_id
-            }
-        );
+        check_struct!(r, DLDevice { device_type, device_id });
         check_struct!(r, DLDataType { code, bits, lanes });
         check_struct!(
             r,

@@ -36,7 +36,11 @@ pub struct ExportOptions {
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied: false, as_host: false }
+        ExportOptions {
+            minor_version: DLPACK_MINOR_VERSION,
+            is_copied: false,
+            as_host: false,
+        }
     }
 }
 
@@ -51,7 +55,11 @@ struct Exported<M> {
 }
 
 fn describe(t: &Tensor, as_host: bool, shape: &mut [i64], strides: &mut [i64]) -> DLTensor {
-    let device = if as_host && t.device().is_host_accessible() { crate::Device::Cpu } else { t.device() };
+    let device = if as_host && t.device().is_host_accessible() {
+        crate::Device::Cpu
+    } else {
+        t.device()
+    };
     DLTensor {
         // The view offset goes into `data`, `byte_offset` stays 0: older
         // consumers (torch before 2.x) ignored `byte_offset`.

@@ -190,9 +190,8 @@ pub type DLPackManagedTensorAllocator = Option<
 >;
 
 /// `DLPackManagedTensorFromPyObjectNoSync`.
-pub type DLPackManagedTensorFromPyObjectNoSync = Option<
-    unsafe extern "C" fn(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int,
->;
+pub type DLPackManagedTensorFromPyObjectNoSync =
+    Option<unsafe extern "C" fn(py_object: *mut c_void, out: *mut *mut DLManagedTensorVersioned) -> c_int>;
 
 /// `DLPackDLTensorFromPyObjectNoSync`.
 pub type DLPackDLTensorFromPyObjectNoSync =
@@ -200,17 +199,12 @@ pub type DLPackDLTensorFromPyObjectNoSync =
 
 /// `DLPackCurrentWorkStream`.
 pub type DLPackCurrentWorkStream = Option<
-    unsafe extern "C" fn(
-        device_type: DLDeviceType,
-        device_id: i32,
-        out_current_stream: *mut *mut c_void,
-    ) -> c_int,
+    unsafe extern "C" fn(device_type: DLDeviceType, device_id: i32, out_current_stream: *mut *mut c_void) -> c_int,
 >;
 
 /// `DLPackManagedTensorToPyObjectNoSync`.
-pub type DLPackManagedTensorToPyObjectNoSync = Option<
-    unsafe extern "C" fn(tensor: *mut DLManagedTensorVersioned, out_py_object: *mut *mut c_void) -> c_int,
->;
+pub type DLPackManagedTensorToPyObjectNoSync =
+    Option<unsafe extern "C" fn(tensor: *mut DLManagedTensorVersioned, out_py_object: *mut *mut c_void) -> c_int>;
 
 /// `DLPackExchangeAPIHeader`.
 #[repr(C)]

@@ -134,8 +134,11 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
             if dl.data.is_null() {
                 return Err(DLPackError::NullData(numel).into());
             }
-            let start = base.checked_add_signed(lo).ok_or(Error::Overflow { what: "view extent" })?;
-            base.checked_add_signed(hi).ok_or(Error::Overflow { what: "view extent" })?;
+            let start = base
+                .checked_add_signed(lo)
+                .ok_or(Error::Overflow { what: "view extent" })?;
+            base.checked_add_signed(hi)
+                .ok_or(Error::Overflow { what: "view extent" })?;
             (start, (hi - lo) as usize, lo.unsigned_abs())
         }
     };

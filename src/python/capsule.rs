@@ -77,7 +77,9 @@ pub(crate) fn legacy<'py>(py: Python<'py>, m: *mut DLManagedTensor) -> PyResult<
 /// Consumes a DLPack capsule: validates the name, takes the pointer, renames
 /// it to `used_*`, then imports (the deleter runs exactly once from here on).
 pub(crate) fn consume(obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let cap = obj.cast::<PyCapsule>().map_err(|_| PyTypeError::new_err("expected a DLPack PyCapsule"))?;
+    let cap = obj
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("expected a DLPack PyCapsule"))?;
     let raw = cap.as_ptr();
     // SAFETY: `raw` is a live capsule (we hold a reference) and the GIL is held.
     unsafe {
@@ -95,9 +97,13 @@ pub(crate) fn consume(obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
             }
             return crate::dlpack::from_dlpack_legacy(m).map_err(to_py);
         }
-        if ffi::PyCapsule_IsValid(raw, USED_VERSIONED.as_ptr()) == 1 || ffi::PyCapsule_IsValid(raw, USED_LEGACY.as_ptr()) == 1 {
+        if ffi::PyCapsule_IsValid(raw, USED_VERSIONED.as_ptr()) == 1
+            || ffi::PyCapsule_IsValid(raw, USED_LEGACY.as_ptr()) == 1
+        {
             return Err(PyValueError::new_err("this DLPack capsule was already consumed"));
         }
     }
-    Err(PyTypeError::new_err("expected a PyCapsule named \"dltensor\" or \"dltensor_versioned\""))
+    Err(PyTypeError::new_err(
+        "expected a PyCapsule named \"dltensor\" or \"dltensor_versioned\"",
+    ))
 }

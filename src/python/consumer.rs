@@ -114,7 +114,10 @@ fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
 /// as torch refuses to export a tensor of another device than the current one).
 fn make_current(id: i32) {
     #[cfg(feature = "cuda")]
-    if let Ok(gpu) = u32::try_from(id).map_err(|_| ()).and_then(|i| crate::backend::cuda::context::device(i).map_err(|_| ())) {
+    if let Ok(gpu) = u32::try_from(id)
+        .map_err(|_| ())
+        .and_then(|i| crate::backend::cuda::context::device(i).map_err(|_| ()))
+    {
         let _ = gpu.bind();
     }
     let _ = id;
@@ -126,9 +129,19 @@ fn finish(t: Tensor, device: Option<Device>, copy: Option<bool>) -> PyResult<Ten
     if wrong_device {
         let d = device.unwrap_or_default();
         if copy == Some(false) {
-            return Err(PyBufferError::new_err(format!("moving {} to {d} needs a copy, but copy=False", t.device())));
+            return Err(PyBufferError::new_err(format!(
+                "moving {} to {d} needs a copy, but copy=False",
+                t.device()
+            )));
         }
-        return Err(to_py(crate::Error::UnsupportedDevice { op: "from_dlpack to another device", device: d }));
+        return Err(to_py(crate::Error::UnsupportedDevice {
+            op: "from_dlpack to another device",
+            device: d,
+        }));
     }
-    if copy == Some(true) { t.contiguous_copy().map_err(to_py) } else { Ok(t) }
+    if copy == Some(true) {
+        t.contiguous_copy().map_err(to_py)
+    } else {
+        Ok(t)
+    }
 }

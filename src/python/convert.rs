@@ -129,7 +129,11 @@ pub(crate) fn scalar_bytes(value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<V
                 Err(_) => (as_f64()?, 0.0),
             };
             match dtype {
-                DType::C32 => [half::f16::from_f64(re).to_ne_bytes(), half::f16::from_f64(im).to_ne_bytes()].concat(),
+                DType::C32 => [
+                    half::f16::from_f64(re).to_ne_bytes(),
+                    half::f16::from_f64(im).to_ne_bytes(),
+                ]
+                .concat(),
                 DType::C64 => [(re as f32).to_ne_bytes(), (im as f32).to_ne_bytes()].concat(),
                 _ => [re.to_ne_bytes(), im.to_ne_bytes()].concat(),
             }

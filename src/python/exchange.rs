@@ -31,7 +31,10 @@ unsafe impl Sync for StaticApi {}
 
 static API: StaticApi = StaticApi(DLPackExchangeAPI {
     header: DLPackExchangeAPIHeader {
-        version: DLPackVersion { major: DLPACK_MAJOR_VERSION, minor: DLPACK_MINOR_VERSION },
+        version: DLPackVersion {
+            major: DLPACK_MAJOR_VERSION,
+            minor: DLPACK_MINOR_VERSION,
+        },
         prev_api: ptr::null_mut(),
     },
     managed_tensor_allocator: Some(allocator),
@@ -134,7 +137,8 @@ fn our_tensor<'py>(py: Python<'py>, obj: *mut c_void) -> PyResult<Bound<'py, PyT
     }
     // SAFETY: the caller passes a live PyObject* it holds a reference to.
     let any = unsafe { Bound::from_borrowed_ptr(py, obj.cast::<pyffi::PyObject>()) };
-    any.cast_into::<PyTensor>().map_err(|_| PyTypeError::new_err("not a devtensor.Tensor"))
+    any.cast_into::<PyTensor>()
+        .map_err(|_| PyTypeError::new_err("not a devtensor.Tensor"))
 }
 
 /// `DLPackManagedTensorFromPyObjectNoSync`: an owning export of our tensor.
@@ -205,7 +209,10 @@ unsafe extern "C" fn current_work_stream(_device_type: DLDeviceType, _device_id:
 
 /// The exchange API of `x`'s type, when it has a usable v1 table.
 pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
-    let attr = x.get_type().getattr(pyo3::intern!(x.py(), "__dlpack_c_exchange_api__")).ok()?;
+    let attr = x
+        .get_type()
+        .getattr(pyo3::intern!(x.py(), "__dlpack_c_exchange_api__"))
+        .ok()?;
     let cap = attr.cast::<PyCapsule>().ok()?;
     // SAFETY: a capsule with this name points at a DLPackExchangeAPI that lives
     // as long as the producer's type (in practice the process), per the header.

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 
 use crate::dtype::DType;
 use crate::tensor::Tensor;
-use convert::{DeviceArg, DTypeArg, ShapeArg, scalar_bytes};
+use convert::{DTypeArg, DeviceArg, ShapeArg, scalar_bytes};
 use errors::to_py;
 pub use tensor::PyTensor;
 
@@ -29,7 +29,13 @@ fn empty(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Optio
     Ok(PyTensor::from(t))
 }
 
-fn filled(py: Python<'_>, shape: ShapeArg, value: &Bound<'_, PyAny>, dtype: DType, device: DeviceArg) -> PyResult<PyTensor> {
+fn filled(
+    py: Python<'_>,
+    shape: ShapeArg,
+    value: &Bound<'_, PyAny>,
+    dtype: DType,
+    device: DeviceArg,
+) -> PyResult<PyTensor> {
     let bytes = scalar_bytes(value, dtype)?;
     let t = py
         .detach(|| {
@@ -46,7 +52,13 @@ fn filled(py: Python<'_>, shape: ShapeArg, value: &Bound<'_, PyAny>, dtype: DTyp
 #[pyo3(signature = (shape, dtype = None, device = None))]
 fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let zero = 0i64.into_pyobject(py)?.into_any();
-    filled(py, shape, &zero, dtype.map_or(DType::F32, |d| d.0), device.unwrap_or_default())
+    filled(
+        py,
+        shape,
+        &zero,
+        dtype.map_or(DType::F32, |d| d.0),
+        device.unwrap_or_default(),
+    )
 }
 
 /// `ones(shape, dtype="float32", device="cpu")`.
@@ -54,7 +66,13 @@ fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Optio
 #[pyo3(signature = (shape, dtype = None, device = None))]
 fn ones(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let one = 1i64.into_pyobject(py)?.into_any();
-    filled(py, shape, &one, dtype.map_or(DType::F32, |d| d.0), device.unwrap_or_default())
+    filled(
+        py,
+        shape,
+        &one,
+        dtype.map_or(DType::F32, |d| d.0),
+        device.unwrap_or_default(),
+    )
 }
 
 /// `full(shape, fill_value, dtype=None, device="cpu")`: the dtype defaults to
@@ -95,16 +113,53 @@ fn _live_cpu_allocations() -> usize {
     crate::alloc::CpuAlloc.stats().live_allocations
 }
 
+/// `memory_stats(device="cpu")`: the pool's figures as a dict.
+#[pyfunction]
+#[pyo3(signature = (device = None))]
+fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+    let s = crate::alloc::memory_stats(device.unwrap_or_default().0).map_err(to_py)?;
+    let d = pyo3::types::PyDict::new(py);
+    for (k, v) in [
+        ("allocated_bytes", s.allocated),
+        ("reserved_bytes", s.reserved),
+        ("peak_allocated_bytes", s.peak_allocated),
+        ("peak_reserved_bytes", s.peak_reserved),
+        ("active_blocks", s.active_blocks),
+        ("segments", s.segments),
+        ("alloc_count", s.alloc_count),
+        ("segment_allocs", s.segment_allocs),
+        ("oom_count", s.oom_count),
+    ] {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// `empty_cache(device="cpu")`: returns cached free memory to the device; the bytes released.
+#[pyfunction]
+#[pyo3(signature = (device = None))]
+fn empty_cache(device: Option<DeviceArg>) -> PyResult<usize> {
+    crate::alloc::empty_cache(device.unwrap_or_default().0).map_err(to_py)
+}
+
 #[pymodule]
 fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("DLPACK_VERSION", (crate::dlpack::ffi::DLPACK_MAJOR_VERSION, crate::dlpack::ffi::DLPACK_MINOR_VERSION))?;
+    m.add(
+        "DLPACK_VERSION",
+        (
+            crate::dlpack::ffi::DLPACK_MAJOR_VERSION,
+            crate::dlpack::ffi::DLPACK_MINOR_VERSION,
+        ),
+    )?;
     m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;
     m.add_function(wrap_pyfunction!(full, m)?)?;
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
     Ok(())

@@ -60,9 +60,9 @@ fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<O
         Device::Cuda(_) | Device::CudaManaged(_) if s == 0 => Err(PyValueError::new_err(
             "stream 0 is ambiguous on CUDA: use 1 (legacy default) or 2 (per-thread default)",
         )),
-        Device::Rocm(_) if s == 1 || s == 2 => {
-            Err(PyValueError::new_err(format!("stream {s} is not valid on ROCm (use None or 0 for the default)")))
-        }
+        Device::Rocm(_) if s == 1 || s == 2 => Err(PyValueError::new_err(format!(
+            "stream {s} is not valid on ROCm (use None or 0 for the default)"
+        ))),
         _ => Ok(Some(s)),
     }
 }
@@ -146,7 +146,11 @@ impl PyTensor {
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.inner.shape().first().copied().ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
+        self.inner
+            .shape()
+            .first()
+            .copied()
+            .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
     }
 
     fn __repr__(&self) -> String {
@@ -170,7 +174,9 @@ impl PyTensor {
         let consuming = items.iter().filter(|k| is_index(k)).count();
         let ellipses = items.iter().filter(|k| k.is_instance_of::<PyEllipsis>()).count();
         if ellipses > 1 {
-            return Err(PyIndexError::new_err("an index can only have a single ellipsis ('...')"));
+            return Err(PyIndexError::new_err(
+                "an index can only have a single ellipsis ('...')",
+            ));
         }
         let ndim = self.inner.ndim();
         if consuming > ndim {
@@ -254,7 +260,10 @@ impl PyTensor {
         if t.device() == device.0 {
             return Ok(slf);
         }
-        Err(to_py(crate::Error::UnsupportedDevice { op: "to (cross-device copy)", device: device.0 }))
+        Err(to_py(crate::Error::UnsupportedDevice {
+            op: "to (cross-device copy)",
+            device: device.0,
+        }))
     }
 
     /// `(device_type, device_id)` as DLPack spells them.
@@ -304,7 +313,9 @@ impl PyTensor {
                 }
                 to_host = true;
             } else {
-                return Err(PyBufferError::new_err(format!("cannot export a {device} tensor to device ({ty}, {id})")));
+                return Err(PyBufferError::new_err(format!(
+                    "cannot export a {device} tensor to device ({ty}, {id})"
+                )));
             }
         }
         let (tensor, is_copied) = if to_host {
@@ -315,11 +326,22 @@ impl PyTensor {
             (self.inner.clone(), false)
         };
         order_for_consumer(device, stream, as_host_view)?;
-        let opts = ExportOptions { minor_version: DLPACK_MINOR_VERSION, is_copied, as_host: as_host_view };
+        let opts = ExportOptions {
+            minor_version: DLPACK_MINOR_VERSION,
+            is_copied,
+            as_host: as_host_view,
+        };
         match version {
             Some((major, minor)) if major >= 1 => {
-                let minor = if major == 1 { minor.min(DLPACK_MINOR_VERSION) } else { DLPACK_MINOR_VERSION };
-                let m = tensor.to_dlpack_versioned(ExportOptions { minor_version: minor, ..opts });
+                let minor = if major == 1 {
+                    minor.min(DLPACK_MINOR_VERSION)
+                } else {
+                    DLPACK_MINOR_VERSION
+                };
+                let m = tensor.to_dlpack_versioned(ExportOptions {
+                    minor_version: minor,
+                    ..opts
+                });
                 capsule::versioned(py, m)
             }
             _ => {

@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::sys;
 
 use super::context::{Gpu, check, check_alloc, device};
-use crate::alloc::{AllocStats, Counters, NDAlloc};
+use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
 use crate::device::Device;
 use crate::error::Result;
-use crate::stream::StreamHandle;
+use crate::stream::{EventHandle, StreamHandle};
 
 /// Which CUDA memory an allocator hands out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,9 @@ impl CudaAlloc {
             gpu.bind()?;
             let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
             // SAFETY: `gpu.dev` is a valid device; `pool` a valid out-pointer.
-            check("cuDeviceGetDefaultMemPool", unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, gpu.dev) })?;
+            check("cuDeviceGetDefaultMemPool", unsafe {
+                sys::cuDeviceGetDefaultMemPool(&mut pool, gpu.dev)
+            })?;
             let mut threshold = u64::MAX;
             // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` outlives the call.
             check("cuMemPoolSetAttribute", unsafe {
@@ -57,7 +59,11 @@ impl CudaAlloc {
                 )
             })?;
         }
-        Ok(CudaAlloc { gpu, memory, counters: Counters::new() })
+        Ok(CudaAlloc {
+            gpu,
+            memory,
+            counters: Counters::new(),
+        })
     }
 
     /// The memory kind.
@@ -82,12 +88,15 @@ unsafe impl NDAlloc for CudaAlloc {
         }
     }
 
-    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<NonNull<u8>> {
+    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
         if size == 0 {
-            return NonNull::new(256usize.max(align) as *mut u8).ok_or(crate::Error::Overflow { what: "alignment" });
+            let ptr = NonNull::new(256usize.max(align) as *mut u8).ok_or(crate::Error::Overflow { what: "alignment" })?;
+            return Ok(Allocation { ptr, size, align, token: 0 });
         }
         if align > 256 {
-            return Err(crate::Error::InvalidLayout("CUDA allocations are aligned to 256 bytes at most"));
+            return Err(crate::Error::InvalidLayout(
+                "CUDA allocations are aligned to 256 bytes at most",
+            ));
         }
         self.gpu.bind()?;
         let dev = self.device();
@@ -113,15 +122,23 @@ unsafe impl NDAlloc for CudaAlloc {
                 p as usize
             }
         };
+        let ptr = NonNull::new(addr as *mut u8).ok_or(crate::Error::OutOfMemory {
+            device: dev,
+            requested: size,
+            reserved: 0,
+            allocated: 0,
+            largest_free: 0,
+        })?;
         self.counters.on_alloc(size);
-        NonNull::new(addr as *mut u8).ok_or(crate::Error::OutOfMemory { device: dev, requested: size })
+        Ok(Allocation { ptr, size, align, token: 0 })
     }
 
-    unsafe fn deallocate(&self, ptr: NonNull<u8>, size: usize, _align: usize, stream: Option<StreamHandle>) {
+    unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>) {
+        let size = a.size;
         if size == 0 || self.gpu.bind().is_err() {
             return;
         }
-        let p = ptr.as_ptr() as usize;
+        let p = a.ptr.as_ptr() as usize;
         // SAFETY: the caller passes a pointer from `allocate` of this allocator,
         // freed once, with the matching free call. Errors cannot be reported from
         // a drop; the driver only fails here when the context is already gone.
@@ -138,23 +155,75 @@ unsafe impl NDAlloc for CudaAlloc {
     fn stats(&self) -> AllocStats {
         self.counters.stats()
     }
+
+    fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
+        self.gpu.bind()?;
+        let mut ev: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: valid out-pointer; the GPU's context is current.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut ev, flags) })?;
+        // SAFETY: `ev` was just created; `stream` is a live stream of this context.
+        if let Err(e) = check("cuEventRecord", unsafe { sys::cuEventRecord(ev, stream.0 as sys::CUstream) }) {
+            // SAFETY: destroying the event we created.
+            unsafe { sys::cuEventDestroy_v2(ev) };
+            return Err(e);
+        }
+        Ok(Some(EventHandle(ev as usize)))
+    }
+
+    fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
+        self.gpu.bind()?;
+        // SAFETY: `event` came from `record_event` and is not yet released.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(raw_stream(stream), event.0 as sys::CUevent, 0)
+        })
+    }
+
+    fn release_event(&self, event: EventHandle) {
+        // SAFETY: released once; CUDA defers the release while work is pending.
+        let _ = unsafe { sys::cuEventDestroy_v2(event.0 as sys::CUevent) };
+    }
 }
 
-/// The shared default allocator for a CUDA memory kind (device memory is
-/// synchronous `cuMemAlloc` until the caching pool takes over).
+/// The caching pool over device memory of a GPU, or over pinned host memory.
+pub type CudaPool = CachingAlloc<CudaAlloc>;
+
+/// The shared default allocator for a CUDA memory kind: the caching pool for
+/// device and pinned memory (unless `DEVTENSOR_ALLOC_CONF=disable:1`), raw
+/// `cuMemAllocManaged` for managed memory.
 pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
-    let (ordinal, memory) = match device {
-        Device::Cuda(i) => (i, CudaMemory::Device),
-        Device::CudaManaged(i) => (i, CudaMemory::Managed),
-        Device::CudaHost => (0, CudaMemory::PinnedHost),
-        other => return Err(crate::Error::UnsupportedDevice { op: "CUDA allocation", device: other }),
-    };
     static SHARED: OnceLock<Mutex<HashMap<Device, Arc<dyn NDAlloc>>>> = OnceLock::new();
     let mut map = SHARED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(a) = map.get(&device) {
         return Ok(a.clone());
     }
-    let a: Arc<dyn NDAlloc> = Arc::new(CudaAlloc::new(ordinal, memory)?);
+    let a: Arc<dyn NDAlloc> = match (device, pool(device)) {
+        (_, Ok(Some(p))) => p,
+        (Device::CudaManaged(i), _) => Arc::new(CudaAlloc::new(i, CudaMemory::Managed)?),
+        (Device::Cuda(i), Ok(None)) => Arc::new(CudaAlloc::new(i, CudaMemory::Device)?),
+        (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::new(0, CudaMemory::PinnedHost)?),
+        (_, Err(e)) => return Err(e),
+        (other, _) => return Err(crate::Error::UnsupportedDevice { op: "CUDA allocation", device: other }),
+    };
     map.insert(device, a.clone());
     Ok(a)
+}
+
+/// The caching pool of `device` (`Cuda(i)` or `CudaHost`); `Ok(None)` when
+/// pooling is disabled or the memory kind is not pooled.
+pub fn pool(device: Device) -> Result<Option<Arc<CudaPool>>> {
+    static POOLS: OnceLock<Mutex<HashMap<Device, Arc<CudaPool>>>> = OnceLock::new();
+    let (ordinal, memory) = match device {
+        Device::Cuda(i) => (i, CudaMemory::Device),
+        Device::CudaHost => (0, CudaMemory::PinnedHost),
+        _ => return Ok(None),
+    };
+    let Some(cfg) = PoolConfig::from_env()? else { return Ok(None) };
+    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = pools.get(&device) {
+        return Ok(Some(p.clone()));
+    }
+    let p = Arc::new(CachingAlloc::new(CudaAlloc::new(ordinal, memory)?, cfg));
+    pools.insert(device, p.clone());
+    Ok(Some(p))
 }

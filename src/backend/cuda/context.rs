@@ -54,13 +54,18 @@ pub fn check(call: &'static str, rc: CUresult) -> Result<()> {
         // SAFETY: the driver returned a static NUL-terminated string.
         unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
-    Err(Error::Driver { backend: Backend::Cuda, call, code: rc as i64, message })
+    Err(Error::Driver {
+        backend: Backend::Cuda,
+        call,
+        code: rc as i64,
+        message,
+    })
 }
 
 /// As [`check`], but `CUDA_ERROR_OUT_OF_MEMORY` becomes `Error::OutOfMemory`.
 pub fn check_alloc(call: &'static str, rc: CUresult, device: Device, requested: usize) -> Result<()> {
     if rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::OutOfMemory { device, requested });
+        return Err(Error::OutOfMemory { device, requested, reserved: 0, allocated: 0, largest_free: 0 });
     }
     check(call, rc)
 }
@@ -69,7 +74,10 @@ pub fn check_alloc(call: &'static str, rc: CUresult, device: Device, requested: 
 pub fn device(ordinal: u32) -> Result<&'static Gpu> {
     let status = cuda_status();
     if !status.is_available() {
-        return Err(Error::BackendUnavailable { backend: Backend::Cuda, reason: status.unavailable_reason() });
+        return Err(Error::BackendUnavailable {
+            backend: Backend::Cuda,
+            reason: status.unavailable_reason(),
+        });
     }
     let Some(info) = status.devices.iter().find(|d| d.ordinal == ordinal) else {
         return Err(Error::BackendUnavailable {
@@ -78,7 +86,10 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
         });
     };
     static GPUS: OnceLock<Mutex<HashMap<u32, &'static Gpu>>> = OnceLock::new();
-    let mut gpus = GPUS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut gpus = GPUS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(g) = gpus.get(&ordinal) {
         return Ok(g);
     }
@@ -88,8 +99,15 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: `dev` came from cuDeviceGet; the context is retained forever
     // (primary contexts are process-wide and shared with other libraries).
-    check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
-    let gpu: &'static Gpu = Box::leak(Box::new(Gpu { ordinal, dev, ctx, arch: info.arch.clone() }));
+    check("cuDevicePrimaryCtxRetain", unsafe {
+        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+    })?;
+    let gpu: &'static Gpu = Box::leak(Box::new(Gpu {
+        ordinal,
+        dev,
+        ctx,
+        arch: info.arch.clone(),
+    }));
     gpus.insert(ordinal, gpu);
     Ok(gpu)
 }

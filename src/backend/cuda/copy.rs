@@ -72,7 +72,10 @@ struct TransposeArgs {
 /// (len, src stride, dst stride) in units of the plan's element size.
 fn unit_dims(plan: &CopyPlan) -> Vec<(usize, i64, i64)> {
     let e = plan.elem_size as isize;
-    plan.dims.iter().map(|d| (d.len, (d.src / e) as i64, (d.dst / e) as i64)).collect()
+    plan.dims
+        .iter()
+        .map(|d| (d.len, (d.src / e) as i64, (d.dst / e) as i64))
+        .collect()
 }
 
 /// True when every element and offset fits the 32-bit kernels.
@@ -106,12 +109,19 @@ struct Module {
 /// The kernel `name` on `gpu`, loading the module (cubin for the GPU's arch) once.
 fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
     static MODULES: OnceLock<Mutex<HashMap<u32, Module>>> = OnceLock::new();
-    let mut modules = MODULES.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut modules = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     let module = match modules.entry(gpu.ordinal) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => e.insert(load_module(gpu)?),
     };
-    let f = module.funcs.get(name).copied().ok_or(Error::InvalidLayout("unknown kernel"))?;
+    let f = module
+        .funcs
+        .get(name)
+        .copied()
+        .ok_or(Error::InvalidLayout("unknown kernel"))?;
     Ok(f as sys::CUfunction)
 }
 
@@ -122,13 +132,17 @@ fn load_module(gpu: &Gpu) -> Result<Module> {
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: `cubin` is a complete cubin image for this GPU's arch, alive
     // for the call; the module stays loaded for the life of the process.
-    check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast()) })?;
+    check("cuModuleLoadData", unsafe {
+        sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast())
+    })?;
     let mut funcs = HashMap::new();
     for &k in kernels::KERNELS {
         let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
         let mut f: sys::CUfunction = std::ptr::null_mut();
         // SAFETY: `module` is loaded; `cname` is a valid C string.
-        check("cuModuleGetFunction", unsafe { sys::cuModuleGetFunction(&mut f, module, cname.as_ptr()) })?;
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
+        })?;
         funcs.insert(k, f as usize);
     }
     Ok(Module { funcs })
@@ -141,12 +155,31 @@ fn load_module(gpu: &Gpu) -> Result<Module> {
 /// `params` must point at values whose types match the kernel's parameters in
 /// order, and every pointer argument must address device-accessible memory
 /// large enough for the launch.
-unsafe fn launch(gpu: &Gpu, name: &'static str, grid: (u32, u32, u32), block: (u32, u32, u32), stream: &CudaStream, params: &mut [*mut c_void]) -> Result<()> {
+unsafe fn launch(
+    gpu: &Gpu,
+    name: &'static str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    stream: &CudaStream,
+    params: &mut [*mut c_void],
+) -> Result<()> {
     let f = function(gpu, name)?;
     gpu.bind()?;
     // SAFETY: forwarded from the caller; grid and block sizes are within limits.
     check("cuLaunchKernel", unsafe {
-        sys::cuLaunchKernel(f, grid.0, grid.1, grid.2, block.0, block.1, block.2, 0, stream.raw(), params.as_mut_ptr(), std::ptr::null_mut())
+        sys::cuLaunchKernel(
+            f,
+            grid.0,
+            grid.1,
+            grid.2,
+            block.0,
+            block.1,
+            block.2,
+            0,
+            stream.raw(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
     })
 }
 
@@ -163,7 +196,11 @@ fn suffix(elem: usize) -> Result<&'static str> {
 
 fn kernel_name(prefix: &str, elem: usize) -> Result<&'static str> {
     let want = format!("{prefix}_{}", suffix(elem)?);
-    kernels::KERNELS.iter().copied().find(|k| *k == want).ok_or(Error::InvalidLayout("no such kernel"))
+    kernels::KERNELS
+        .iter()
+        .copied()
+        .find(|k| *k == want)
+        .ok_or(Error::InvalidLayout("no such kernel"))
 }
 
 /// Runs a planned copy between two device-accessible addresses on `gpu`.
@@ -182,7 +219,9 @@ pub unsafe fn run_plan(gpu: &Gpu, plan: &CopyPlan, dst: u64, src: u64, stream: &
     if plan.kind == PlanKind::Memcpy {
         gpu.bind()?;
         // SAFETY: both ranges are valid device-accessible memory (UVA) of `bytes`.
-        return check("cuMemcpyAsync", unsafe { sys::cuMemcpyAsync(dst_base, src_base, plan.bytes(), stream.raw()) });
+        return check("cuMemcpyAsync", unsafe {
+            sys::cuMemcpyAsync(dst_base, src_base, plan.bytes(), stream.raw())
+        });
     }
     let dims = unit_dims(plan);
     if dims.len() > MAX_DIMS {
@@ -193,7 +232,12 @@ pub unsafe fn run_plan(gpu: &Gpu, plan: &CopyPlan, dst: u64, src: u64, stream: &
         && fits_i32(plan.numel, &dims)
     {
         let (df, sf) = (dims[0], dims[src_fast]);
-        let batch: Vec<_> = dims.iter().enumerate().filter(|(i, _)| *i != 0 && *i != src_fast).map(|(_, d)| *d).collect();
+        let batch: Vec<_> = dims
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 0 && *i != src_fast)
+            .map(|(_, d)| *d)
+            .collect();
         let batches: usize = batch.iter().map(|d| d.0).product();
         let tiles_sf = sf.0.div_ceil(32) as u32;
         let tiles_df = df.0.div_ceil(32) as u32;
@@ -208,30 +252,75 @@ pub unsafe fn run_plan(gpu: &Gpu, plan: &CopyPlan, dst: u64, src: u64, stream: &
                 tiles_df,
                 batch: strided_args(batches, &batch),
             };
-            let mut params = [(&raw mut src_base).cast::<c_void>(), (&raw mut dst_base).cast(), (&raw mut args).cast()];
+            let mut params = [
+                (&raw mut src_base).cast::<c_void>(),
+                (&raw mut dst_base).cast(),
+                (&raw mut args).cast(),
+            ];
             // SAFETY: params match `transpose_tiled_eE(const u8*, u8*, TransposeArgs)`;
             // the tile loops stay inside the plan's extents.
-            return unsafe { launch(gpu, kernel_name("transpose_tiled", plan.elem_size)?, (blocks as u32, 1, 1), (32, 8, 1), stream, &mut params) };
+            return unsafe {
+                launch(
+                    gpu,
+                    kernel_name("transpose_tiled", plan.elem_size)?,
+                    (blocks as u32, 1, 1),
+                    (32, 8, 1),
+                    stream,
+                    &mut params,
+                )
+            };
         }
     }
     if fits_i32(plan.numel, &dims) {
         let mut args = strided_args(plan.numel, &dims);
         let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK * ILP)) as u32;
-        let mut params = [(&raw mut src_base).cast::<c_void>(), (&raw mut dst_base).cast(), (&raw mut args).cast()];
+        let mut params = [
+            (&raw mut src_base).cast::<c_void>(),
+            (&raw mut dst_base).cast(),
+            (&raw mut args).cast(),
+        ];
         // SAFETY: params match `copy_strided_eE(const u8*, u8*, StridedArgs)`; every
         // index the kernel forms lies inside the plan's spans.
-        unsafe { launch(gpu, kernel_name("copy_strided", plan.elem_size)?, (blocks.max(1), 1, 1), (BLOCK, 1, 1), stream, &mut params) }
+        unsafe {
+            launch(
+                gpu,
+                kernel_name("copy_strided", plan.elem_size)?,
+                (blocks.max(1), 1, 1),
+                (BLOCK, 1, 1),
+                stream,
+                &mut params,
+            )
+        }
     } else {
-        let mut args = StridedArgs64 { numel: plan.numel as u64, ndim: dims.len() as i32, size: [0; MAX_DIMS], src_stride: [0; MAX_DIMS], dst_stride: [0; MAX_DIMS] };
+        let mut args = StridedArgs64 {
+            numel: plan.numel as u64,
+            ndim: dims.len() as i32,
+            size: [0; MAX_DIMS],
+            src_stride: [0; MAX_DIMS],
+            dst_stride: [0; MAX_DIMS],
+        };
         for (i, &(len, s, d)) in dims.iter().enumerate() {
             args.size[i] = len as u64;
             args.src_stride[i] = s;
             args.dst_stride[i] = d;
         }
         let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK)).min(1 << 20) as u32;
-        let mut params = [(&raw mut src_base).cast::<c_void>(), (&raw mut dst_base).cast(), (&raw mut args).cast()];
+        let mut params = [
+            (&raw mut src_base).cast::<c_void>(),
+            (&raw mut dst_base).cast(),
+            (&raw mut args).cast(),
+        ];
         // SAFETY: params match `copy_strided64_eE(const u8*, u8*, StridedArgs64)`.
-        unsafe { launch(gpu, kernel_name("copy_strided64", plan.elem_size)?, (blocks.max(1), 1, 1), (BLOCK, 1, 1), stream, &mut params) }
+        unsafe {
+            launch(
+                gpu,
+                kernel_name("copy_strided64", plan.elem_size)?,
+                (blocks.max(1), 1, 1),
+                (BLOCK, 1, 1),
+                stream,
+                &mut params,
+            )
+        }
     }
 }
 
@@ -251,7 +340,10 @@ fn plan_for(dst: &Tensor, src: &Tensor, opts: PlanOptions) -> Result<CopyPlan> {
         dst.strides(),
         src.strides(),
         dst.dtype().size(),
-        BaseAddrs { dst: dst.data_ptr() as usize, src: src.data_ptr() as usize },
+        BaseAddrs {
+            dst: dst.data_ptr() as usize,
+            src: src.data_ptr() as usize,
+        },
         opts,
     )
 }
@@ -287,7 +379,13 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
             sgpu.bind()?;
             // SAFETY: both buffers hold `nbytes` contiguous bytes on their GPUs.
             check("cuMemcpyPeer", unsafe {
-                sys::cuMemcpyPeer(staged.data_ptr() as u64, dgpu.ctx, src_c.data_ptr() as u64, sgpu.ctx, src_c.nbytes())
+                sys::cuMemcpyPeer(
+                    staged.data_ptr() as u64,
+                    dgpu.ctx,
+                    src_c.data_ptr() as u64,
+                    sgpu.ctx,
+                    src_c.nbytes(),
+                )
             })?;
             copy_tensor(dst, &staged)
         }
@@ -303,19 +401,31 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
             copy_tensor(&staged, src)?; // GPU permute into pinned memory, synchronised
             dst.copy_from(&staged)
         }
-        (None, None) => Err(Error::UnsupportedDevice { op: "GPU copy between host tensors", device: dst.device() }),
+        (None, None) => Err(Error::UnsupportedDevice {
+            op: "GPU copy between host tensors",
+            device: dst.device(),
+        }),
     }
 }
 
 /// Fills a CUDA tensor with one raw element value.
 pub fn fill_tensor(dst: &Tensor, value: &[u8]) -> Result<()> {
     let Some(g) = gpu_of(dst.device()) else {
-        return Err(Error::UnsupportedDevice { op: "GPU fill", device: dst.device() });
+        return Err(Error::UnsupportedDevice {
+            op: "GPU fill",
+            device: dst.device(),
+        });
     };
     let ordinal = g.unwrap_or(0);
     let gpu = device(ordinal)?;
     let stream = CudaStream::legacy(ordinal);
-    let plan = plan_fill(dst.shape(), dst.strides(), value.len(), dst.data_ptr() as usize, PlanOptions::GPU)?;
+    let plan = plan_fill(
+        dst.shape(),
+        dst.strides(),
+        value.len(),
+        dst.data_ptr() as usize,
+        PlanOptions::GPU,
+    )?;
     if plan.kind == PlanKind::Empty {
         return Ok(());
     }
@@ -336,10 +446,23 @@ pub fn fill_tensor(dst: &Tensor, value: &[u8]) -> Result<()> {
     let mut args = strided_args(plan.numel, &dims);
     let mut base = (dst.data_ptr() as u64).wrapping_add_signed(plan.dst_offset as i64);
     let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK)).min(1 << 16) as u32;
-    let mut params = [(&raw mut base).cast::<c_void>(), wide.as_mut_ptr().cast(), (&raw mut args).cast()];
+    let mut params = [
+        (&raw mut base).cast::<c_void>(),
+        wide.as_mut_ptr().cast(),
+        (&raw mut args).cast(),
+    ];
     // SAFETY: params match `fill_eE(u8*, T, StridedArgs)` (the value is read as
     // `elem_size` bytes from `wide`); every index lies inside the view.
-    unsafe { launch(gpu, kernel_name("fill", plan.elem_size)?, (blocks.max(1), 1, 1), (BLOCK, 1, 1), &stream, &mut params)? };
+    unsafe {
+        launch(
+            gpu,
+            kernel_name("fill", plan.elem_size)?,
+            (blocks.max(1), 1, 1),
+            (BLOCK, 1, 1),
+            &stream,
+            &mut params,
+        )?
+    };
     if dst.device().is_host_accessible() {
         stream.synchronize()?;
     }

@@ -46,7 +46,11 @@ pub const KERNELS: &[&str] = &[
 
 /// NVRTC options for a target (`sm_90` → cubin, `compute_90` → PTX).
 pub fn options(target: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={target}"), "--std=c++17".to_owned(), "-default-device".to_owned()]
+    vec![
+        format!("--gpu-architecture={target}"),
+        "--std=c++17".to_owned(),
+        "-default-device".to_owned(),
+    ]
 }
 
 fn cache_dir() -> Option<PathBuf> {
@@ -61,7 +65,12 @@ fn cache_dir() -> Option<PathBuf> {
 
 fn key(target: &str, nvrtc_version: (i32, i32)) -> String {
     let mut h = Sha256::new();
-    for part in [SOURCE, &options(target).join(" "), &format!("{nvrtc_version:?}"), target] {
+    for part in [
+        SOURCE,
+        &options(target).join(" "),
+        &format!("{nvrtc_version:?}"),
+        target,
+    ] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
@@ -79,7 +88,11 @@ fn write_cached(path: &std::path::Path, payload: &[u8]) {
     if std::fs::create_dir_all(dir).is_err() {
         return; // a read-only home: compile every run, still correct
     }
-    let tmp = dir.join(format!(".{}.{}.tmp", std::process::id(), path.file_name().map_or("x".into(), |f| f.to_string_lossy())));
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        std::process::id(),
+        path.file_name().map_or("x".into(), |f| f.to_string_lossy())
+    ));
     let mut data = Sha256::digest(payload).to_vec();
     data.extend_from_slice(payload);
     if std::fs::write(&tmp, data).is_ok() && std::fs::rename(&tmp, path).is_err() {
@@ -106,11 +119,21 @@ pub fn module(target: &str) -> Result<(Arc<Vec<u8>>, Origin)> {
         return Ok((m.clone(), Origin::Memory));
     }
     let (version, _) = nvrtc::version()?;
-    let path = cache_dir().map(|d| d.join(format!("{}.{}", key(target, version), if target.starts_with("sm_") { "cubin" } else { "ptx" })));
+    let path = cache_dir().map(|d| {
+        d.join(format!(
+            "{}.{}",
+            key(target, version),
+            if target.starts_with("sm_") { "cubin" } else { "ptx" }
+        ))
+    });
     let (payload, origin) = match path.as_deref().and_then(read_cached) {
         Some(p) => (p, Origin::Disk),
         None => {
-            let out = if target.starts_with("sm_") { Output::Cubin } else { Output::Ptx };
+            let out = if target.starts_with("sm_") {
+                Output::Cubin
+            } else {
+                Output::Ptx
+            };
             let p = nvrtc::compile(SOURCE_NAME, SOURCE, &options(target), out)?;
             if let Some(path) = &path {
                 write_cached(path, &p);
@@ -119,7 +142,10 @@ pub fn module(target: &str) -> Result<(Arc<Vec<u8>>, Origin)> {
         }
     };
     let payload = Arc::new(payload);
-    memory.lock().unwrap_or_else(|p| p.into_inner()).insert(target.to_owned(), payload.clone());
+    memory
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(target.to_owned(), payload.clone());
     Ok((payload, origin))
 }
 
@@ -145,9 +171,13 @@ pub fn check(arch: &str) -> Result<CheckReport> {
     let sm = arch.trim_start_matches("sm_");
     let ptx = nvrtc::compile(SOURCE_NAME, SOURCE, &options(&format!("compute_{sm}")), Output::Ptx)?;
     let ptx = String::from_utf8_lossy(&ptx);
-    let (entries, missing) = KERNELS
-        .iter()
-        .partition(|k| ptx.contains(&format!(".entry {k}(")));
+    let (entries, missing) = KERNELS.iter().partition(|k| ptx.contains(&format!(".entry {k}(")));
     let cubin = nvrtc::compile(SOURCE_NAME, SOURCE, &options(&format!("sm_{sm}")), Output::Cubin)?;
-    Ok(CheckReport { arch: format!("sm_{sm}"), nvrtc, cubin_bytes: cubin.len(), entries, missing })
+    Ok(CheckReport {
+        arch: format!("sm_{sm}"),
+        nvrtc,
+        cubin_bytes: cubin.len(),
+        entries,
+        missing,
+    })
 }

@@ -21,7 +21,14 @@ struct Api {
     _lib: Library,
     version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
     get_error_string: unsafe extern "C" fn(Status) -> *const c_char,
-    create: unsafe extern "C" fn(*mut Program, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> Status,
+    create: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Status,
     compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
     destroy: unsafe extern "C" fn(*mut Program) -> Status,
     log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
@@ -45,7 +52,13 @@ fn candidates() -> Vec<PathBuf> {
             out.push(p);
         }
     }
-    for name in ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so", "nvrtc64_130_0.dll", "nvrtc64_120_0.dll"] {
+    for name in [
+        "libnvrtc.so.13",
+        "libnvrtc.so.12",
+        "libnvrtc.so",
+        "nvrtc64_130_0.dll",
+        "nvrtc64_120_0.dll",
+    ] {
         out.push(PathBuf::from(name));
     }
     out
@@ -94,7 +107,10 @@ fn api() -> Result<&'static Api> {
     static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
     API.get_or_init(load)
         .as_ref()
-        .map_err(|reason| Error::BackendUnavailable { backend: Backend::Cuda, reason: reason.clone() })
+        .map_err(|reason| Error::BackendUnavailable {
+            backend: Backend::Cuda,
+            reason: reason.clone(),
+        })
 }
 
 /// NVRTC's version and where it was loaded from.
@@ -111,8 +127,15 @@ fn check(api: &Api, status: Status, call: &'static str) -> Result<()> {
         return Ok(());
     }
     // SAFETY: nvrtcGetErrorString returns a static C string for any status.
-    let msg = unsafe { std::ffi::CStr::from_ptr((api.get_error_string)(status)) }.to_string_lossy().into_owned();
-    Err(Error::Driver { backend: Backend::Cuda, call, code: status.into(), message: msg })
+    let msg = unsafe { std::ffi::CStr::from_ptr((api.get_error_string)(status)) }
+        .to_string_lossy()
+        .into_owned();
+    Err(Error::Driver {
+        backend: Backend::Cuda,
+        call,
+        code: status.into(),
+        message: msg,
+    })
 }
 
 /// What a compile produces.
@@ -134,12 +157,29 @@ pub fn compile(name: &str, source: &str, options: &[String], output: Output) -> 
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: Program = std::ptr::null_mut();
     // SAFETY: valid C strings; zero headers.
-    check(api, unsafe { (api.create)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) }, "nvrtcCreateProgram")?;
+    check(
+        api,
+        unsafe {
+            (api.create)(
+                &mut prog,
+                src.as_ptr(),
+                cname.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        },
+        "nvrtcCreateProgram",
+    )?;
     let result = (|| {
         // SAFETY: `prog` is a live program; `opt_ptrs` holds `len` valid C strings.
         let status = unsafe { (api.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
         if status != 0 {
-            let arch = options.iter().find(|o| o.starts_with("--gpu-architecture=")).cloned().unwrap_or_default();
+            let arch = options
+                .iter()
+                .find(|o| o.starts_with("--gpu-architecture="))
+                .cloned()
+                .unwrap_or_default();
             return Err(Error::KernelCompile {
                 kernel: name.to_owned(),
                 arch: arch.trim_start_matches("--gpu-architecture=").to_owned(),

@@ -16,7 +16,12 @@ const NO_DRIVER: &str = "libcuda.so not found: install the NVIDIA driver (or add
 
 /// Probes the driver, NVRTC and every device.
 pub(crate) fn probe() -> BackendStatus {
-    let mut status = BackendStatus { backend: Backend::Cuda, versions: Vec::new(), devices: Vec::new(), unavailable: None };
+    let mut status = BackendStatus {
+        backend: Backend::Cuda,
+        versions: Vec::new(),
+        devices: Vec::new(),
+        unavailable: None,
+    };
     match super::nvrtc::version() {
         Ok(((major, minor), path)) => status.versions.push(("nvrtc", format!("{major}.{minor} ({path})"))),
         Err(e) => status.versions.push(("nvrtc", format!("not found: {e}"))),
@@ -38,7 +43,9 @@ fn probe_driver(status: &mut BackendStatus) -> Result<(), String> {
     // SAFETY: the library is present; `version` is a valid out-pointer.
     let rc = unsafe { sys::cuDriverGetVersion(&mut version) };
     if rc == sys::CUresult::CUDA_SUCCESS {
-        status.versions.push(("driver", format!("{}.{}", version / 1000, (version % 1000) / 10)));
+        status
+            .versions
+            .push(("driver", format!("{}.{}", version / 1000, (version % 1000) / 10)));
     }
     result::init().map_err(|e| match e.0 {
         sys::CUresult::CUDA_ERROR_NO_DEVICE => "the NVIDIA driver is installed but reports no CUDA device".to_owned(),
@@ -70,6 +77,9 @@ fn probe_driver(status: &mut BackendStatus) -> Result<(), String> {
 }
 
 fn describe(e: result::DriverError) -> String {
-    let name = e.error_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     format!("{name} ({:?})", e.0)
 }

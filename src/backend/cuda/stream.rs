@@ -27,18 +27,32 @@ impl CudaStream {
         device(ordinal)?.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU's context is current.
-        check("cuStreamCreate", unsafe { sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) })?;
-        Ok(CudaStream { raw, ordinal, owned: true })
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(CudaStream {
+            raw,
+            ordinal,
+            owned: true,
+        })
     }
 
     /// The legacy default stream (`cudaStreamLegacy`, DLPack value 1).
     pub fn legacy(ordinal: u32) -> CudaStream {
-        CudaStream { raw: 1usize as sys::CUstream, ordinal, owned: false }
+        CudaStream {
+            raw: 1usize as sys::CUstream,
+            ordinal,
+            owned: false,
+        }
     }
 
     /// The per-thread default stream (`cudaStreamPerThread`, DLPack value 2).
     pub fn per_thread(ordinal: u32) -> CudaStream {
-        CudaStream { raw: 2usize as sys::CUstream, ordinal, owned: false }
+        CudaStream {
+            raw: 2usize as sys::CUstream,
+            ordinal,
+            owned: false,
+        }
     }
 
     /// Wraps a stream handle owned by someone else; never destroyed here.
@@ -48,7 +62,11 @@ impl CudaStream {
     /// `raw` must be a valid stream of GPU `ordinal`'s context (or 1 / 2) for as
     /// long as the returned value is used.
     pub unsafe fn borrowed(ordinal: u32, raw: usize) -> CudaStream {
-        CudaStream { raw: raw as sys::CUstream, ordinal, owned: false }
+        CudaStream {
+            raw: raw as sys::CUstream,
+            ordinal,
+            owned: false,
+        }
     }
 
     /// The stream a DLPack `stream` argument names on CUDA: `None` → legacy
@@ -67,7 +85,9 @@ impl CudaStream {
                 // SAFETY: forwarded from the caller.
                 Ok(Some(unsafe { CudaStream::borrowed(ordinal, v as usize) }))
             }
-            Some(_) => Err(Error::InvalidLayout("invalid CUDA stream: 0 and negative values other than -1 are not allowed")),
+            Some(_) => Err(Error::InvalidLayout(
+                "invalid CUDA stream: 0 and negative values other than -1 are not allowed",
+            )),
         }
     }
 
@@ -92,7 +112,9 @@ impl CudaStream {
     pub fn wait(&self, event: &CudaEvent) -> Result<()> {
         device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid; flags 0 is the default wait.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) })
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.raw, event.raw, 0)
+        })
     }
 }
 
@@ -121,7 +143,11 @@ impl CudaEvent {
     /// A new event; `timing` enables `elapsed_ms`.
     pub fn new(ordinal: u32, timing: bool) -> Result<CudaEvent> {
         device(ordinal)?.bind()?;
-        let flags = if timing { sys::CUevent_flags::CU_EVENT_DEFAULT } else { sys::CUevent_flags::CU_EVENT_DISABLE_TIMING };
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: valid out-pointer; context current.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
@@ -155,7 +181,9 @@ impl CudaEvent {
     pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32> {
         let mut ms = 0f32;
         // SAFETY: both are timing events that have completed.
-        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw) })?;
+        check("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw)
+        })?;
         Ok(ms)
     }
 }
