@@ -82,7 +82,14 @@ fn dim_spec() -> impl Strategy<Value = DimSpec> {
         0usize..=2,
         0usize..=2,
     )
-        .prop_map(|(len, step, flip, bcast, extra, start)| DimSpec { len, step, flip, bcast, extra, start: start.min(extra) })
+        .prop_map(|(len, step, flip, bcast, extra, start)| DimSpec {
+            len,
+            step,
+            flip,
+            bcast,
+            extra,
+            start: start.min(extra),
+        })
 }
 
 /// A view into a parent buffer: strides in elements, offset of element [0..0]
@@ -100,7 +107,13 @@ fn build_view(specs: &[DimSpec], perm: &[usize], allow_bcast: bool, pad: usize) 
     let n = specs.len();
     let parent: Vec<usize> = specs
         .iter()
-        .map(|s| if allow_bcast && s.bcast { 1 } else { s.len.saturating_sub(1) * s.step + 1 + s.extra })
+        .map(|s| {
+            if allow_bcast && s.bcast {
+                1
+            } else {
+                s.len.saturating_sub(1) * s.step + 1 + s.extra
+            }
+        })
         .collect();
     let mut pstride = vec![0isize; n];
     let mut acc = 1isize;
@@ -124,7 +137,11 @@ fn build_view(specs: &[DimSpec], perm: &[usize], allow_bcast: bool, pad: usize) 
             offset += s.start as isize * pstride[i];
         }
     }
-    View { strides, offset: offset as usize, alloc: acc as usize + pad }
+    View {
+        strides,
+        offset: offset as usize,
+        alloc: acc as usize + pad,
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -152,24 +169,47 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                 0usize..16,
             )
         })
-        .prop_map(|(e, specs, sperm, dperm, dmods, pad, dst_contig, src_shift, dst_shift)| {
-            let shape: Vec<usize> = specs.iter().map(|s| s.len).collect();
-            let src = build_view(&specs, &sperm, true, pad);
-            let dspecs: Vec<DimSpec> = specs
-                .iter()
-                .zip(&dmods)
-                .map(|(s, &(step, flip))| {
-                    if dst_contig {
-                        DimSpec { len: s.len, step: 1, flip: false, bcast: false, extra: 0, start: 0 }
-                    } else {
-                        DimSpec { len: s.len, step, flip, bcast: false, extra: step - 1, start: 0 }
-                    }
-                })
-                .collect();
-            let ident: Vec<usize> = (0..shape.len()).collect();
-            let dst = build_view(&dspecs, if dst_contig { &ident } else { &dperm }, false, 0);
-            Case { e, shape, src, dst, src_shift, dst_shift }
-        })
+        .prop_map(
+            |(e, specs, sperm, dperm, dmods, pad, dst_contig, src_shift, dst_shift)| {
+                let shape: Vec<usize> = specs.iter().map(|s| s.len).collect();
+                let src = build_view(&specs, &sperm, true, pad);
+                let dspecs: Vec<DimSpec> = specs
+                    .iter()
+                    .zip(&dmods)
+                    .map(|(s, &(step, flip))| {
+                        if dst_contig {
+                            DimSpec {
+                                len: s.len,
+                                step: 1,
+                                flip: false,
+                                bcast: false,
+                                extra: 0,
+                                start: 0,
+                            }
+                        } else {
+                            DimSpec {
+                                len: s.len,
+                                step,
+                                flip,
+                                bcast: false,
+                                extra: step - 1,
+                                start: 0,
+                            }
+                        }
+                    })
+                    .collect();
+                let ident: Vec<usize> = (0..shape.len()).collect();
+                let dst = build_view(&dspecs, if dst_contig { &ident } else { &dperm }, false, 0);
+                Case {
+                    e,
+                    shape,
+                    src,
+                    dst,
+                    src_shift,
+                    dst_shift,
+                }
+            },
+        )
 }
 
 fn run_case(c: &Case) -> Result<(), TestCaseError> {
@@ -179,7 +219,16 @@ fn run_case(c: &Case) -> Result<(), TestCaseError> {
     let mut want = got.clone();
     let s_off = c.src_shift + c.src.offset * e;
     let d_off = c.dst_shift + c.dst.offset * e;
-    reference(&mut want, d_off, &c.dst.strides, &src_buf, s_off, &c.src.strides, &c.shape, e);
+    reference(
+        &mut want,
+        d_off,
+        &c.dst.strides,
+        &src_buf,
+        s_off,
+        &c.src.strides,
+        &c.shape,
+        e,
+    );
     // SAFETY: the views were built inside these buffers.
     let r = unsafe {
         copy_strided(
@@ -244,9 +293,20 @@ fn check_permute(src_shape: &[usize], perm: &[usize], e: usize, shift: usize) {
     reference(&mut want, shift, &dst_strides, &src, shift, &strides, &shape, e);
     // SAFETY: both buffers hold the `n` elements after `shift` bytes.
     unsafe {
-        copy_strided(got.as_mut_ptr().add(shift), &dst_strides, src.as_ptr().add(shift), &strides, &shape, e).unwrap();
+        copy_strided(
+            got.as_mut_ptr().add(shift),
+            &dst_strides,
+            src.as_ptr().add(shift),
+            &strides,
+            &shape,
+            e,
+        )
+        .unwrap();
     }
-    assert!(got == want, "permute {src_shape:?} by {perm:?}, e = {e}, shift = {shift}");
+    assert!(
+        got == want,
+        "permute {src_shape:?} by {perm:?}, e = {e}, shift = {shift}"
+    );
 }
 
 #[test]
@@ -353,13 +413,33 @@ fn check_overlapping(
     let mut buf = pattern(len * e, 3);
     let snapshot = buf.clone();
     let mut want = buf.clone();
-    reference(&mut want, dst_off * e, dst_strides, &snapshot, src_off * e, src_strides, shape, e);
+    reference(
+        &mut want,
+        dst_off * e,
+        dst_strides,
+        &snapshot,
+        src_off * e,
+        src_strides,
+        shape,
+        e,
+    );
     // SAFETY: both views lie inside `buf`.
     unsafe {
         let p = buf.as_mut_ptr();
-        copy_strided(p.add(dst_off * e), dst_strides, p.add(src_off * e), src_strides, shape, e).unwrap();
+        copy_strided(
+            p.add(dst_off * e),
+            dst_strides,
+            p.add(src_off * e),
+            src_strides,
+            shape,
+            e,
+        )
+        .unwrap();
     }
-    assert!(buf == want, "overlapping copy {shape:?} dst {dst_strides:?}@{dst_off} src {src_strides:?}@{src_off}");
+    assert!(
+        buf == want,
+        "overlapping copy {shape:?} dst {dst_strides:?}@{dst_off} src {src_strides:?}@{src_off}"
+    );
 }
 
 #[test]
@@ -427,17 +507,41 @@ fn sliced_rows_and_flips() {
         let mut want = got.clone();
         reference(&mut want, 0, &[k as isize, 1], &src, 0, &[n as isize, 1], &[m, k], 4);
         // SAFETY: the view x[:, :k] lies inside `src`.
-        unsafe { copy_strided(got.as_mut_ptr(), &[k as isize, 1], src.as_ptr(), &[n as isize, 1], &[m, k], 4).unwrap() };
+        unsafe {
+            copy_strided(
+                got.as_mut_ptr(),
+                &[k as isize, 1],
+                src.as_ptr(),
+                &[n as isize, 1],
+                &[m, k],
+                4,
+            )
+            .unwrap()
+        };
         assert!(got == want, "sliced rows k = {k}");
     }
     let (m, n) = (513, 600);
     let src = pattern(m * n * 2, 1);
-    for (strides, off) in [([n as isize, -1], n - 1), ([-(n as isize), 1], (m - 1) * n), ([-(n as isize), -1], m * n - 1)] {
+    for (strides, off) in [
+        ([n as isize, -1], n - 1),
+        ([-(n as isize), 1], (m - 1) * n),
+        ([-(n as isize), -1], m * n - 1),
+    ] {
         let mut got = vec![0u8; m * n * 2];
         let mut want = got.clone();
         reference(&mut want, 0, &[n as isize, 1], &src, off * 2, &strides, &[m, n], 2);
         // SAFETY: the flipped view lies inside `src`.
-        unsafe { copy_strided(got.as_mut_ptr(), &[n as isize, 1], src.as_ptr().add(off * 2), &strides, &[m, n], 2).unwrap() };
+        unsafe {
+            copy_strided(
+                got.as_mut_ptr(),
+                &[n as isize, 1],
+                src.as_ptr().add(off * 2),
+                &strides,
+                &[m, n],
+                2,
+            )
+            .unwrap()
+        };
         assert!(got == want, "flip {strides:?}");
     }
 }

@@ -11,8 +11,10 @@ from ._devtensor import (
     Tensor,
     __version__,
     empty,
+    empty_cache,
     from_dlpack,
     full,
+    memory_stats,
     ones,
     zeros,
 )
@@ -22,8 +24,10 @@ __all__ = [
     "Tensor",
     "__version__",
     "empty",
+    "empty_cache",
     "from_dlpack",
     "full",
+    "memory_stats",
     "ones",
     "zeros",
 ]

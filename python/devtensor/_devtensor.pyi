@@ -32,6 +32,8 @@ __all__ = [
     "ones",
     "full",
     "from_dlpack",
+    "memory_stats",
+    "empty_cache",
     "_live_exports",
     "_live_cpu_allocations",
 ]
@@ -102,6 +104,14 @@ def full(
     device: Optional[_DeviceLike] = None,
 ) -> Tensor: ...
 def from_dlpack(x: object, *, device: Optional[_DeviceLike] = None, copy: Optional[bool] = None) -> Tensor: ...
+
+def memory_stats(device: Optional[_DeviceLike] = None) -> dict[str, int]:
+    """The allocator pool's figures for `device` (default "cpu"): allocated_bytes,
+    reserved_bytes, peak_allocated_bytes, peak_reserved_bytes, active_blocks, segments,
+    alloc_count, segment_allocs, oom_count."""
+
+def empty_cache(device: Optional[_DeviceLike] = None) -> int:
+    """Returns cached free memory of `device` (default "cpu") to the system; the bytes released."""
 
 # Test hooks.
 def _live_exports() -> int:

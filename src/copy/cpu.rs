@@ -323,7 +323,10 @@ unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
 fn stream_threshold() -> usize {
     static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *T.get_or_init(|| {
-        if let Some(v) = std::env::var("DEVTENSOR_STREAM_BYTES").ok().and_then(|v| v.parse().ok()) {
+        if let Some(v) = std::env::var("DEVTENSOR_STREAM_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
             return v;
         }
         llc_bytes().map_or(16 << 20, |b| (b / 2).max(1 << 20))
@@ -440,7 +443,12 @@ unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
             while i + 64 <= n {
                 let s = src.add(i).cast::<__m128i>();
                 let d = dst.add(i).cast::<__m128i>();
-                let (a, b, c, e) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+                let (a, b, c, e) = (
+                    _mm_loadu_si128(s),
+                    _mm_loadu_si128(s.add(1)),
+                    _mm_loadu_si128(s.add(2)),
+                    _mm_loadu_si128(s.add(3)),
+                );
                 _mm_stream_si128(d, a);
                 _mm_stream_si128(d.add(1), b);
                 _mm_stream_si128(d.add(2), c);
@@ -474,21 +482,42 @@ unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
     }
 }
 
+/// Bytes of the on-stack staging buffer (a gathered run, a small tile).
+const STAGE: usize = 16 << 10;
+
 /// A 64-byte aligned, uninitialised staging buffer.
 #[repr(C, align(64))]
 struct Stage(std::mem::MaybeUninit<[u8; STAGE]>);
 
-/// Bytes of a staging buffer (a transpose tile, a gathered run).
-const STAGE: usize = 16 << 10;
+thread_local! {
+    /// Per-thread staging area for tiles larger than [`STAGE`], kept between calls.
+    static BIG_STAGE: std::cell::RefCell<Vec<u128>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-impl Stage {
-    #[inline(always)]
-    fn new() -> Self {
-        Stage(std::mem::MaybeUninit::uninit())
+/// Runs `f` with an uninitialised scratch buffer of at least `bytes` bytes
+/// (16-byte aligned): on the stack up to [`STAGE`], else a per-thread buffer.
+#[inline(always)]
+fn with_stage<R>(bytes: usize, f: impl FnOnce(*mut u8) -> R) -> R {
+    if bytes <= STAGE {
+        let mut stage = Stage(std::mem::MaybeUninit::uninit());
+        return f(stage.0.as_mut_ptr().cast());
     }
-    #[inline(always)]
-    fn ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr().cast()
+    let words = bytes.div_ceil(16);
+    let mut f = Some(f);
+    let r = BIG_STAGE.try_with(|cell| {
+        let mut v = cell.try_borrow_mut().ok()?;
+        v.reserve(words); // len stays 0: capacity ≥ words
+        let f = f.take()?;
+        Some(f(v.as_mut_ptr().cast()))
+    });
+    match (r, f) {
+        (Ok(Some(r)), _) => r,
+        // Re-entered or torn down thread-local: a fresh buffer.
+        (_, Some(f)) => {
+            let mut v: Vec<u128> = Vec::with_capacity(words);
+            f(v.as_mut_ptr().cast())
+        }
+        (_, None) => unreachable!("the closure ran but produced no value"),
     }
 }
 
@@ -626,67 +655,67 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
     let (d, s) = (Shared(dst), Shared(src));
     let chunk = STAGE / e; // elements staged at a time
     par_for(total, bytes, |w0, w1| {
-        let mut stage = Stage::new();
-        let buf = stage.ptr();
-        for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
-            let i0 = i0 as isize;
-            // SAFETY: `n` elements of one row starting at index `i0`; every address
-            // formed is an element of the plan, in bounds on its side. Staged
-            // pieces hold at most `chunk` elements, inside the buffer.
-            unsafe {
-                let dp = d.get().offset(dof + i0 * ds);
-                let sp = s.get().offset(so + i0 * ss);
-                match K {
-                    CONTIG => copy_run(dp, sp, n * e, nt),
-                    BCAST if nt => {
-                        let v = ld::<T>(sp);
-                        let m = n.min(chunk);
-                        for i in 0..m {
-                            st(buf.add(i * e), v);
-                        }
-                        let mut i = 0;
-                        while i < n {
-                            let c = (n - i).min(m);
-                            copy_run(dp.add(i * e), buf, c * e, true);
-                            i += c;
-                        }
-                    }
-                    BCAST => {
-                        let v = ld::<T>(sp);
-                        for i in 0..n {
-                            st(dp.add(i * e), v);
-                        }
-                    }
-                    GATHER if nt => {
-                        let mut i = 0;
-                        while i < n {
-                            let c = (n - i).min(chunk);
-                            let spi = sp.offset(i as isize * ss);
-                            for k in 0..c {
-                                st(buf.add(k * e), ld::<T>(spi.offset(k as isize * ss)));
+        with_stage(if nt { STAGE } else { 0 }, |buf| {
+            for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
+                let i0 = i0 as isize;
+                // SAFETY: `n` elements of one row starting at index `i0`; every address
+                // formed is an element of the plan, in bounds on its side. Staged
+                // pieces hold at most `chunk` elements, inside the buffer.
+                unsafe {
+                    let dp = d.get().offset(dof + i0 * ds);
+                    let sp = s.get().offset(so + i0 * ss);
+                    match K {
+                        CONTIG => copy_run(dp, sp, n * e, nt),
+                        BCAST if nt => {
+                            let v = ld::<T>(sp);
+                            let m = n.min(chunk);
+                            for i in 0..m {
+                                st(buf.add(i * e), v);
                             }
-                            copy_run(dp.add(i * e), buf, c * e, true);
-                            i += c;
+                            let mut i = 0;
+                            while i < n {
+                                let c = (n - i).min(m);
+                                copy_run(dp.add(i * e), buf, c * e, true);
+                                i += c;
+                            }
                         }
-                    }
-                    GATHER => {
-                        for i in 0..n {
-                            st(dp.add(i * e), ld::<T>(sp.offset(i as isize * ss)));
+                        BCAST => {
+                            let v = ld::<T>(sp);
+                            for i in 0..n {
+                                st(dp.add(i * e), v);
+                            }
                         }
-                    }
-                    SCATTER => {
-                        for i in 0..n {
-                            st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
+                        GATHER if nt => {
+                            let mut i = 0;
+                            while i < n {
+                                let c = (n - i).min(chunk);
+                                let spi = sp.offset(i as isize * ss);
+                                for k in 0..c {
+                                    st(buf.add(k * e), ld::<T>(spi.offset(k as isize * ss)));
+                                }
+                                copy_run(dp.add(i * e), buf, c * e, true);
+                                i += c;
+                            }
                         }
-                    }
-                    _ => {
-                        for i in 0..n {
-                            let i = i as isize;
-                            st(dp.offset(i * ds), ld::<T>(sp.offset(i * ss)));
+                        GATHER => {
+                            for i in 0..n {
+                                st(dp.add(i * e), ld::<T>(sp.offset(i as isize * ss)));
+                            }
+                        }
+                        SCATTER => {
+                            for i in 0..n {
+                                st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
+                            }
+                        }
+                        _ => {
+                            for i in 0..n {
+                                let i = i as isize;
+                                st(dp.offset(i * ds), ld::<T>(sp.offset(i * ss)));
+                            }
                         }
                     }
                 }
-            }
+            });
         });
         store_fence(nt);
     });
@@ -870,6 +899,9 @@ mod sse {
     }
 }
 
+/// Largest transpose (bytes) done without a staging tile.
+const DIRECT_MAX_BYTES: usize = 2 << 20;
+
 /// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
 /// stride); the other dims are a batch. Each tile is transposed from the
 /// source into a contiguous staging buffer (no cache-set conflicts between
@@ -885,83 +917,68 @@ unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *cons
     let m = T::MICRO;
     let a = plan.dims[0];
     let b = plan.dims[k];
-    let batch: SmallVec<[PlanDim; INLINE_DIMS]> =
-        plan.dims.iter().enumerate().filter(|&(i, _)| i != 0 && i != k).map(|(_, d)| *d).collect();
-    // Tile: `TI` destination bytes × `TJ` source bytes (long runs on both sides
-    // keep the hardware prefetchers and the write-combining buffers busy); a
-    // short side is taken whole and the other grows to fill the staging area.
-    let stage_max = tune("SM", 256 << 10);
-    let base_i = (tune("TI", 256) / e / m).max(1) * m;
-    let base_j = (tune("TJ", 2048) / e / m).max(1) * m;
+    let batch: SmallVec<[PlanDim; INLINE_DIMS]> = plan
+        .dims
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != 0 && i != k)
+        .map(|(_, d)| *d)
+        .collect();
+    // Tile: up to 512 destination bytes × 2 KiB of source row, at most 256 KiB
+    // (L2-resident). Long runs on both sides matter more than L1 residency:
+    // the hardware prefetchers need several lines of a page per visit, and
+    // streaming stores want whole lines. A short side is taken whole and the
+    // other grows to fill the staging area.
+    // Small copies (≤ 2 MiB, cache-resident) transpose straight into the
+    // destination with L1-sized tiles; larger ones go through a staging tile.
+    let direct = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
+    let (tile_dst, tile_src, tile_max) = if direct { (256, 64, STAGE) } else { (512, 2048, 256 << 10) };
+    let base_i = (tile_dst / e / m).max(1) * m;
+    let base_j = (tile_src / e / m).max(1) * m;
     let (bi, bj) = if b.len < base_j {
         let bj = b.len;
-        (a.len.min((stage_max / (bj * e) / m).max(1) * m), bj)
+        (a.len.min((tile_max / (bj * e) / m).max(1) * m), bj)
     } else {
         let bi = a.len.min(base_i);
-        let cap = if bi < m { stage_max / (bi * e) } else { (stage_max / (bi * e) / m).max(1) * m };
-        (bi, b.len.min(base_j.max(cap.min(base_j))).min(cap.max(m)))
+        let cap = (tile_max / (bi * e) / m).max(1) * m;
+        (bi, b.len.min(base_j).min(cap))
     };
-    let stage_bytes = bi * bj * e;
+    let stage_bytes = if direct { 0 } else { bi * bj * e };
     let nbi = a.len.div_ceil(bi);
     let nbj = b.len.div_ceil(bj);
     let per_slice = nbi * nbj;
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
-    let jfast = tune("JFAST", 0) == 1;
-    let pf = tune("PF", 0);
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
-        let mut stage = Stage::new();
-        let mut heap: Vec<u128> = Vec::new();
-        let buf = if stage_bytes <= STAGE {
-            stage.ptr()
-        } else {
-            heap.reserve_exact(stage_bytes.div_ceil(16));
-            heap.as_mut_ptr().cast::<u8>()
-        };
-        for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
-            for t in first..first + n {
-                let (jb, ib) = if jfast { (t % nbj, t / nbj) } else { (t / nbi, t % nbi) };
-                if pf != 0 && t + 1 < first + n {
-                    let tn = t + 1;
-                    let (jn, inn) = if jfast { (tn % nbj, tn / nbj) } else { (tn / nbi, tn % nbi) };
-                    let (i0, j0) = (inn * bi, jn * bj);
+        with_stage(stage_bytes, |buf| {
+            for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
+                for t in first..first + n {
+                    let (jb, ib) = (t % nbj, t / nbj);
+                    let (i0, j0) = (ib * bi, jb * bj);
                     let ni = bi.min(a.len - i0);
                     let nj = bj.min(b.len - j0);
-                    let p0 = s.get().wrapping_offset(so + i0 as isize * sa + (j0 * e) as isize);
-                    for i in 0..ni {
-                        let row = p0.wrapping_offset(i as isize * sa);
-                        let mut c = 0;
-                        while c < nj * e {
-                            #[cfg(target_arch = "x86_64")]
-                            // SAFETY: prefetch never faults.
-                            unsafe {
-                                use std::arch::x86_64::*;
-                                if pf == 1 { _mm_prefetch::<_MM_HINT_T0>(row.add(c).cast()) } else { _mm_prefetch::<_MM_HINT_T1>(row.add(c).cast()) }
+                    let tb = ni * e; // staging row stride
+                    // SAFETY: the tile's elements are elements of the plan; the
+                    // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes.
+                    unsafe {
+                        let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
+                        let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
+                        if direct {
+                            tile::<T>(dt, st, ni, nj, sa, db);
+                            continue;
+                        }
+                        tile::<T>(buf, st, ni, nj, sa, tb as isize);
+                        if db == tb as isize {
+                            copy_run(dt, buf, tb * nj, nt);
+                        } else {
+                            for j in 0..nj {
+                                copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
                             }
-                            c += 64;
                         }
                     }
                 }
-                let (i0, j0) = (ib * bi, jb * bj);
-                let ni = bi.min(a.len - i0);
-                let nj = bj.min(b.len - j0);
-                let tb = ni * e; // staging row stride
-                // SAFETY: the tile's elements are elements of the plan; the
-                // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes.
-                unsafe {
-                    let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
-                    let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
-                    tile::<T>(buf, st, ni, nj, sa, tb as isize);
-                    if db == tb as isize {
-                        copy_run(dt, buf, tb * nj, nt);
-                    } else {
-                        for j in 0..nj {
-                            copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
-                        }
-                    }
-                }
-            }
+            });
         });
         store_fence(nt);
     });
@@ -984,7 +1001,12 @@ unsafe fn tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
         while i < fi {
             let mut j = 0;
             while j < fj {
-                T::micro(dst.offset((i * e) as isize + j as isize * db), src.offset(i as isize * sa + (j * e) as isize), sa, db);
+                T::micro(
+                    dst.offset((i * e) as isize + j as isize * db),
+                    src.offset(i as isize * sa + (j * e) as isize),
+                    sa,
+                    db,
+                );
                 j += m;
             }
             i += m;
@@ -1028,6 +1050,3 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
     }
 }
 
-fn tune(name: &str, def: usize) -> usize {
-    std::env::var(format!("DT_{name}")).ok().and_then(|v| v.parse().ok()).unwrap_or(def)
-}

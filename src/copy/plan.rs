@@ -340,10 +340,6 @@ pub fn plan_copy(
     }
     let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
     let n = numel(shape)?;
-    let dst_b = byte_strides(dst_strides, elem_size)?;
-    let src_b = byte_strides(src_strides, elem_size)?;
-    let dst_span = byte_span(shape, &dst_b, elem_size)?;
-    let src_span = byte_span(shape, &src_b, elem_size)?;
     let mut plan = CopyPlan {
         kind: PlanKind::Empty,
         elem_size,
@@ -351,50 +347,79 @@ pub fn plan_copy(
         src_offset: 0,
         dst_offset: 0,
         numel: n,
-        src_span,
-        dst_span,
+        src_span: (0, 0),
+        dst_span: (0, 0),
     };
     if n == 0 {
         return Ok(plan);
     }
-    if dst_has_internal_overlap(shape, &dst_b, elem_size) {
-        return Err(Error::OverlappingDestination);
-    }
 
-    // 1. Drop size-1 dims, flip negative destination strides.
+    // 1. Byte strides and spans (checked), size-1 dims dropped, negative
+    //    destination strides flipped. One pass, no allocation.
+    let ovf = |what| move || overflow(what);
+    let (mut dlo, mut dhi, mut slo, mut shi) = (0isize, e, 0isize, e);
     let mut dims = PlanDims::new();
-    for ((&len, &d), &s) in shape.iter().zip(&dst_b).zip(&src_b) {
+    for ((&len, &d), &s) in shape.iter().zip(dst_strides).zip(src_strides) {
         if len == 1 {
             continue;
         }
+        let d = d.checked_mul(e).ok_or_else(ovf("byte stride"))?;
+        let s = s.checked_mul(e).ok_or_else(ovf("byte stride"))?;
+        let last = isize::try_from(len - 1).map_err(|_| overflow("extent"))?;
+        let de = last.checked_mul(d).ok_or_else(ovf("extent"))?;
+        let se = last.checked_mul(s).ok_or_else(ovf("extent"))?;
+        if de < 0 {
+            dlo = dlo.checked_add(de).ok_or_else(ovf("extent"))?;
+        } else {
+            dhi = dhi.checked_add(de).ok_or_else(ovf("extent"))?;
+        }
+        if se < 0 {
+            slo = slo.checked_add(se).ok_or_else(ovf("extent"))?;
+        } else {
+            shi = shi.checked_add(se).ok_or_else(ovf("extent"))?;
+        }
         let mut dim = PlanDim { len, src: s, dst: d };
         if d < 0 {
-            // `byte_span` already checked (len - 1) * |stride| for both operands.
-            let last = (len - 1) as isize;
-            plan.dst_offset += last * d;
-            plan.src_offset += last * s;
+            // Partial sums of the checked extents: no overflow.
+            plan.dst_offset += de;
+            plan.src_offset += se;
             dim.dst = -d;
             dim.src = -s;
         }
         dims.push(dim);
     }
+    plan.dst_span = (dlo, dhi);
+    plan.src_span = (slo, shi);
 
-    // 2. Sort by destination stride, fastest first (stable).
+    // 2. Sort by destination stride, fastest first (stable), then check the
+    //    destination for internal overlap: each stride must clear the extent
+    //    of the faster dims (the rule of `dst_has_internal_overlap`).
     insertion_sort_by_key(&mut dims, |d| (d.dst, d.src.unsigned_abs(), d.len));
+    let mut extent = e;
+    for d in &dims {
+        if d.dst == 0 || d.dst < extent {
+            return Err(Error::OverlappingDestination);
+        }
+        // ≤ the checked destination span.
+        extent += (d.len as isize - 1) * d.dst;
+    }
 
-    // 3. Coalesce dims contiguous in both operands.
-    let mut merged = PlanDims::new();
-    for dim in dims {
-        if let Some(last) = merged.last_mut() {
+    // 3. Coalesce dims contiguous in both operands, in place.
+    let mut k = 0;
+    for i in 0..dims.len() {
+        let dim = dims[i];
+        if i > 0 {
+            let last = &mut dims[k - 1];
             let l = last.len as isize; // the product of lens is ≤ numel, no overflow
             if l.checked_mul(last.dst) == Some(dim.dst) && l.checked_mul(last.src) == Some(dim.src) {
                 last.len *= dim.len;
                 continue;
             }
         }
-        merged.push(dim);
+        dims[k] = dim;
+        k += 1;
     }
-    let mut dims = merged;
+    dims.truncate(k);
     let mut elem = elem_size;
 
     // 4. Widen when the innermost dim is unit-stride on both sides.

@@ -738,3 +738,46 @@ def test_fill_empty_and_0d():
     t = devtensor.zeros(())
     t.fill_(4.0)
     assert arr(t)[()] == 4.0
+
+
+# --------------------------------------------------------------------------------------
+# Allocator statistics
+# --------------------------------------------------------------------------------------
+
+STAT_KEYS = {
+    "allocated_bytes",
+    "reserved_bytes",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "active_blocks",
+    "segments",
+    "alloc_count",
+    "segment_allocs",
+    "oom_count",
+}
+
+
+@pytest.mark.parametrize("device", [None, "cpu", (1, 0)])
+def test_memory_stats_cpu(device):
+    s = devtensor.memory_stats() if device is None else devtensor.memory_stats(device)
+    assert isinstance(s, dict)
+    assert STAT_KEYS <= set(s)
+    assert all(type(v) is int and v >= 0 for v in s.values())
+    assert s["peak_allocated_bytes"] >= s["allocated_bytes"]
+    assert s["peak_reserved_bytes"] >= s["reserved_bytes"]
+
+
+def test_empty_cache_cpu():
+    assert devtensor.empty_cache() >= 0
+    assert devtensor.empty_cache("cpu") >= 0
+
+
+def test_memory_stats_bad_device():
+    with pytest.raises(ValueError):
+        devtensor.memory_stats("gpu")
+
+
+@pytest.mark.skipif(_cuda_present(), reason="a CUDA device is present: see test_gpu.py")
+def test_memory_stats_cuda_without_backend():
+    with pytest.raises(RuntimeError):
+        devtensor.memory_stats("cuda")

@@ -280,6 +280,22 @@ def test_export_does_not_block_host(dlp):
     assert dt < 0.2, f"__dlpack__(stream=...) blocked the host for {dt:.3f} s"
 
 
+def test_cuda_memory_stats_and_empty_cache():
+    devtensor.empty_cache("cuda")
+    s0 = devtensor.memory_stats("cuda")
+    t = devtensor.empty((1024, 1024), device="cuda")
+    s1 = devtensor.memory_stats("cuda")
+    assert s1["allocated_bytes"] >= s0["allocated_bytes"] + 4 * 1024 * 1024
+    assert s1["reserved_bytes"] >= s1["allocated_bytes"]
+    del t
+    gc.collect()
+    torch.cuda.synchronize()
+    s2 = devtensor.memory_stats("cuda")
+    assert s2["allocated_bytes"] == s0["allocated_bytes"]
+    assert devtensor.empty_cache("cuda") >= 0
+    assert devtensor.memory_stats("cuda")["reserved_bytes"] <= s2["reserved_bytes"]
+
+
 # --------------------------------------------------------------------------------------
 # Pinned and managed memory (§b)
 # --------------------------------------------------------------------------------------
