@@ -112,23 +112,27 @@ def handoff_rows(r, gpu):
             peers.append(("numpy(torch)", lambda: np.from_dlpack(x)))
             r.add("handoff in", f"devtensor.from_dlpack(torch) exchange API {label}", lambda: devtensor.from_dlpack(x), peers)
     if gpu:
-        import cupy as cp
-
+        cp = _cupy()
         t = devtensor.zeros((1024,), device="cuda")
-        c = cp.zeros((1024,), dtype=cp.float32)
         x = torch.zeros((1024,), device="cuda")
-        r.add(
-            "handoff out (CUDA)",
-            "torch.from_dlpack(devtensor cuda) 1024 f32",
-            lambda: torch.from_dlpack(t),
-            [("torch(cupy)", lambda: torch.from_dlpack(c))],
-        )
-        r.add(
-            "handoff in (CUDA)",
-            "devtensor.from_dlpack(torch cuda) 1024 f32",
-            lambda: devtensor.from_dlpack(x),
-            [("devtensor via __dlpack__", lambda: devtensor.from_dlpack(DunderOnly(x))), ("cupy(torch)", lambda: cp.from_dlpack(x))],
-        )
+        peers = [("torch(torch)", lambda: torch.from_dlpack(x))]
+        if cp is not None:
+            c = cp.zeros((1024,), dtype=cp.float32)
+            peers.insert(0, ("torch(cupy)", lambda: torch.from_dlpack(c)))
+        r.add("handoff out (CUDA)", "torch.from_dlpack(devtensor cuda) 1024 f32", lambda: torch.from_dlpack(t), peers)
+        peers = [("devtensor via __dlpack__", lambda: devtensor.from_dlpack(DunderOnly(x)))]
+        if cp is not None:
+            peers.append(("cupy(torch)", lambda: cp.from_dlpack(x)))
+        r.add("handoff in (CUDA)", "devtensor.from_dlpack(torch cuda) 1024 f32", lambda: devtensor.from_dlpack(x), peers)
+
+
+def _cupy():
+    try:
+        import cupy
+
+        return cupy
+    except ImportError:
+        return None
 
 
 def empty_rows(r, gpu):
@@ -140,19 +144,13 @@ def empty_rows(r, gpu):
             peers.append(("torch", lambda: torch.empty(shape)))
         r.add("empty", f"empty({label}) f32 cpu", lambda: devtensor.empty(shape), peers)
     if gpu:
-        import cupy as cp
-
+        cp = _cupy()
         for shape in [(16,), (4096, 4096)]:
             label = "x".join(map(str, shape))
-            r.add(
-                "empty (CUDA)",
-                f"empty({label}) f32 cuda",
-                lambda: devtensor.empty(shape, device="cuda"),
-                [
-                    ("torch", lambda: torch.empty(shape, device="cuda")),
-                    ("cupy", lambda: cp.empty(shape, dtype=cp.float32)),
-                ],
-            )
+            peers = [("torch", lambda: torch.empty(shape, device="cuda"))]
+            if cp is not None:
+                peers.append(("cupy", lambda: cp.empty(shape, dtype=cp.float32)))
+            r.add("empty (CUDA)", f"empty({label}) f32 cuda", lambda: devtensor.empty(shape, device="cuda"), peers)
 
 
 COPY_CASES = [
@@ -208,8 +206,6 @@ def main():
     gpu = False
     if not args.no_gpu and torch is not None and torch.cuda.is_available():
         try:
-            import cupy  # noqa: F401
-
             devtensor.empty(1, device="cuda")
             gpu = True
         except Exception as e:  # noqa: BLE001
@@ -225,7 +221,7 @@ def main():
         f"devtensor {devtensor.__version__}, numpy {np.__version__}"
         + (f", torch {torch.__version__} ({torch.get_num_threads()} threads)" if torch is not None else ", no torch")
         + f"; Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.machine()}"
-        + ("; CUDA rows included" if gpu else "; CPU only")
+        + (f"; CUDA rows included ({torch.cuda.get_device_name()}{', no cupy' if _cupy() is None else ''})" if gpu else "; CPU only")
     )
     print(f"best of {repeat} repeats of ~{min_time}s each; ratio = devtensor / peer (< 1: devtensor faster)")
     print()

@@ -126,6 +126,14 @@ pub enum Error {
         /// `DLDataType::lanes`.
         lanes: u16,
     },
+    /// A scalar that cannot be stored in the dtype (out of range, not an integer).
+    #[error("cannot store the value in {dtype}: {reason}")]
+    InvalidScalar {
+        /// The target dtype.
+        dtype: DType,
+        /// Why.
+        reason: &'static str,
+    },
     /// An unknown dtype name.
     #[error("unknown dtype name {0:?}")]
     UnknownDTypeName(String),

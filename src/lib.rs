@@ -9,6 +9,7 @@ pub mod dlpack;
 pub mod dtype;
 pub mod error;
 pub mod layout;
+pub mod scalar;
 pub mod stream;
 pub mod tensor;
 
@@ -17,6 +18,7 @@ pub use device::{Backend, Device};
 pub use dlpack::{from_dlpack_legacy, from_dlpack_versioned};
 pub use dtype::DType;
 pub use error::{DLPackError, Error, Result};
+pub use scalar::Scalar;
 pub use stream::StreamHandle;
 pub use tensor::{Element, Storage, Tensor};
 

@@ -3,7 +3,7 @@
 //! transposes, unaligned pointers, wide elements, errors.
 
 use devtensor::Error;
-use devtensor::copy::{copy_strided, fill_strided};
+use devtensor::copy::{copy_strided, fill_strided, set_stream_threshold};
 use proptest::prelude::*;
 
 /// Calls `f(src_off, dst_off)` (element offsets) for every index of `shape`.
@@ -332,6 +332,10 @@ fn large_nd_permutes() {
     check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);
     check_permute(&[10, 11, 12, 13, 14], &[4, 3, 2, 1, 0], 4, 0);
     check_permute(&[500, 1000, 2], &[1, 0, 2], 2, 0); // widened to u32 pairs
+    // Past the direct-tile limit (2 MiB): staged tiles, with a short side.
+    check_permute(&[64, 3, 100, 120], &[0, 2, 3, 1], 4, 0);
+    check_permute(&[64, 100, 120, 3], &[0, 3, 1, 2], 4, 0);
+    check_permute(&[300, 1200], &[1, 0], 8, 0);
 }
 
 #[test]
@@ -360,7 +364,7 @@ fn wide_elements() {
 
 #[test]
 fn dst_self_overlap_is_rejected() {
-    let src = vec![0u8; 64];
+    let src = [0u8; 64];
     let mut dst = vec![0u8; 64];
     // SAFETY: every address used is inside the 64-byte buffers.
     unsafe {
@@ -377,7 +381,7 @@ fn dst_self_overlap_is_rejected() {
 
 #[test]
 fn errors() {
-    let src = vec![0u8; 64];
+    let src = [0u8; 64];
     let mut dst = vec![0u8; 64];
     // SAFETY: nothing is accessed: each call fails validation or is empty.
     unsafe {
@@ -544,4 +548,71 @@ fn sliced_rows_and_flips() {
         };
         assert!(got == want, "flip {strides:?}");
     }
+}
+
+/// The streaming-store paths (normally only for destinations past the
+/// last-level cache) on small, misaligned and odd-sized cases. Other tests may
+/// run meanwhile with streaming on: they must pass either way.
+#[test]
+fn streaming_stores() {
+    set_stream_threshold(Some(1));
+    for shift in [0, 1, 7] {
+        check_permute(&[700, 1037], &[1, 0], 4, shift);
+        check_permute(&[1100, 1000], &[1, 0], 1, shift);
+        check_permute(&[300, 301], &[1, 0], 2, shift);
+        check_permute(&[300, 301], &[1, 0], 3, shift);
+        check_permute(&[7, 80, 90], &[0, 2, 1], 4, shift);
+        check_permute(&[4, 3, 96, 97], &[0, 2, 3, 1], 4, shift);
+        check_permute(&[4, 96, 97, 3], &[0, 3, 1, 2], 1, shift);
+        check_permute(&[700, 701], &[0, 1], 4, shift);
+        check_permute(&[50, 60, 70], &[1, 0, 2], 4, shift);
+        check_permute(&[300, 301], &[1, 0], 8, shift);
+        check_permute(&[100, 130], &[1, 0], 12, shift);
+        check_permute(&[90, 100], &[1, 0], 16, shift);
+        check_permute(&[16, 100, 130], &[0, 2, 1], 2, shift);
+    }
+    for e in [1usize, 2, 3, 4, 5, 8, 12, 16] {
+        for (n, stride) in [(100_001usize, 1isize), (77, 1), (3000, 1), (50_000, 2)] {
+            let value: Vec<u8> = (1..=e as u8).collect();
+            let mut got = vec![0u8; n * e * stride as usize + 1];
+            // SAFETY: `n` elements at `stride`, one byte in.
+            unsafe { fill_strided(got.as_mut_ptr().add(1), &[stride], &[n], &value).unwrap() };
+            let ok = got[1..].chunks(e).enumerate().all(|(i, c)| {
+                if i % stride as usize == 0 && i / (stride as usize) < n {
+                    c == value.as_slice()
+                } else {
+                    c.iter().all(|&b| b == 0)
+                }
+            });
+            assert!(ok && got[0] == 0, "streaming fill e = {e}, n = {n}, stride = {stride}");
+        }
+    }
+    // [M, 1] -> [M, N] broadcast rows and a gather, streamed.
+    let (m, n) = (37, 1000);
+    let src = pattern(2 * m * n * 4, 5);
+    for (strides, e) in [
+        ([1isize, 0], 4usize),
+        ([1, 0], 3),
+        ([2 * n as isize, 2], 4),
+        ([0, -1], 8),
+    ] {
+        let off = if strides[1] < 0 { (n - 1) * e } else { 0 };
+        let mut got = vec![0u8; m * n * e];
+        let mut want = got.clone();
+        reference(&mut want, 0, &[n as isize, 1], &src, off, &strides, &[m, n], e);
+        // SAFETY: the views fit both buffers.
+        unsafe {
+            copy_strided(
+                got.as_mut_ptr(),
+                &[n as isize, 1],
+                src.as_ptr().add(off),
+                &strides,
+                &[m, n],
+                e,
+            )
+            .unwrap()
+        };
+        assert!(got == want, "streamed {strides:?} e = {e}");
+    }
+    set_stream_threshold(None);
 }

@@ -4,6 +4,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, ClassVar, Optional, SupportsIndex, Union, final
 
+from typing_extensions import CapsuleType
+
 if sys.version_info >= (3, 10):
     from types import EllipsisType
 else:
@@ -47,7 +49,7 @@ class Tensor:
     """An n-dimensional view of CPU or GPU memory that speaks DLPack."""
 
     # The static DLPackExchangeAPI v1.3 table, as a "dlpack_exchange_api" PyCapsule.
-    __dlpack_c_exchange_api__: ClassVar[object]
+    __dlpack_c_exchange_api__: ClassVar[CapsuleType]
 
     @property
     def shape(self) -> tuple[int, ...]: ...
@@ -88,7 +90,7 @@ class Tensor:
         max_version: Optional[tuple[int, int]] = None,
         dl_device: Optional[tuple[int, int]] = None,
         copy: Optional[bool] = None,
-    ) -> object: ...
+    ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
 # dtype=None means "float32" and device=None means "cpu".

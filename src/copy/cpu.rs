@@ -6,19 +6,25 @@
 //!
 //! | kind | kernel |
 //! |---|---|
-//! | `Memcpy` | `ptr::copy_nonoverlapping`, split into 4 KiB-aligned chunks across rayon |
-//! | `Rows` | odometer over the outer dims, one row copy each (inline for short rows) |
-//! | `Transpose` | tiles over (dst-fastest, src-fastest); SSE2 register transposes for 1/2/4/8-byte elements, scalar micro tiles otherwise; other dims a batch |
-//! | `General` | odometer, innermost loop specialised on (src, dst) stride: contiguous, broadcast, gather, scatter, strided |
-//! | `Fill` | a repeated pattern block copied over contiguous runs |
+//! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
+//! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with SSE2 register micro-transposes for 1/2/4/8-byte elements (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise; the other dims are a batch |
+//! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
+//! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
 //! Elements are moved as `u8/u16/u32/u64/u128` (powers of two) or `[u8; N]`
 //! (other sizes up to 16) with unaligned loads and stores, so odd addresses are
-//! fine. Larger elements become an extra byte dimension. Work above 256 KiB is
-//! split across rayon over a flat index space — rows × row elements, or
-//! batch × tiles — so a short outer dimension still feeds every thread.
+//! fine. Larger elements become an extra byte dimension.
+//!
+//! Runs are copied with libc's `memcpy`, except for destinations larger than
+//! the last-level cache: those are written with non-temporal (streaming)
+//! stores over whole cache lines, which skips the read-for-ownership of every
+//! destination line (see [`set_stream_threshold`]). Work above 256 KiB is split
+//! across rayon over a flat index space — rows × row elements, or batch × tiles
+//! — so a short outer dimension still feeds every thread.
 
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use smallvec::SmallVec;
@@ -235,8 +241,13 @@ impl<P: Copy> Shared<P> {
 /// Runs `f(lo, hi)` over a partition of `0..total`, in parallel when `bytes` is
 /// large enough.
 fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
+    // Small work never touches rayon (whose first use spawns the pool).
+    if total < 2 || bytes < PAR_MIN_BYTES {
+        f(0, total);
+        return;
+    }
     let threads = rayon::current_num_threads();
-    if total < 2 || bytes < PAR_MIN_BYTES || threads < 2 {
+    if threads < 2 {
         f(0, total);
         return;
     }
@@ -302,7 +313,7 @@ fn for_each_segment(
 /// contract, and the two do not overlap.
 unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
     let nt = plan.bytes() >= stream_threshold();
-    // SAFETY (for every arm): forwarded from the caller.
+    // SAFETY: every arm forwards the caller's guarantees.
     unsafe {
         match plan.kind {
             PlanKind::Empty => {}
@@ -316,21 +327,34 @@ unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
 }
 
 /// Destinations of at least this many bytes are written with non-temporal
-/// (streaming) stores: half the last-level cache (from sysfs, 16 MiB if
-/// unknown), where the copy's source and destination no longer fit in it and
-/// the read-for-ownership of every destination line would cost a third of
-/// the bandwidth. `DEVTENSOR_STREAM_BYTES` overrides it.
+/// (streaming) stores: the size of the last-level cache (from sysfs, 32 MiB if
+/// unknown). Such a destination cannot stay cached anyway, and ordinary stores
+/// would first read every destination line (a third more traffic); below it,
+/// ordinary stores measured faster. `DEVTENSOR_STREAM_BYTES` overrides it.
 fn stream_threshold() -> usize {
-    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        if let Some(v) = std::env::var("DEVTENSOR_STREAM_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            return v;
+    match STREAM_BYTES.load(Ordering::Relaxed) {
+        0 => {
+            let v = std::env::var("DEVTENSOR_STREAM_BYTES")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| llc_bytes().map_or(32 << 20, |b| b.max(1 << 20)))
+                .max(1);
+            STREAM_BYTES.store(v, Ordering::Relaxed);
+            v
         }
-        llc_bytes().map_or(16 << 20, |b| (b / 2).max(1 << 20))
-    })
+        v => v,
+    }
+}
+
+/// The streaming threshold in bytes; 0 until first computed.
+static STREAM_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the destination size (bytes) from which copies use non-temporal
+/// (streaming) stores; `None` restores the default (the last-level cache
+/// size, or `DEVTENSOR_STREAM_BYTES`). `Some(1)` streams everything, which
+/// tests use to cover those paths; `Some(usize::MAX)` never streams.
+pub fn set_stream_threshold(bytes: Option<usize>) {
+    STREAM_BYTES.store(bytes.map_or(0, |b| b.max(1)), Ordering::Relaxed);
 }
 
 /// Size of the largest CPU cache, from Linux sysfs.
@@ -417,8 +441,8 @@ unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// Copies `n` bytes: 64-byte blocks of 16-byte moves (libc's `rep movsb` is
-/// slower on some machines), streaming stores when `nt`.
+/// Copies `n` bytes: libc's `memcpy` (tuned per CPU), or — when `nt` — a
+/// loop of streaming stores over whole destination cache lines.
 ///
 /// # Safety
 ///
@@ -432,13 +456,12 @@ unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
             copy_small(dst, src, n);
             return;
         }
-        let mut i = 0;
         #[cfg(target_arch = "x86_64")]
         if nt && n >= 256 {
             use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
             // Stream whole destination cache lines only: a partial line written
             // with non-temporal stores costs a read-modify-write in memory.
-            i = (64 - dst as usize % 64) % 64;
+            let mut i = (64 - dst as usize % 64) % 64;
             copy_small(dst, src, i);
             while i + 64 <= n {
                 let s = src.add(i).cast::<__m128i>();
@@ -460,25 +483,100 @@ unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
             copy_small(dst.add(i), src.add(i), n - i);
             return;
         }
+        ptr::copy_nonoverlapping(src, dst, n);
+    }
+}
+
+/// Bytes of a fill pattern: one element repeated, long enough for a 64-byte
+/// window at any phase below 16 plus a short tail.
+const PAT: usize = 96;
+
+/// The element at `src` (`e ≤ 16` bytes) repeated over [`PAT`] bytes.
+///
+/// # Safety
+///
+/// `src` is readable for `e` bytes.
+#[inline(always)]
+unsafe fn fill_pattern(src: *const u8, e: usize) -> [u8; PAT] {
+    let mut pat = [0u8; PAT];
+    // SAFETY: `src` is readable for `e` bytes.
+    let v = unsafe { std::slice::from_raw_parts(src, e) };
+    for (k, b) in pat.iter_mut().enumerate() {
+        *b = v[k % e];
+    }
+    pat
+}
+
+/// Writes `n` bytes of the repeated element of `pat` (period `e`) at `dst`,
+/// which must be the start of an element; streaming stores when `nt`.
+///
+/// # Safety
+///
+/// `dst` is writable for `n` bytes; with `nt` the task must call
+/// [`store_fence`] before it ends.
+#[inline(always)]
+unsafe fn fill_run(dst: *mut u8, pat: &[u8; PAT], e: usize, n: usize, nt: bool) {
+    let p = pat.as_ptr();
+    let step = 64 % e;
+    // SAFETY: writes stay inside `[0, n)`; reads of `pat` start at a phase
+    // `ph < e ≤ 16` and read at most 64 bytes (96-byte pattern).
+    unsafe {
+        if n < 64 {
+            copy_small(dst, p, n);
+            return;
+        }
+        let mut i = 0;
+        let mut ph = 0;
+        #[cfg(target_arch = "x86_64")]
+        if nt && n >= 256 {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+            i = (64 - dst as usize % 64) % 64;
+            copy_small(dst, p, i);
+            ph = i % e;
+            let q = p.add(ph).cast::<__m128i>();
+            let (mut a, mut b, mut c, mut f) = (
+                _mm_loadu_si128(q),
+                _mm_loadu_si128(q.add(1)),
+                _mm_loadu_si128(q.add(2)),
+                _mm_loadu_si128(q.add(3)),
+            );
+            while i + 64 <= n {
+                if step != 0 {
+                    let q = p.add(ph).cast::<__m128i>();
+                    (a, b, c, f) = (
+                        _mm_loadu_si128(q),
+                        _mm_loadu_si128(q.add(1)),
+                        _mm_loadu_si128(q.add(2)),
+                        _mm_loadu_si128(q.add(3)),
+                    );
+                    ph += step;
+                    if ph >= e {
+                        ph -= e;
+                    }
+                }
+                let d = dst.add(i).cast::<__m128i>();
+                _mm_stream_si128(d, a);
+                _mm_stream_si128(d.add(1), b);
+                _mm_stream_si128(d.add(2), c);
+                _mm_stream_si128(d.add(3), f);
+                i += 64;
+            }
+        }
         while i + 64 <= n {
-            let (a, b) = (ld::<u128>(src.add(i)), ld::<u128>(src.add(i + 16)));
-            let (c, e) = (ld::<u128>(src.add(i + 32)), ld::<u128>(src.add(i + 48)));
+            let q = p.add(ph);
+            let (a, b) = (ld::<u128>(q), ld::<u128>(q.add(16)));
+            let (c, f) = (ld::<u128>(q.add(32)), ld::<u128>(q.add(48)));
             st(dst.add(i), a);
             st(dst.add(i + 16), b);
             st(dst.add(i + 32), c);
-            st(dst.add(i + 48), e);
+            st(dst.add(i + 48), f);
+            ph += step;
+            if ph >= e {
+                ph -= e;
+            }
             i += 64;
         }
-        if i < n {
-            // The last (up to 64) bytes, overlapping what was already copied.
-            let t = n - 64;
-            let (a, b) = (ld::<u128>(src.add(t)), ld::<u128>(src.add(t + 16)));
-            let (c, e) = (ld::<u128>(src.add(t + 32)), ld::<u128>(src.add(t + 48)));
-            st(dst.add(t), a);
-            st(dst.add(t + 16), b);
-            st(dst.add(t + 32), c);
-            st(dst.add(t + 48), e);
-        }
+        copy_small(dst.add(i), p.add(ph), n - i);
     }
 }
 
@@ -562,41 +660,23 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
     });
 }
 
-/// Fill of contiguous destination rows: a block of repeated values is copied
-/// over each run.
+/// Fill of contiguous destination rows from a repeated-element pattern.
 ///
 /// # Safety
 ///
 /// As [`execute`]; `src` points at the one source element.
 unsafe fn fill_rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
-    const PAT: usize = 4096;
     let e = plan.elem_size;
-    let per = PAT / e; // elements per pattern block (e ≤ 16)
-    let mut pat = [0u8; PAT];
-    // SAFETY: `src` is readable for `e` bytes; `pat` has room for `per * e` bytes.
-    unsafe {
-        for k in 0..per {
-            ptr::copy_nonoverlapping(src, pat.as_mut_ptr().add(k * e), e);
-        }
-    }
+    // SAFETY: `src` is readable for `e` bytes.
+    let pat = unsafe { fill_pattern(src, e) };
     let pat = &pat;
     let len = plan.dims[0].len;
     let outer = &plan.dims[1..];
     let d = Shared(dst);
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, _, i0, n| {
-            let mut p = d.get().wrapping_offset(dof + (i0 * e) as isize);
-            let mut left = n;
-            while left > 0 {
-                let k = left.min(per);
-                // SAFETY: `k` elements of a destination row, in bounds; the
-                // pattern holds `per ≥ k` elements.
-                unsafe {
-                    copy_run(p, pat.as_ptr(), k * e, nt);
-                    p = p.add(k * e);
-                }
-                left -= k;
-            }
+            // SAFETY: `n` elements of a destination row starting at an element.
+            unsafe { fill_run(d.get().offset(dof + (i0 * e) as isize), pat, e, n * e, nt) }
         });
         store_fence(nt);
     });
@@ -666,18 +746,9 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                     let sp = s.get().offset(so + i0 * ss);
                     match K {
                         CONTIG => copy_run(dp, sp, n * e, nt),
-                        BCAST if nt => {
-                            let v = ld::<T>(sp);
-                            let m = n.min(chunk);
-                            for i in 0..m {
-                                st(buf.add(i * e), v);
-                            }
-                            let mut i = 0;
-                            while i < n {
-                                let c = (n - i).min(m);
-                                copy_run(dp.add(i * e), buf, c * e, true);
-                                i += c;
-                            }
+                        BCAST if n * e >= 256 => {
+                            let pat = fill_pattern(sp, e);
+                            fill_run(dp, &pat, e, n * e, nt);
                         }
                         BCAST => {
                             let v = ld::<T>(sp);
@@ -689,19 +760,12 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                             let mut i = 0;
                             while i < n {
                                 let c = (n - i).min(chunk);
-                                let spi = sp.offset(i as isize * ss);
-                                for k in 0..c {
-                                    st(buf.add(k * e), ld::<T>(spi.offset(k as isize * ss)));
-                                }
+                                gather::<T>(buf, sp.offset(i as isize * ss), c, ss);
                                 copy_run(dp.add(i * e), buf, c * e, true);
                                 i += c;
                             }
                         }
-                        GATHER => {
-                            for i in 0..n {
-                                st(dp.add(i * e), ld::<T>(sp.offset(i as isize * ss)));
-                            }
-                        }
+                        GATHER => gather::<T>(dp, sp, n, ss),
                         SCATTER => {
                             for i in 0..n {
                                 st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
@@ -719,6 +783,47 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
         });
         store_fence(nt);
     });
+}
+
+/// `dst[i] = src[i·ss]` for `i < n` (contiguous destination). Source strides
+/// of 2, 3 and 4 elements get loops with constant strides, which LLVM turns
+/// into wide loads and shuffles (every other element, one channel of three).
+///
+/// # Safety
+///
+/// Every address formed is an element of its operand.
+#[inline(always)]
+unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded; `ss == k·e` in the constant-stride arms.
+    unsafe {
+        match ss / e as isize {
+            2 if ss == 2 * e as isize => gather_const::<T, 2>(dst, src, n),
+            3 if ss == 3 * e as isize => gather_const::<T, 3>(dst, src, n),
+            4 if ss == 4 * e as isize => gather_const::<T, 4>(dst, src, n),
+            _ => {
+                for i in 0..n {
+                    st(dst.add(i * e), ld::<T>(src.offset(i as isize * ss)));
+                }
+            }
+        }
+    }
+}
+
+/// [`gather`] with a source stride of `S` elements.
+///
+/// # Safety
+///
+/// As [`gather`].
+#[inline(always)]
+unsafe fn gather_const<T: Elem, const S: usize>(dst: *mut u8, src: *const u8, n: usize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded.
+    unsafe {
+        for i in 0..n {
+            st(dst.add(i * e), ld::<T>(src.add(i * S * e)));
+        }
+    }
 }
 
 /// An element type the kernels move: a power-of-two integer or a byte array.
@@ -903,11 +1008,12 @@ mod sse {
 const DIRECT_MAX_BYTES: usize = 2 << 20;
 
 /// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
-/// stride); the other dims are a batch. Each tile is transposed from the
-/// source into a contiguous staging buffer (no cache-set conflicts between
-/// power-of-two rows) and then written out as contiguous destination runs,
-/// streaming when `nt`. Tiles (batch-major, then dst row blocks, then dst
-/// column blocks) are split across threads.
+/// stride); the other dims are a batch. Small copies transpose each L1-sized
+/// tile straight into the destination. Larger ones transpose a bigger tile
+/// into a contiguous staging buffer (no cache-set conflicts between
+/// power-of-two rows) and write it out as contiguous destination runs,
+/// streaming when `nt`. Tiles (batch-major, then source row blocks, then
+/// source column blocks) are split across threads.
 ///
 /// # Safety
 ///
@@ -924,15 +1030,19 @@ unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *cons
         .filter(|&(i, _)| i != 0 && i != k)
         .map(|(_, d)| *d)
         .collect();
-    // Tile: up to 512 destination bytes × 2 KiB of source row, at most 256 KiB
-    // (L2-resident). Long runs on both sides matter more than L1 residency:
-    // the hardware prefetchers need several lines of a page per visit, and
-    // streaming stores want whole lines. A short side is taken whole and the
-    // other grows to fill the staging area.
-    // Small copies (≤ 2 MiB, cache-resident) transpose straight into the
-    // destination with L1-sized tiles; larger ones go through a staging tile.
+    // Small copies (≤ 2 MiB, cache-resident): 256 destination bytes × 64 source
+    // bytes, straight into the destination. Larger: up to 512 destination bytes
+    // × 2 KiB of source row, at most 256 KiB (L2-resident) of staging. Long runs
+    // on both sides matter more than L1 residency once the data come from
+    // DRAM: the hardware prefetchers need several lines of a page per visit,
+    // and streaming stores want whole lines. A short side is taken whole and
+    // the other grows to fill the tile.
     let direct = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
-    let (tile_dst, tile_src, tile_max) = if direct { (256, 64, STAGE) } else { (512, 2048, 256 << 10) };
+    let (tile_dst, tile_src, tile_max) = if direct {
+        (256, 64, STAGE)
+    } else {
+        (512, 2048, 256 << 10)
+    };
     let base_i = (tile_dst / e / m).max(1) * m;
     let base_j = (tile_src / e / m).max(1) * m;
     let (bi, bj) = if b.len < base_j {
@@ -1049,4 +1159,3 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
         }
     }
 }
-

@@ -25,5 +25,5 @@ pub mod cpu;
 pub mod patterns;
 pub mod plan;
 
-pub use cpu::{copy_strided, fill_strided};
+pub use cpu::{copy_strided, fill_strided, set_stream_threshold};
 pub use plan::{CopyPlan, PlanDim, PlanKind, PlanOptions, plan_copy, plan_fill};

@@ -6,6 +6,8 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyString, PyTuple};
 
 use crate::device::Device;
 use crate::dtype::DType;
+use crate::error::Error;
+use crate::scalar::Scalar;
 use crate::layout::Shape;
 use crate::python::errors::to_py;
 
@@ -15,10 +17,10 @@ pub(crate) struct ShapeArg(pub Shape);
 impl<'py> FromPyObject<'_, 'py> for ShapeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        let dims: Vec<i64> = if ob.is_instance_of::<PyInt>() {
-            vec![ob.extract()?]
-        } else if ob.is_instance_of::<PyString>() {
+        let dims: Vec<i64> = if ob.is_instance_of::<PyString>() {
             return Err(PyTypeError::new_err("shape must be an int or a sequence of ints"));
+        } else if let Ok(n) = ob.extract::<i64>() {
+            vec![n] // an int or any `__index__` object (NumPy integers)
         } else {
             ob.try_iter()
                 .map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))?
@@ -90,60 +92,37 @@ pub(crate) fn infer_dtype(value: &Bound<'_, PyAny>) -> PyResult<DType> {
     }
 }
 
-fn int_bytes<T: TryFrom<i128> + Copy>(v: i128, dtype: DType, to_le: impl Fn(T) -> Vec<u8>) -> PyResult<Vec<u8>> {
-    T::try_from(v)
-        .map(to_le)
-        .map_err(|_| PyOverflowError::new_err(format!("value {v} does not fit {dtype}")))
+/// A Python scalar (bool, int or any `__index__` object, float, complex, or
+/// anything with `__float__`, such as NumPy scalars).
+pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(Scalar::Bool(value.is_truthy()?));
+    }
+    if let Ok(c) = value.cast::<PyComplex>() {
+        return Ok(Scalar::Complex(c.real(), c.imag()));
+    }
+    if value.is_instance_of::<PyInt>() || value.hasattr("__index__")? {
+        return value
+            .extract::<i128>()
+            .map(Scalar::Int)
+            .map_err(|_| PyOverflowError::new_err("integer fill value out of range"));
+    }
+    if value.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("fill value must be a number, not a str"));
+    }
+    value
+        .extract::<f64>()
+        .map(Scalar::Float)
+        .map_err(|_| PyTypeError::new_err(format!("fill value must be a number, not {}", value.get_type())))
 }
 
 /// The raw bytes of `value` as one element of `dtype` (native byte order).
 pub(crate) fn scalar_bytes(value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Vec<u8>> {
-    let as_f64 = || -> PyResult<f64> { value.extract::<f64>() };
-    let as_int = || -> PyResult<i128> {
-        if value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyComplex>() {
-            let f = value.extract::<f64>()?;
-            if f.fract() != 0.0 || !f.is_finite() {
-                return Err(PyValueError::new_err(format!("cannot fill an integer tensor with {f}")));
-            }
-            return Ok(f as i128);
+    let s = scalar(value)?;
+    s.to_bytes(dtype).map_err(|e| match (e, s) {
+        (Error::InvalidScalar { reason: "out of range", .. }, _) => {
+            PyOverflowError::new_err(format!("value does not fit {dtype}"))
         }
-        value.extract::<i128>()
-    };
-    Ok(match dtype {
-        DType::Bool => vec![u8::from(value.is_truthy()?)],
-        DType::I8 => int_bytes::<i8>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::I16 => int_bytes::<i16>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::I32 => int_bytes::<i32>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::I64 => int_bytes::<i64>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::U8 => int_bytes::<u8>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::U16 => int_bytes::<u16>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::U32 => int_bytes::<u32>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::U64 => int_bytes::<u64>(as_int()?, dtype, |x| x.to_ne_bytes().to_vec())?,
-        DType::F16 => half::f16::from_f64(as_f64()?).to_ne_bytes().to_vec(),
-        DType::BF16 => half::bf16::from_f64(as_f64()?).to_ne_bytes().to_vec(),
-        DType::F32 => (as_f64()? as f32).to_ne_bytes().to_vec(),
-        DType::F64 => as_f64()?.to_ne_bytes().to_vec(),
-        DType::C32 | DType::C64 | DType::C128 => {
-            let (re, im) = match value.cast::<PyComplex>() {
-                Ok(c) => (c.real(), c.imag()),
-                Err(_) => (as_f64()?, 0.0),
-            };
-            match dtype {
-                DType::C32 => [
-                    half::f16::from_f64(re).to_ne_bytes(),
-                    half::f16::from_f64(im).to_ne_bytes(),
-                ]
-                .concat(),
-                DType::C64 => [(re as f32).to_ne_bytes(), (im as f32).to_ne_bytes()].concat(),
-                _ => [re.to_ne_bytes(), im.to_ne_bytes()].concat(),
-            }
-        }
-        // float8 formats: exact zero is all-zero bits in every format that has a zero.
-        other if other != DType::F8E8M0Fnu && as_f64()? == 0.0 => vec![0u8],
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "filling {other} with a Python scalar is not supported yet (only 0 for float8 types)"
-            )));
-        }
+        (e, _) => to_py(e),
     })
 }

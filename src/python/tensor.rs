@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyEllipsis, PyInt, PyNone, PySlice, PyTuple};
+use pyo3::types::{PyCapsule, PyEllipsis, PyNone, PySlice, PyTuple};
 
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
@@ -38,11 +38,11 @@ fn wrap(r: crate::Result<Tensor>) -> PyResult<PyTensor> {
 fn dims_arg(args: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
     if args.len() == 1
         && let Ok(first) = args.get_item(0)
-        && !first.is_instance_of::<PyInt>()
+        && first.extract::<isize>().is_err()
     {
-        return first.extract();
+        return first.extract(); // one sequence of dims
     }
-    args.extract()
+    args.iter().map(|a| a.extract::<isize>()).collect() // ints or `__index__` objects
 }
 
 /// How the DLPack `stream` argument applies to this tensor's device.
@@ -170,7 +170,10 @@ impl PyTensor {
             Ok(t) => t.iter().collect(),
             Err(_) => vec![key.clone()],
         };
-        let is_index = |k: &Bound<'_, PyAny>| k.is_instance_of::<PyInt>() || k.is_instance_of::<PySlice>();
+        let is_index = |k: &Bound<'_, PyAny>| {
+            k.is_instance_of::<PySlice>()
+                || (!k.is_instance_of::<pyo3::types::PyBool>() && !k.is_none() && k.extract::<isize>().is_ok())
+        };
         let consuming = items.iter().filter(|k| is_index(k)).count();
         let ellipses = items.iter().filter(|k| k.is_instance_of::<PyEllipsis>()).count();
         if ellipses > 1 {
@@ -200,8 +203,11 @@ impl PyTensor {
                 }
                 t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
                 dim += 1;
-            } else if k.is_instance_of::<PyInt>() && !k.is_instance_of::<pyo3::types::PyBool>() {
-                t = t.select(dim, k.extract()?).map_err(to_py)?;
+            } else if let Some(i) = (!k.is_instance_of::<pyo3::types::PyBool>())
+                .then(|| k.extract::<isize>().ok())
+                .flatten()
+            {
+                t = t.select(dim, i).map_err(to_py)?; // ints and `__index__` objects
             } else {
                 return Err(PyIndexError::new_err(
                     "only integers, slices (`:`), ellipsis (`...`) and None are valid indices",
@@ -254,16 +260,14 @@ impl PyTensor {
         Ok(slf)
     }
 
-    /// This tensor on `device` (itself when already there).
-    fn to(slf: Bound<'_, Self>, device: DeviceArg) -> PyResult<Bound<'_, Self>> {
-        let t = &slf.get().inner;
+    /// This tensor on `device` (itself when already there, else a copy).
+    fn to<'py>(slf: Bound<'py, Self>, device: DeviceArg) -> PyResult<Bound<'py, PyAny>> {
+        let t = slf.get().inner.clone();
         if t.device() == device.0 {
-            return Ok(slf);
+            return Ok(slf.into_any());
         }
-        Err(to_py(crate::Error::UnsupportedDevice {
-            op: "to (cross-device copy)",
-            device: device.0,
-        }))
+        let moved = slf.py().detach(|| t.to(device.0)).map_err(to_py)?;
+        Ok(Bound::new(slf.py(), PyTensor::from(moved))?.into_any())
     }
 
     /// `(device_type, device_id)` as DLPack spells them.

@@ -242,7 +242,16 @@ def test_shape_forms(shape, expect):
 def test_shape_numpy_ints():
     t = devtensor.zeros((np.int64(2), np.int32(3)))
     assert t.shape == (2, 3)
-    assert devtensor.zeros(np.int64(4)).shape == (4,)
+    assert devtensor.zeros(np.int64(4)).shape == (4,)  # any __index__ object, like numpy/torch
+
+
+def test_view_ops_take_numpy_ints():
+    t = devtensor.zeros((3, 4))
+    assert t.permute(np.int64(1), 0).shape == (4, 3)
+    assert t.transpose(np.int64(0), np.int64(1)).shape == (4, 3)
+    assert t.reshape(np.int64(12)).shape == (12,)
+    assert t.reshape(np.int64(2), 6).shape == (2, 6)
+    assert t[np.int64(1) : np.int64(3)].shape == (2, 4)
 
 
 @pytest.mark.parametrize("shape", [-1, (2, -3), [-1]])

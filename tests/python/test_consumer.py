@@ -373,3 +373,43 @@ def test_from_dlpack_to_gpu_without_backend():
 def test_from_dlpack_keyword_only():
     with pytest.raises(TypeError):
         devtensor.from_dlpack(np.zeros(2), "cpu")
+
+
+# --------------------------------------------------------------------------------------
+# A producer type's exchange API that we must not use (§a 30-31, research §d)
+# --------------------------------------------------------------------------------------
+
+_API_NAME = ctypes.create_string_buffer(b"dlpack_exchange_api")
+_OTHER_NAME = ctypes.create_string_buffer(b"something_else")
+_KEEP_TABLES = []
+
+
+def _api_capsule(dlp, major, with_from_py, name=_API_NAME):
+    table = dlp.DLPackExchangeAPI()
+    table.version.major, table.version.minor = major, 0
+    if with_from_py:
+        # Points at a function that must never be called: if the consumer ignored the
+        # version check, calling this would crash the test process.
+        table.managed_tensor_from_py_object_no_sync = 1
+    _KEEP_TABLES.append(table)
+    return ctypes.pythonapi.PyCapsule_New(ctypes.addressof(table), ctypes.cast(name, ctypes.c_char_p), None)
+
+
+@pytest.mark.parametrize("kind", ["int", "wrong-name", "major2", "null-from-py", "none"])
+def test_unusable_exchange_api_falls_back_to_dunder(dlp, kind):
+    a = np.arange(6, dtype=np.float32)
+    attr = {
+        "int": lambda: 12345,  # tvm-ffi <= 0.1.4 used an int; never dereference it blindly
+        "wrong-name": lambda: _api_capsule(dlp, 1, True, _OTHER_NAME),
+        "major2": lambda: _api_capsule(dlp, 2, True),
+        "null-from-py": lambda: _api_capsule(dlp, 1, False),
+        "none": lambda: None,
+    }[kind]()
+
+    class Producer(Spy):
+        __dlpack_c_exchange_api__ = attr
+
+    p = Producer(a)
+    t = devtensor.from_dlpack(p)
+    assert len(p.calls) == 1
+    assert t.data_ptr == a.ctypes.data
