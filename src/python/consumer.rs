@@ -34,12 +34,12 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         if rc == 0 {
             // SAFETY: `out` is an owned managed tensor from the producer.
             let t = unsafe { crate::dlpack::from_dlpack_versioned(out) }.map_err(to_py)?;
+            refuse_lazy_views(x, &t)?;
+            // A device tensor whose producer work cannot be ordered before ours
+            // goes through `__dlpack__`'s `stream` instead (`t` drops, deleter runs).
             if t.device().is_host_accessible() || order_after_producer(api, &t) {
                 return Ok(t);
             }
-            // No way to order the producer's work before ours: drop it (its
-            // deleter runs) and let `__dlpack__` do it through `stream`.
-            drop(t);
         } else {
             let err = PyErr::take(py);
             // tvm-ffi's rule: BufferError means "try the Python protocol".
@@ -83,8 +83,40 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         Err(e) if e.is_instance_of::<PyTypeError>(py) && device.is_none() && copy.is_none() => dlpack.call0()?,
         Err(e) => return Err(e),
     };
+    let t = capsule::consume(&cap)?;
+    refuse_lazy_views(x, &t)?;
     // The producer honoured `copy` (or raised); only the device is checked here.
-    finish(capsule::consume(&cap)?, device, None)
+    finish(t, device, None)
+}
+
+/// BufferError when `x` is a torch tensor whose data must be conjugated or
+/// negated on read (`is_conj()` / `is_neg()`): DLPack cannot describe that, and
+/// torch exports such views anyway (its C exchange API ignores both bits, its
+/// `__dlpack__` the negative one), so the bytes would be silently wrong. Only
+/// complex tensors can be conjugate views and only floating ones negative
+/// views, so other dtypes cost nothing. `t` drops (its deleter runs).
+fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
+    if lazy_view_bit(x, t)? {
+        return Err(PyBufferError::new_err(
+            "a lazy conjugate or negative view cannot be shared through DLPack: \
+             call resolve_conj() / resolve_neg() first",
+        ));
+    }
+    Ok(())
+}
+
+fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
+    let method = if t.dtype().is_complex() {
+        pyo3::intern!(x.py(), "is_conj")
+    } else if t.dtype().is_floating_point() {
+        pyo3::intern!(x.py(), "is_neg")
+    } else {
+        return Ok(false);
+    };
+    match x.call_method0(method) {
+        Ok(bit) => bit.is_truthy(),
+        Err(_) => Ok(false), // not torch: no such bits
+    }
 }
 
 /// For a device tensor from the exchange API ("no sync"): makes our stream wait

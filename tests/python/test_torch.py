@@ -312,18 +312,17 @@ def test_torch_devtensor_torch_chain():
     assert x[0, 0] == -1
 
 
-@pytest.mark.xfail(
-    reason="torch's C exchange API ignores the conjugate bit (its __dlpack__ raises BufferError); "
-    "devtensor.from_dlpack then reads un-conjugated data",
-    strict=False,
-)
 def test_conjugate_view_is_not_silently_wrong():
+    # torch's C exchange API ignores the conjugate bit; devtensor checks it and
+    # falls back to __dlpack__, which refuses the lazy view (BufferError).
     x = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64).conj()
-    try:
-        t = devtensor.from_dlpack(x)
-    except (BufferError, RuntimeError):
-        return
-    np.testing.assert_array_equal(np.from_dlpack(t), x.resolve_conj().numpy())
+    with pytest.raises(BufferError):
+        devtensor.from_dlpack(x)
+    n = torch.tensor([1 + 2j, 3 - 4j]).conj().imag  # a negative view of a real tensor
+    assert n.is_neg()
+    with pytest.raises(BufferError):
+        devtensor.from_dlpack(n)
+    np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(x.resolve_conj())), x.resolve_conj().numpy())
 
 
 def test_torch_empty_with_devtensor_dtype_names():
