@@ -58,5 +58,21 @@ cargo run --locked --quiet -- info
 step "devtensor kernels --check (NVRTC, no GPU)"
 cargo run --locked --quiet -- kernels --check --arch sm_80 --arch sm_90
 
+step "caching pool under valgrind (CPU-backed)"
+command -v valgrind >/dev/null || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"; $SUDO apt-get install -y -qq valgrind >/dev/null; }
+pool_bin=$(cargo test --locked --no-run --test caching_alloc 2>&1 | grep -o 'target/debug/deps/caching_alloc-[a-z0-9]*' | head -n 1)
+if DEVTENSOR_STRESS_ITERS=2000 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+     "$pool_bin" --test-threads=1 >"$CACHE/valgrind.log" 2>&1; then
+  grep -E "^test result" "$CACHE/valgrind.log"
+  echo "valgrind memcheck: no errors, no definite leaks"
+else
+  tail -n 60 "$CACHE/valgrind.log"
+  echo "valgrind found errors"
+  exit 1
+fi
+
+step "Python package: stubtest and the interop suite (numpy, torch, jax, tvm_ffi)"
+VENV="$VENV" bash ci/python_test.sh
+
 echo
 echo "ci/test.sh: all checks passed"
