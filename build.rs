@@ -76,8 +76,7 @@ fn dlpack_header_check() {
         )
     });
 
-    let out =
-        Path::new(&env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("dlpack_bindings.rs");
+    let out = Path::new(&env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")).join("dlpack_bindings.rs");
     bindings
         .write_to_file(&out)
         .unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));

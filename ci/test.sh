@@ -38,9 +38,10 @@ echo "NVRTC: $DEVTENSOR_NVRTC"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy (default features, then no default features)"
+step "cargo clippy (default features, no default features, python)"
 cargo clippy --all-targets --locked -- -D warnings
 cargo clippy --all-targets --locked --no-default-features -- -D warnings
+cargo clippy --all-targets --locked --features python -- -D warnings
 
 step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"

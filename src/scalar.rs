@@ -32,7 +32,10 @@ impl Scalar {
             Scalar::Bool(b) => Ok(i128::from(b)),
             Scalar::Int(i) => Ok(i),
             Scalar::Float(f) | Scalar::Complex(f, _) if f.is_finite() && f.fract() == 0.0 => Ok(f as i128),
-            _ => Err(Error::InvalidScalar { dtype, reason: "not an integer" }),
+            _ => Err(Error::InvalidScalar {
+                dtype,
+                reason: "not an integer",
+            }),
         }
     }
 
@@ -42,7 +45,10 @@ impl Scalar {
             ($t:ty) => {
                 <$t>::try_from(self.int(dtype)?)
                     .map(|v| v.to_ne_bytes().to_vec())
-                    .map_err(|_| Error::InvalidScalar { dtype, reason: "out of range" })
+                    .map_err(|_| Error::InvalidScalar {
+                        dtype,
+                        reason: "out of range",
+                    })
             };
         }
         let f = self.real();
@@ -61,7 +67,11 @@ impl Scalar {
             DType::BF16 => half::bf16::from_f64(f).to_ne_bytes().to_vec(),
             DType::F32 => (f as f32).to_ne_bytes().to_vec(),
             DType::F64 => f.to_ne_bytes().to_vec(),
-            DType::C32 => [half::f16::from_f64(f).to_ne_bytes(), half::f16::from_f64(imag).to_ne_bytes()].concat(),
+            DType::C32 => [
+                half::f16::from_f64(f).to_ne_bytes(),
+                half::f16::from_f64(imag).to_ne_bytes(),
+            ]
+            .concat(),
             DType::C64 => [(f as f32).to_ne_bytes(), (imag as f32).to_ne_bytes()].concat(),
             DType::C128 => [f.to_ne_bytes(), imag.to_ne_bytes()].concat(),
             other => vec![float8(other, f)?],
@@ -91,14 +101,23 @@ fn float8(dtype: DType, v: f64) -> Result<u8> {
         DType::F8E5M2 => (5, 2, 15, Special::Ieee),
         DType::F8E5M2Fnuz => (5, 2, 16, Special::Fnuz),
         DType::F8E8M0Fnu => return Ok(e8m0(v)),
-        _ => return Err(Error::InvalidScalar { dtype, reason: "not a float8 dtype" }),
+        _ => {
+            return Err(Error::InvalidScalar {
+                dtype,
+                reason: "not a float8 dtype",
+            });
+        }
     };
     let max_e: i32 = (1 << e_bits) - 1;
     let nan = match special {
         Special::Fnuz => 0x80,
         _ => ((max_e as u8) << m_bits) | ((1u8 << m_bits) - 1),
     };
-    let sign: u8 = if v.is_sign_negative() && special != Special::Fnuz || v < 0.0 { 0x80 } else { 0 };
+    let sign: u8 = if v.is_sign_negative() && special != Special::Fnuz || v < 0.0 {
+        0x80
+    } else {
+        0
+    };
     if v.is_nan() {
         return Ok(nan);
     }
@@ -122,9 +141,15 @@ fn float8(dtype: DType, v: f64) -> Result<u8> {
     let min_normal_exp = 1 - bias;
     let e = a.log2().floor() as i32;
     let (mut e_field, mut m) = if e < min_normal_exp {
-        (0, round_half_even(a / 2f64.powi(min_normal_exp) * f64::from(1u32 << m_bits)))
+        (
+            0,
+            round_half_even(a / 2f64.powi(min_normal_exp) * f64::from(1u32 << m_bits)),
+        )
     } else {
-        (e + bias, round_half_even((a / 2f64.powi(e) - 1.0) * f64::from(1u32 << m_bits)))
+        (
+            e + bias,
+            round_half_even((a / 2f64.powi(e) - 1.0) * f64::from(1u32 << m_bits)),
+        )
     };
     if m == 1i64 << m_bits {
         m = 0;
@@ -150,7 +175,11 @@ fn e8m0(v: f64) -> u8 {
 
 fn round_half_even(x: f64) -> i64 {
     let r = x.round();
-    if (x - x.trunc()).abs() == 0.5 && (r as i64) % 2 != 0 { (r - x.signum()) as i64 } else { r as i64 }
+    if (x - x.trunc()).abs() == 0.5 && (r as i64) % 2 != 0 {
+        (r - x.signum()) as i64
+    } else {
+        r as i64
+    }
 }
 
 #[cfg(test)]

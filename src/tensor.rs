@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use smallvec::SmallVec;
 
 use crate::alloc::{Allocation, NDAlloc, default_allocator};
-use crate::stream::StreamHandle;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{self, Shape, Strides};
+use crate::stream::StreamHandle;
 
 /// Who frees a [`Storage`]'s bytes.
 pub(crate) enum Owner {
@@ -62,14 +62,21 @@ impl Storage {
             ptr: allocation.ptr,
             len: size,
             device,
-            owner: Owner::Alloc { alloc, allocation, stream, used_on: Mutex::new(SmallVec::new()) },
+            owner: Owner::Alloc {
+                alloc,
+                allocation,
+                stream,
+                used_on: Mutex::new(SmallVec::new()),
+            },
         })
     }
 
     /// Marks the memory as used on `stream` as well (torch's `record_stream`):
     /// a stream-aware pool will not reuse it elsewhere before that work is done.
     pub fn record_stream(&self, stream: StreamHandle) {
-        if let Owner::Alloc { stream: own, used_on, .. } = &self.owner
+        if let Owner::Alloc {
+            stream: own, used_on, ..
+        } = &self.owner
             && *own != Some(stream)
         {
             let mut used = used_on.lock().unwrap_or_else(|p| p.into_inner());
@@ -118,7 +125,12 @@ impl Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         match &mut self.owner {
-            Owner::Alloc { alloc, allocation, stream, used_on } => {
+            Owner::Alloc {
+                alloc,
+                allocation,
+                stream,
+                used_on,
+            } => {
                 let used = used_on.get_mut().unwrap_or_else(|p| p.into_inner());
                 // SAFETY: `allocation` came from `alloc.allocate` in `Storage::new`
                 // and this is the only place that frees it.

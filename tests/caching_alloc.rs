@@ -23,7 +23,10 @@ struct TestRaw {
 
 impl TestRaw {
     fn new(capacity: usize) -> Self {
-        TestRaw { capacity, ..Default::default() }
+        TestRaw {
+            capacity,
+            ..Default::default()
+        }
     }
     fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
@@ -39,7 +42,13 @@ unsafe impl NDAlloc for TestRaw {
     fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> devtensor::Result<Allocation> {
         if self.used.fetch_add(size, Ordering::SeqCst) + size > self.capacity {
             self.used.fetch_sub(size, Ordering::SeqCst);
-            return Err(Error::OutOfMemory { device: Device::Cpu, requested: size, reserved: 0, allocated: 0, largest_free: 0 });
+            return Err(Error::OutOfMemory {
+                device: Device::Cpu,
+                requested: size,
+                reserved: 0,
+                allocated: 0,
+                largest_free: 0,
+            });
         }
         CpuAlloc.allocate(size, align, stream)
     }
@@ -57,7 +66,10 @@ unsafe impl NDAlloc for TestRaw {
         Ok(Some(EventHandle(ev)))
     }
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> devtensor::Result<()> {
-        self.log.lock().unwrap().push(format!("wait {} on {}", event.0, stream.map_or(0, |s| s.0)));
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("wait {} on {}", event.0, stream.map_or(0, |s| s.0)));
         Ok(())
     }
     fn release_event(&self, event: EventHandle) {
@@ -72,7 +84,9 @@ fn fill(a: &Allocation, byte: u8) {
 
 fn check(a: &Allocation, byte: u8) -> bool {
     // SAFETY: as above.
-    unsafe { std::slice::from_raw_parts(a.ptr.as_ptr(), a.size) }.iter().all(|&b| b == byte)
+    unsafe { std::slice::from_raw_parts(a.ptr.as_ptr(), a.size) }
+        .iter()
+        .all(|&b| b == byte)
 }
 
 #[test]
@@ -124,7 +138,11 @@ fn splitting_and_merging_bound_fragmentation() {
         fill(&a, 0xee);
         kept.push((a, 0xee));
     }
-    assert_eq!(pool.memory_stats().reserved, reserved_before, "freed space was reused, no new segment");
+    assert_eq!(
+        pool.memory_stats().reserved,
+        reserved_before,
+        "freed space was reused, no new segment"
+    );
     for (a, tag) in &kept {
         assert!(check(a, *tag), "no block overlaps another");
     }
@@ -156,7 +174,12 @@ fn out_of_memory_recovers_from_other_streams_then_reports() {
     // Beyond the device: a typed error with the pool's figures.
     let err = pool.allocate(30 * MIB, 256, Some(s1)).unwrap_err();
     match err {
-        Error::OutOfMemory { requested, reserved, allocated, .. } => {
+        Error::OutOfMemory {
+            requested,
+            reserved,
+            allocated,
+            ..
+        } => {
             assert_eq!(requested, 30 * MIB);
             assert_eq!(reserved, 20 * MIB);
             assert_eq!(allocated, 6 * MIB);
@@ -202,11 +225,17 @@ fn memory_used_on_another_stream_is_reused_only_after_a_device_wait() {
 
 #[test]
 fn limit_is_enforced() {
-    let cfg = PoolConfig { limit: 4 * MIB, ..PoolConfig::default() };
+    let cfg = PoolConfig {
+        limit: 4 * MIB,
+        ..PoolConfig::default()
+    };
     let pool = CachingAlloc::new(TestRaw::new(usize::MAX), cfg);
     let a = pool.allocate(MIB, 256, None).unwrap();
     let b = pool.allocate(MIB, 256, None).unwrap(); // fits the 2 MiB small segment with a
-    assert!(matches!(pool.allocate(5 * MIB, 256, None), Err(Error::OutOfMemory { .. })));
+    assert!(matches!(
+        pool.allocate(5 * MIB, 256, None),
+        Err(Error::OutOfMemory { .. })
+    ));
     // SAFETY: freed once.
     unsafe {
         pool.deallocate(a, None);
@@ -217,7 +246,10 @@ fn limit_is_enforced() {
 
 #[test]
 fn eight_threads_alloc_and_free_without_leaks() {
-    let iters: usize = std::env::var("DEVTENSOR_STRESS_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let iters: usize = std::env::var("DEVTENSOR_STRESS_ITERS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let pool = CachingAlloc::new(TestRaw::new(usize::MAX), PoolConfig::default());
     std::thread::scope(|scope| {
         for t in 0..8usize {
@@ -252,5 +284,9 @@ fn eight_threads_alloc_and_free_without_leaks() {
     assert_eq!((s.allocated, s.active_blocks), (0, 0));
     pool.empty_cache();
     assert_eq!(pool.memory_stats().reserved, 0);
-    assert_eq!(pool.raw().used.load(Ordering::SeqCst), 0, "every segment went back to the device");
+    assert_eq!(
+        pool.raw().used.load(Ordering::SeqCst),
+        0,
+        "every segment went back to the device"
+    );
 }

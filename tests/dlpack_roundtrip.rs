@@ -22,7 +22,11 @@ fn cpu_live() -> usize {
 fn export_describes_the_view_and_frees_once() {
     let (allocs, exports) = (cpu_live(), live_exports());
     {
-        let t = arange(&[3, 4]).transpose(0, 1).unwrap().slice(0, Some(1), None, 2).unwrap();
+        let t = arange(&[3, 4])
+            .transpose(0, 1)
+            .unwrap()
+            .slice(0, Some(1), None, 2)
+            .unwrap();
         let m = t.to_dlpack_versioned(ExportOptions::default());
         assert_eq!(live_exports(), exports + 1);
         drop(t); // the export keeps the storage alive
@@ -33,8 +37,21 @@ fn export_describes_the_view_and_frees_once() {
             assert_eq!(m.flags, 0);
             let dl = &m.dl_tensor;
             assert_eq!((dl.ndim, dl.byte_offset), (2, 0));
-            assert_eq!(dl.device, DLDevice { device_type: kDLCPU, device_id: 0 });
-            assert_eq!(dl.dtype, DLDataType { code: kDLInt, bits: 32, lanes: 1 });
+            assert_eq!(
+                dl.device,
+                DLDevice {
+                    device_type: kDLCPU,
+                    device_id: 0
+                }
+            );
+            assert_eq!(
+                dl.dtype,
+                DLDataType {
+                    code: kDLInt,
+                    bits: 32,
+                    lanes: 1
+                }
+            );
             assert_eq!(std::slice::from_raw_parts(dl.shape, 2), &[2, 3]);
             assert_eq!(std::slice::from_raw_parts(dl.strides, 2), &[2, 4]);
             // Element [1, 2] of the view is original [2*... ]: column 3, row 2 = 11.
@@ -55,7 +72,8 @@ fn round_trip_is_zero_copy_both_versions() {
     {
         let t = arange(&[2, 5]).flip(&[1]).unwrap();
         // SAFETY: a fresh export, consumed once.
-        let back = unsafe { devtensor::from_dlpack_versioned(t.to_dlpack_versioned(ExportOptions::default())) }.unwrap();
+        let back =
+            unsafe { devtensor::from_dlpack_versioned(t.to_dlpack_versioned(ExportOptions::default())) }.unwrap();
         assert_eq!(back.data_ptr(), t.data_ptr());
         assert_eq!(back.strides(), t.strides());
         assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
@@ -75,7 +93,11 @@ fn round_trip_is_zero_copy_both_versions() {
 fn read_only_and_copied_flags() {
     let exports = live_exports();
     let t = arange(&[4]);
-    let m = t.to_dlpack_versioned(ExportOptions { is_copied: true, minor_version: 1, as_host: false });
+    let m = t.to_dlpack_versioned(ExportOptions {
+        is_copied: true,
+        minor_version: 1,
+        as_host: false,
+    });
     // SAFETY: `m` is live; then consumed once.
     unsafe {
         assert_eq!((*m).flags, DLPACK_FLAG_BITMASK_IS_COPIED);
@@ -86,13 +108,19 @@ fn read_only_and_copied_flags() {
     let ro = unsafe { devtensor::from_dlpack_versioned(m) }.unwrap();
     assert!(ro.is_read_only());
     assert!(matches!(ro.fill(1i32), Err(Error::ReadOnly)));
-    assert!(matches!(ro.slice(0, None, None, -1).unwrap().copy_from(&t), Err(Error::ReadOnly)));
+    assert!(matches!(
+        ro.slice(0, None, None, -1).unwrap().copy_from(&t),
+        Err(Error::ReadOnly)
+    ));
     // A read-only tensor cannot travel in the legacy struct, and re-exports as read-only.
     assert!(matches!(ro.to_dlpack_legacy(), Err(Error::ReadOnly)));
     let again = ro.to_dlpack_versioned(ExportOptions::default());
     // SAFETY: live export, then freed once.
     unsafe {
-        assert_eq!((*again).flags & DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_FLAG_BITMASK_READ_ONLY);
+        assert_eq!(
+            (*again).flags & DLPACK_FLAG_BITMASK_READ_ONLY,
+            DLPACK_FLAG_BITMASK_READ_ONLY
+        );
         ((*again).deleter.unwrap())(again);
     }
     // A contiguous copy is writable.
@@ -120,7 +148,11 @@ unsafe extern "C" fn foreign_deleter(m: *mut DLManagedTensorVersioned) {
 }
 
 /// A producer-made tensor; `edit` corrupts the descriptor to test validation.
-fn foreign(shape: &[i64], strides: Option<&[i64]>, edit: impl FnOnce(&mut DLManagedTensorVersioned)) -> *mut DLManagedTensorVersioned {
+fn foreign(
+    shape: &[i64],
+    strides: Option<&[i64]>,
+    edit: impl FnOnce(&mut DLManagedTensorVersioned),
+) -> *mut DLManagedTensorVersioned {
     let n = shape.iter().product::<i64>().max(0) as usize;
     let mut f = Box::new(Foreign {
         managed: DLManagedTensorVersioned {
@@ -130,9 +162,16 @@ fn foreign(shape: &[i64], strides: Option<&[i64]>, edit: impl FnOnce(&mut DLMana
             flags: 0,
             dl_tensor: DLTensor {
                 data: std::ptr::null_mut(),
-                device: DLDevice { device_type: kDLCPU, device_id: 0 },
+                device: DLDevice {
+                    device_type: kDLCPU,
+                    device_id: 0,
+                },
                 ndim: shape.len() as i32,
-                dtype: DLDataType { code: kDLFloat, bits: 32, lanes: 1 },
+                dtype: DLDataType {
+                    code: kDLFloat,
+                    bits: 32,
+                    lanes: 1,
+                },
                 shape: std::ptr::null_mut(),
                 strides: std::ptr::null_mut(),
                 byte_offset: 0,
@@ -167,7 +206,11 @@ fn foreign_import_honours_strides_offsets_and_frees_once() {
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![0., 1., 2., 3., 4., 5.]);
     let view = t.transpose(0, 1).unwrap();
     drop(t);
-    assert_eq!(DELETED.load(Ordering::SeqCst), before, "a live view keeps the producer's memory");
+    assert_eq!(
+        DELETED.load(Ordering::SeqCst),
+        before,
+        "a live view keeps the producer's memory"
+    );
     drop(view);
     assert_eq!(DELETED.load(Ordering::SeqCst), before + 1);
 
@@ -190,26 +233,81 @@ fn foreign_import_honours_strides_offsets_and_frees_once() {
 #[serial(counters)]
 fn invalid_descriptors_are_rejected_and_still_freed() {
     type Edit = fn(&mut DLManagedTensorVersioned);
-    let cases: Vec<(&str, Edit, fn(&Error) -> bool)> = vec![
-        ("major 2", |m| m.version.major = 2, |e| matches!(e, Error::DLPack(DLPackError::UnsupportedVersion { major: 2 }))),
-        ("ndim -1", |m| m.dl_tensor.ndim = -1, |e| matches!(e, Error::DLPack(DLPackError::BadNdim(-1)))),
-        ("ndim 1000", |m| m.dl_tensor.ndim = 1000, |e| matches!(e, Error::DLPack(DLPackError::BadNdim(1000)))),
-        ("null shape", |m| m.dl_tensor.shape = std::ptr::null_mut(), |e| matches!(e, Error::DLPack(DLPackError::NullShape))),
-        ("negative size", |m| unsafe { *m.dl_tensor.shape = -3 }, |e| matches!(e, Error::DLPack(DLPackError::NegativeSize { .. }))),
-        ("vulkan", |m| m.dl_tensor.device.device_type = kDLVulkan, |e| matches!(e, Error::DLPack(DLPackError::UnsupportedDevice(7)))),
-        ("negative id", |m| m.dl_tensor.device.device_id = -1, |e| matches!(e, Error::DLPack(DLPackError::BadDeviceId(-1)))),
-        ("lanes 4", |m| m.dl_tensor.dtype.lanes = 4, |e| matches!(e, Error::UnsupportedDType { lanes: 4, .. })),
-        ("bits 24", |m| m.dl_tensor.dtype.bits = 24, |e| matches!(e, Error::UnsupportedDType { bits: 24, .. })),
-        ("code 99", |m| m.dl_tensor.dtype.code = 99, |e| matches!(e, Error::UnsupportedDType { code: 99, .. })),
-        ("null data", |m| m.dl_tensor.data = std::ptr::null_mut(), |e| matches!(e, Error::DLPack(DLPackError::NullData(6)))),
-        ("huge stride", |m| unsafe { *m.dl_tensor.strides = i64::MAX }, |e| matches!(e, Error::Overflow { .. })),
+    type Expect = fn(&Error) -> bool;
+    let cases: Vec<(&str, Edit, Expect)> = vec![
+        (
+            "major 2",
+            |m| m.version.major = 2,
+            |e| matches!(e, Error::DLPack(DLPackError::UnsupportedVersion { major: 2 })),
+        ),
+        (
+            "ndim -1",
+            |m| m.dl_tensor.ndim = -1,
+            |e| matches!(e, Error::DLPack(DLPackError::BadNdim(-1))),
+        ),
+        (
+            "ndim 1000",
+            |m| m.dl_tensor.ndim = 1000,
+            |e| matches!(e, Error::DLPack(DLPackError::BadNdim(1000))),
+        ),
+        (
+            "null shape",
+            |m| m.dl_tensor.shape = std::ptr::null_mut(),
+            |e| matches!(e, Error::DLPack(DLPackError::NullShape)),
+        ),
+        (
+            "negative size",
+            // SAFETY: `shape` points at the producer's live 2-element array.
+            |m| unsafe { *m.dl_tensor.shape = -3 },
+            |e| matches!(e, Error::DLPack(DLPackError::NegativeSize { .. })),
+        ),
+        (
+            "vulkan",
+            |m| m.dl_tensor.device.device_type = kDLVulkan,
+            |e| matches!(e, Error::DLPack(DLPackError::UnsupportedDevice(7))),
+        ),
+        (
+            "negative id",
+            |m| m.dl_tensor.device.device_id = -1,
+            |e| matches!(e, Error::DLPack(DLPackError::BadDeviceId(-1))),
+        ),
+        (
+            "lanes 4",
+            |m| m.dl_tensor.dtype.lanes = 4,
+            |e| matches!(e, Error::UnsupportedDType { lanes: 4, .. }),
+        ),
+        (
+            "bits 24",
+            |m| m.dl_tensor.dtype.bits = 24,
+            |e| matches!(e, Error::UnsupportedDType { bits: 24, .. }),
+        ),
+        (
+            "code 99",
+            |m| m.dl_tensor.dtype.code = 99,
+            |e| matches!(e, Error::UnsupportedDType { code: 99, .. }),
+        ),
+        (
+            "null data",
+            |m| m.dl_tensor.data = std::ptr::null_mut(),
+            |e| matches!(e, Error::DLPack(DLPackError::NullData(6))),
+        ),
+        (
+            "huge stride",
+            // SAFETY: `strides` points at the producer's live 2-element array.
+            |m| unsafe { *m.dl_tensor.strides = i64::MAX },
+            |e| matches!(e, Error::Overflow { .. }),
+        ),
     ];
     for (name, edit, expected) in cases {
         let before = DELETED.load(Ordering::SeqCst);
         // SAFETY: the descriptor may be invalid but the struct and deleter are sound.
         let err = unsafe { devtensor::from_dlpack_versioned(foreign(&[2, 3], Some(&[3, 1]), edit)) }.unwrap_err();
         assert!(expected(&err), "{name}: {err}");
-        assert_eq!(DELETED.load(Ordering::SeqCst), before + 1, "{name}: deleter must run exactly once");
+        assert_eq!(
+            DELETED.load(Ordering::SeqCst),
+            before + 1,
+            "{name}: deleter must run exactly once"
+        );
     }
     // SAFETY: null is allowed and owns nothing.
     let err = unsafe { devtensor::from_dlpack_versioned(std::ptr::null_mut()) }.unwrap_err();

@@ -25,7 +25,10 @@ fn copy_on(stream: &CudaStream, dst: &Tensor, src: &Tensor) {
         dst.strides(),
         src.strides(),
         dst.dtype().size(),
-        BaseAddrs { dst: dst.data_ptr() as usize, src: src.data_ptr() as usize },
+        BaseAddrs {
+            dst: dst.data_ptr() as usize,
+            src: src.data_ptr() as usize,
+        },
         PlanOptions::GPU,
     )
     .unwrap();
@@ -45,10 +48,17 @@ fn stream_handoff_orders_a_slow_producer_before_the_consumer() {
     let n = 1 << 26; // 256 MiB of u32: each pass takes milliseconds
     let big = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
     let scratch = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
-    let expected = Tensor::from_slice(&(0..n as u32).collect::<Vec<_>>(), &[n]).unwrap().to(dev(0)).unwrap();
+    let expected = Tensor::from_slice(&(0..n as u32).collect::<Vec<_>>(), &[n])
+        .unwrap()
+        .to(dev(0))
+        .unwrap();
     // A deliberately slow producer: many large transposing passes, then the real write.
     for _ in 0..20 {
-        copy_on(&producer, &scratch.reshape(&[8192, -1]).unwrap(), &big.reshape(&[-1, 8192]).unwrap().transpose(0, 1).unwrap());
+        copy_on(
+            &producer,
+            &scratch.reshape(&[8192, -1]).unwrap(),
+            &big.reshape(&[-1, 8192]).unwrap().transpose(0, 1).unwrap(),
+        );
     }
     copy_on(&producer, &big, &expected);
     // The DLPack rule: event on the producer, wait on the consumer, no host block.
@@ -88,5 +98,8 @@ fn peer_copies_between_gpus() {
     let a = src.to(dev(0)).unwrap();
     let b = Tensor::zeros(&[1024, 1024], DType::U32, dev(1)).unwrap();
     b.copy_from(&a.transpose(0, 1).unwrap()).unwrap();
-    assert_eq!(b.to_vec::<u32>().unwrap(), src.transpose(0, 1).unwrap().to_vec::<u32>().unwrap());
+    assert_eq!(
+        b.to_vec::<u32>().unwrap(),
+        src.transpose(0, 1).unwrap().to_vec::<u32>().unwrap()
+    );
 }

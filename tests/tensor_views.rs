@@ -11,9 +11,18 @@ fn arange(shape: &[usize]) -> Tensor {
 #[test]
 fn slicing_with_steps_matches_python() {
     let t = arange(&[10]);
-    assert_eq!(t.slice(0, Some(2), Some(8), 3).unwrap().to_vec::<i32>().unwrap(), vec![2, 5]);
-    assert_eq!(t.slice(0, None, None, -1).unwrap().to_vec::<i32>().unwrap(), (0..10).rev().collect::<Vec<_>>());
-    assert_eq!(t.slice(0, Some(-2), None, -3).unwrap().to_vec::<i32>().unwrap(), vec![8, 5, 2]);
+    assert_eq!(
+        t.slice(0, Some(2), Some(8), 3).unwrap().to_vec::<i32>().unwrap(),
+        vec![2, 5]
+    );
+    assert_eq!(
+        t.slice(0, None, None, -1).unwrap().to_vec::<i32>().unwrap(),
+        (0..10).rev().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        t.slice(0, Some(-2), None, -3).unwrap().to_vec::<i32>().unwrap(),
+        vec![8, 5, 2]
+    );
     let empty = t.slice(0, Some(5), Some(5), 1).unwrap();
     assert_eq!(empty.shape(), &[0]);
     assert!(empty.to_vec::<i32>().unwrap().is_empty());
@@ -37,7 +46,10 @@ fn views_share_storage() {
 #[test]
 fn select_permute_flip_expand() {
     let t = arange(&[2, 3, 4]);
-    assert_eq!(t.select(1, -1).unwrap().to_vec::<i32>().unwrap(), vec![8, 9, 10, 11, 20, 21, 22, 23]);
+    assert_eq!(
+        t.select(1, -1).unwrap().to_vec::<i32>().unwrap(),
+        vec![8, 9, 10, 11, 20, 21, 22, 23]
+    );
     assert!(matches!(t.select(0, 2), Err(Error::IndexOutOfRange { .. })));
     let p = t.permute(&[2, 0, 1]).unwrap();
     assert_eq!(p.shape(), &[4, 2, 3]);
@@ -77,7 +89,10 @@ fn contiguous_and_copy_from_any_layout() {
     assert!(std::sync::Arc::ptr_eq(c.storage(), c.contiguous().unwrap().storage()));
     let dst = Tensor::zeros(&[7, 5], DType::I32, Device::Cpu).unwrap();
     dst.transpose(0, 1).unwrap().copy_from(&t).unwrap();
-    assert_eq!(dst.to_vec::<i32>().unwrap(), t.transpose(0, 1).unwrap().to_vec::<i32>().unwrap());
+    assert_eq!(
+        dst.to_vec::<i32>().unwrap(),
+        t.transpose(0, 1).unwrap().to_vec::<i32>().unwrap()
+    );
     assert!(matches!(dst.copy_from(&t), Err(Error::ShapeMismatch { .. })));
     let f = Tensor::zeros(&[5, 7], DType::F32, Device::Cpu).unwrap();
     assert!(matches!(f.copy_from(&t), Err(Error::DTypeMismatch { .. })));

@@ -87,9 +87,13 @@ impl PoolConfig {
             let (key, value) = item
                 .split_once(':')
                 .ok_or(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF entries are key:value"))?;
-            let n: usize =
-                value.trim().parse().map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
-            let mb = n.checked_mul(MIB).ok_or(Error::Overflow { what: "DEVTENSOR_ALLOC_CONF" })?;
+            let n: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            let mb = n.checked_mul(MIB).ok_or(Error::Overflow {
+                what: "DEVTENSOR_ALLOC_CONF",
+            })?;
             match key.trim() {
                 "max_split_size_mb" => c.max_split_size = mb,
                 "limit_mb" => c.limit = mb,
@@ -142,6 +146,9 @@ fn class_floor(size: usize) -> usize {
     (l - 9) * 4 + sub.min(3)
 }
 
+/// Events a block's reuser must wait for (shared by the pieces of a split block).
+type Events = SmallVec<[Arc<EventHandle>; 1]>;
+
 /// One block: a piece of a segment.
 #[derive(Debug)]
 struct Block {
@@ -156,7 +163,7 @@ struct Block {
     free: bool,
     large: bool,
     /// Events other streams' last uses recorded; a reuser waits on them.
-    events: SmallVec<[Arc<EventHandle>; 1]>,
+    events: Events,
 }
 
 #[derive(Debug)]
@@ -167,7 +174,10 @@ struct FreeLists {
 
 impl FreeLists {
     fn new() -> Self {
-        FreeLists { heads: vec![NONE; NCLASS], bitmap: [0; NCLASS.div_ceil(64)] }
+        FreeLists {
+            heads: vec![NONE; NCLASS],
+            bitmap: [0; NCLASS.div_ceil(64)],
+        }
     }
 
     /// First non-empty class ≥ `c`.
@@ -195,7 +205,12 @@ struct Pool {
 
 impl Pool {
     fn new(stream: Option<StreamHandle>) -> Self {
-        Pool { stream, blocks: Vec::new(), vacant: Vec::new(), lists: [FreeLists::new(), FreeLists::new()] }
+        Pool {
+            stream,
+            blocks: Vec::new(),
+            vacant: Vec::new(),
+            lists: [FreeLists::new(), FreeLists::new()],
+        }
     }
 
     fn add(&mut self, b: Block) -> u32 {
@@ -252,7 +267,11 @@ impl Pool {
         self.unlink_free(id);
         let b = &self.blocks[id as usize];
         let rest = b.size - size;
-        let splittable = if large { rest > cfg.small_max && b.size < cfg.max_split_size } else { rest >= MIN_BLOCK };
+        let splittable = if large {
+            rest > cfg.small_max && b.size < cfg.max_split_size
+        } else {
+            rest >= MIN_BLOCK
+        };
         if splittable {
             let (addr, next, events) = (b.addr, b.next, b.events.clone());
             let tail = self.add(Block {
@@ -326,7 +345,7 @@ impl Pool {
 
     /// Removes a whole free segment from the pool, returning its raw allocation
     /// and the events pending on it.
-    fn detach_segment(&mut self, id: u32) -> Option<(Allocation, SmallVec<[Arc<EventHandle>; 1]>, bool)> {
+    fn detach_segment(&mut self, id: u32) -> Option<(Allocation, Events, bool)> {
         self.unlink_free(id);
         let b = &mut self.blocks[id as usize];
         let seg = b.segment.take()?;
@@ -337,7 +356,7 @@ impl Pool {
     }
 
     /// Inserts a whole free segment.
-    fn attach_segment(&mut self, seg: Allocation, large: bool, events: SmallVec<[Arc<EventHandle>; 1]>) -> u32 {
+    fn attach_segment(&mut self, seg: Allocation, large: bool, events: Events) -> u32 {
         let id = self.add(Block {
             addr: seg.ptr.as_ptr() as usize,
             size: seg.size,
@@ -385,7 +404,10 @@ pub struct CachingAlloc<A: NDAlloc> {
 
 impl<A: NDAlloc> std::fmt::Debug for CachingAlloc<A> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CachingAlloc").field("raw", &self.raw).field("stats", &self.memory_stats()).finish()
+        f.debug_struct("CachingAlloc")
+            .field("raw", &self.raw)
+            .field("stats", &self.memory_stats())
+            .finish()
     }
 }
 
@@ -463,8 +485,10 @@ impl<A: NDAlloc> CachingAlloc<A> {
     /// Resets the peaks to the current values.
     pub fn reset_peak_stats(&self) {
         let c = &self.counters;
-        c.peak_allocated.store(c.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
-        c.peak_reserved.store(c.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
+        c.peak_allocated
+            .store(c.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
+        c.peak_reserved
+            .store(c.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Returns every cached, entirely free segment to the device; returns the
@@ -483,7 +507,7 @@ impl<A: NDAlloc> CachingAlloc<A> {
         released
     }
 
-    fn release_segment(&self, seg: Allocation, events: SmallVec<[Arc<EventHandle>; 1]>, stream: Option<StreamHandle>) {
+    fn release_segment(&self, seg: Allocation, events: Events, stream: Option<StreamHandle>) {
         self.release_events(events);
         self.counters.reserved.fetch_sub(seg.size, Ordering::Relaxed);
         self.counters.segments.fetch_sub(1, Ordering::Relaxed);
@@ -493,7 +517,7 @@ impl<A: NDAlloc> CachingAlloc<A> {
         unsafe { self.raw.deallocate(seg, stream) };
     }
 
-    fn release_events(&self, events: SmallVec<[Arc<EventHandle>; 1]>) {
+    fn release_events(&self, events: Events) {
         for e in events {
             if let Ok(h) = Arc::try_unwrap(e) {
                 self.raw.release_event(h);
@@ -536,7 +560,12 @@ impl<A: NDAlloc> CachingAlloc<A> {
     }
 
     fn oom(&self, requested: usize) -> Error {
-        let largest_free = self.all_pools().iter().map(|p| lock(p).largest_free()).max().unwrap_or(0);
+        let largest_free = self
+            .all_pools()
+            .iter()
+            .map(|p| lock(p).largest_free())
+            .max()
+            .unwrap_or(0);
         Error::OutOfMemory {
             device: self.raw.device(),
             requested,
@@ -596,7 +625,7 @@ impl<A: NDAlloc> CachingAlloc<A> {
         seg_large: bool,
         size: usize,
         large: bool,
-        events: SmallVec<[Arc<EventHandle>; 1]>,
+        events: Events,
     ) -> u32 {
         let mut p = lock(pool);
         let id = p.attach_segment(seg, seg_large, events);
@@ -620,11 +649,18 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
 
     fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
         if align > 256 {
-            return Err(Error::InvalidLayout("pooled allocations are aligned to 256 bytes at most"));
+            return Err(Error::InvalidLayout(
+                "pooled allocations are aligned to 256 bytes at most",
+            ));
         }
         if size == 0 {
             let ptr = NonNull::new(256 as *mut u8).ok_or(Error::Overflow { what: "alignment" })?;
-            return Ok(Allocation { ptr, size, align, token: EMPTY_TOKEN });
+            return Ok(Allocation {
+                ptr,
+                size,
+                align,
+                token: EMPTY_TOKEN,
+            });
         }
         if size > isize::MAX as usize / 2 {
             return Err(self.oom(size));
@@ -663,7 +699,12 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
         let now = c.allocated.fetch_add(real, Ordering::Relaxed) + real;
         c.peak_allocated.fetch_max(now, Ordering::Relaxed);
         let ptr = NonNull::new(addr as *mut u8).ok_or(Error::Overflow { what: "block address" })?;
-        Ok(Allocation { ptr, size, align, token: token(index, id) })
+        Ok(Allocation {
+            ptr,
+            size,
+            align,
+            token: token(index, id),
+        })
     }
 
     unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>) {
@@ -676,7 +717,7 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
             return;
         }
         let (index, id) = (a.token >> 32, (a.token & 0xffff_ffff) as u32);
-        let mut events: SmallVec<[Arc<EventHandle>; 1]> = SmallVec::new();
+        let mut events: Events = SmallVec::new();
         for &s in used_on {
             // An event that cannot be recorded leaves no order to keep: the
             // driver has failed, and the block is handed back as it is.
@@ -739,7 +780,7 @@ mod tests {
             let r = round_size(n);
             assert!(r >= n && r % 512 == 0, "{n}");
             assert!(r - n <= (n / 4).max(511), "waste bounded for {n}");
-            assert_eq!(class_floor(r) , class_floor(r), "class of {r}");
+            assert_eq!(class_floor(r), class_floor(r), "class of {r}");
         }
     }
 
@@ -759,7 +800,9 @@ mod tests {
 
     #[test]
     fn config_parses_and_rejects() {
-        let c = PoolConfig::parse("max_split_size_mb:64, limit_mb:1024").unwrap().unwrap();
+        let c = PoolConfig::parse("max_split_size_mb:64, limit_mb:1024")
+            .unwrap()
+            .unwrap();
         assert_eq!((c.max_split_size, c.limit), (64 * MIB, 1024 * MIB));
         assert!(PoolConfig::parse("disable:1").unwrap().is_none());
         assert!(PoolConfig::parse("bogus:1").is_err());

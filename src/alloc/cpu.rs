@@ -59,7 +59,12 @@ unsafe impl NDAlloc for CpuAlloc {
             COUNTERS.on_alloc(size);
             ptr
         };
-        Ok(Allocation { ptr, size, align, token: 0 })
+        Ok(Allocation {
+            ptr,
+            size,
+            align,
+            token: 0,
+        })
     }
 
     unsafe fn deallocate(&self, a: Allocation, _stream: Option<StreamHandle>) {

@@ -766,11 +766,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                             }
                         }
                         GATHER => gather::<T>(dp, sp, n, ss),
-                        SCATTER => {
-                            for i in 0..n {
-                                st(dp.offset(i as isize * ds), ld::<T>(sp.add(i * e)));
-                            }
-                        }
+                        SCATTER => scatter::<T>(dp, sp, n, ds),
                         _ => {
                             for i in 0..n {
                                 let i = i as isize;
@@ -786,8 +782,9 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 }
 
 /// `dst[i] = src[i·ss]` for `i < n` (contiguous destination). Source strides
-/// of 2, 3 and 4 elements get loops with constant strides, which LLVM turns
-/// into wide loads and shuffles (every other element, one channel of three).
+/// of 2, 3, 4 and −1 elements get loops with constant strides, which LLVM
+/// turns into wide loads and shuffles (every other element, one channel of
+/// three, a reversal).
 ///
 /// # Safety
 ///
@@ -801,11 +798,57 @@ unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
             2 if ss == 2 * e as isize => gather_const::<T, 2>(dst, src, n),
             3 if ss == 3 * e as isize => gather_const::<T, 3>(dst, src, n),
             4 if ss == 4 * e as isize => gather_const::<T, 4>(dst, src, n),
+            -1 if ss == -(e as isize) => {
+                // Reversal: contiguous backwards, vectorised with a lane shuffle.
+                for i in 0..n {
+                    st(dst.add(i * e), ld::<T>(src.sub(i * e)));
+                }
+            }
             _ => {
                 for i in 0..n {
                     st(dst.add(i * e), ld::<T>(src.offset(i as isize * ss)));
                 }
             }
+        }
+    }
+}
+
+/// `dst[i·ds] = src[i]` for `i < n` (contiguous source); destination strides
+/// of 2, 3 and 4 elements are constant-stride loops (interleaving channels).
+///
+/// # Safety
+///
+/// Every address formed is an element of its operand.
+#[inline(always)]
+unsafe fn scatter<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ds: isize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded; `ds == k·e` in the constant-stride arms.
+    unsafe {
+        match ds / e as isize {
+            2 if ds == 2 * e as isize => scatter_const::<T, 2>(dst, src, n),
+            3 if ds == 3 * e as isize => scatter_const::<T, 3>(dst, src, n),
+            4 if ds == 4 * e as isize => scatter_const::<T, 4>(dst, src, n),
+            _ => {
+                for i in 0..n {
+                    st(dst.offset(i as isize * ds), ld::<T>(src.add(i * e)));
+                }
+            }
+        }
+    }
+}
+
+/// [`scatter`] with a destination stride of `S` elements.
+///
+/// # Safety
+///
+/// As [`scatter`].
+#[inline(always)]
+unsafe fn scatter_const<T: Elem, const S: usize>(dst: *mut u8, src: *const u8, n: usize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded.
+    unsafe {
+        for i in 0..n {
+            st(dst.add(i * S * e), ld::<T>(src.add(i * e)));
         }
     }
 }
@@ -1144,17 +1187,11 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
     unsafe {
         if ni >= nj {
             for j in 0..nj {
-                let (dr, sc) = (dst.offset(j as isize * db), src.add(j * e));
-                for i in 0..ni {
-                    st(dr.add(i * e), ld::<T>(sc.offset(i as isize * sa)));
-                }
+                gather::<T>(dst.offset(j as isize * db), src.add(j * e), ni, sa);
             }
         } else {
             for i in 0..ni {
-                let (dc, sr) = (dst.add(i * e), src.offset(i as isize * sa));
-                for j in 0..nj {
-                    st(dc.offset(j as isize * db), ld::<T>(sr.add(j * e)));
-                }
+                scatter::<T>(dst.add(i * e), src.offset(i as isize * sa), nj, db);
             }
         }
     }

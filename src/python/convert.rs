@@ -7,9 +7,9 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyString, PyTuple};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::scalar::Scalar;
 use crate::layout::Shape;
 use crate::python::errors::to_py;
+use crate::scalar::Scalar;
 
 /// An int or a sequence of non-negative ints.
 pub(crate) struct ShapeArg(pub Shape);
@@ -120,9 +120,12 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
 pub(crate) fn scalar_bytes(value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Vec<u8>> {
     let s = scalar(value)?;
     s.to_bytes(dtype).map_err(|e| match (e, s) {
-        (Error::InvalidScalar { reason: "out of range", .. }, _) => {
-            PyOverflowError::new_err(format!("value does not fit {dtype}"))
-        }
+        (
+            Error::InvalidScalar {
+                reason: "out of range", ..
+            },
+            _,
+        ) => PyOverflowError::new_err(format!("value does not fit {dtype}")),
         (e, _) => to_py(e),
     })
 }

@@ -11,7 +11,10 @@ pub fn gpu_or_skip(test: &str, status: &BackendStatus) -> bool {
     }
     let reason = status.unavailable_reason();
     if std::env::var("DEVTENSOR_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!("{test}: DEVTENSOR_REQUIRE_GPU=1 but no {} device: {reason}", status.backend);
+        panic!(
+            "{test}: DEVTENSOR_REQUIRE_GPU=1 but no {} device: {reason}",
+            status.backend
+        );
     }
     println!("SKIP {test}: no {} device ({reason})", status.backend);
     false

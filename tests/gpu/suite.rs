@@ -55,8 +55,14 @@ macro_rules! gpu_suite {
                 let ndim = 1 + rng.below(4) as usize;
                 let shape: Vec<usize> = (0..ndim).map(|_| 1 + rng.below(40) as usize).collect();
                 let n: usize = shape.iter().product();
-                let base = arange_u32(n + 7).slice(0, Some(rng.below(7) as isize), None, 1).unwrap();
-                let base = base.slice(0, None, Some(n as isize), 1).unwrap().reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>()).unwrap();
+                let base = arange_u32(n + 7)
+                    .slice(0, Some(rng.below(7) as isize), None, 1)
+                    .unwrap();
+                let base = base
+                    .slice(0, None, Some(n as isize), 1)
+                    .unwrap()
+                    .reshape(&shape.iter().map(|&d| d as isize).collect::<Vec<_>>())
+                    .unwrap();
                 // A random permutation, flip and step of the CPU source.
                 let mut perm: Vec<isize> = (0..ndim as isize).collect();
                 for i in (1..ndim).rev() {
@@ -73,7 +79,11 @@ macro_rules! gpu_suite {
                 let g = view.to(dev(0)).unwrap();
                 assert_eq!(g.to_vec::<u32>().unwrap(), expected, "case {case}: h2d");
                 let gt = g.flip(&[0]).unwrap().contiguous().unwrap();
-                assert_eq!(gt.flip(&[0]).unwrap().to_vec::<u32>().unwrap(), expected, "case {case}: d2d");
+                assert_eq!(
+                    gt.flip(&[0]).unwrap().to_vec::<u32>().unwrap(),
+                    expected,
+                    "case {case}: d2d"
+                );
                 let host = Tensor::zeros(view.shape(), DType::U32, Device::Cpu).unwrap();
                 let host_t = host.flip(&[0]).unwrap();
                 host_t.copy_from(&g.flip(&[0]).unwrap()).unwrap();
@@ -93,7 +103,13 @@ macro_rules! gpu_suite {
                     let bytes: Vec<u8> = (0..m * n * e).map(|i| (i * 31 % 251) as u8).collect();
                     let src = Tensor::from_slice(&bytes, &[m, n, e]).unwrap();
                     let want = src.permute(&[1, 0, 2]).unwrap().to_vec::<u8>().unwrap();
-                    let g = src.to(dev(0)).unwrap().permute(&[1, 0, 2]).unwrap().contiguous().unwrap();
+                    let g = src
+                        .to(dev(0))
+                        .unwrap()
+                        .permute(&[1, 0, 2])
+                        .unwrap()
+                        .contiguous()
+                        .unwrap();
                     assert_eq!(g.to_vec::<u8>().unwrap(), want, "e={e} {m}x{n}");
                 }
             }
@@ -107,7 +123,10 @@ macro_rules! gpu_suite {
             // A broadcast source read into 2^31 + 96 one-byte elements: the
             // 64-bit kernel path (or the planner's fill) must address all of them.
             let cols = (1usize << 30) + 48;
-            let src = Tensor::from_slice(&[7u8, 9u8], &[2, 1]).unwrap().to(dev(0)).unwrap();
+            let src = Tensor::from_slice(&[7u8, 9u8], &[2, 1])
+                .unwrap()
+                .to(dev(0))
+                .unwrap();
             let dst = Tensor::empty(&[2, cols], DType::U8, dev(0)).unwrap();
             dst.copy_from(&src.expand(&[2, cols as isize]).unwrap()).unwrap();
             for (row, want) in [(0isize, 7u8), (1, 9)] {

@@ -790,3 +790,59 @@ def test_memory_stats_bad_device():
 def test_memory_stats_cuda_without_backend():
     with pytest.raises(RuntimeError):
         devtensor.memory_stats("cuda")
+
+
+# --------------------------------------------------------------------------------------
+# Scalar encodings for the narrow float types, against ml_dtypes (JAX's dependency)
+# --------------------------------------------------------------------------------------
+
+NARROW_VALUES = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.5,
+    0.1,
+    1 / 3,
+    2.5,
+    3.75,
+    -7.0,
+    0.013671875,  # subnormal in several float8 formats
+    0.001,
+    1e-7,
+    17.0,
+    240.0,
+    448.0,
+    449.0,
+    464.0,  # rounds past e4m3fn's max
+    57344.0,  # e5m2 max
+    1e6,  # overflow
+    -1e6,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+]
+
+
+@pytest.mark.parametrize("name", FLOAT8_NAMES + ["bfloat16", "float16"])
+def test_narrow_float_scalars_match_ml_dtypes(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    np_type = np.float16 if name == "float16" else getattr(ml_dtypes, name, None)
+    if np_type is None:
+        pytest.skip(f"ml_dtypes has no {name}")
+    uint = np.uint16 if name in ("bfloat16", "float16") else np.uint8
+    for v in NARROW_VALUES:
+        with np.errstate(all="ignore"):
+            want = np.array([v], dtype=np.float64).astype(np_type).view(uint)[0]
+        want_is_nan = bool(np.isnan(np.array([want], dtype=uint).view(np_type)[0].astype(np.float64)))
+        try:
+            t = devtensor.full(1, v, dtype=name)
+        except (ValueError, OverflowError):
+            # Refusing a value the format cannot hold (NaN/inf/overflow) is acceptable.
+            assert want_is_nan or not np.isfinite(v) or abs(v) > 1e4, (name, v)
+            continue
+        got = np.frombuffer(raw(t), dtype=uint)[0]
+        if want_is_nan:
+            got_val = np.array([got], dtype=uint).view(np_type)[0].astype(np.float64)
+            assert np.isnan(got_val), (name, v, hex(got), hex(want))
+        else:
+            assert got == want, (name, v, hex(got), hex(want))

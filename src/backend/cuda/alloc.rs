@@ -90,8 +90,14 @@ unsafe impl NDAlloc for CudaAlloc {
 
     fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
         if size == 0 {
-            let ptr = NonNull::new(256usize.max(align) as *mut u8).ok_or(crate::Error::Overflow { what: "alignment" })?;
-            return Ok(Allocation { ptr, size, align, token: 0 });
+            let ptr =
+                NonNull::new(256usize.max(align) as *mut u8).ok_or(crate::Error::Overflow { what: "alignment" })?;
+            return Ok(Allocation {
+                ptr,
+                size,
+                align,
+                token: 0,
+            });
         }
         if align > 256 {
             return Err(crate::Error::InvalidLayout(
@@ -130,7 +136,12 @@ unsafe impl NDAlloc for CudaAlloc {
             largest_free: 0,
         })?;
         self.counters.on_alloc(size);
-        Ok(Allocation { ptr, size, align, token: 0 })
+        Ok(Allocation {
+            ptr,
+            size,
+            align,
+            token: 0,
+        })
     }
 
     unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>) {
@@ -163,7 +174,9 @@ unsafe impl NDAlloc for CudaAlloc {
         // SAFETY: valid out-pointer; the GPU's context is current.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut ev, flags) })?;
         // SAFETY: `ev` was just created; `stream` is a live stream of this context.
-        if let Err(e) = check("cuEventRecord", unsafe { sys::cuEventRecord(ev, stream.0 as sys::CUstream) }) {
+        if let Err(e) = check("cuEventRecord", unsafe {
+            sys::cuEventRecord(ev, stream.0 as sys::CUstream)
+        }) {
             // SAFETY: destroying the event we created.
             unsafe { sys::cuEventDestroy_v2(ev) };
             return Err(e);
@@ -193,7 +206,10 @@ pub type CudaPool = CachingAlloc<CudaAlloc>;
 /// `cuMemAllocManaged` for managed memory.
 pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
     static SHARED: OnceLock<Mutex<HashMap<Device, Arc<dyn NDAlloc>>>> = OnceLock::new();
-    let mut map = SHARED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = SHARED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(a) = map.get(&device) {
         return Ok(a.clone());
     }
@@ -203,7 +219,12 @@ pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
         (Device::Cuda(i), Ok(None)) => Arc::new(CudaAlloc::new(i, CudaMemory::Device)?),
         (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::new(0, CudaMemory::PinnedHost)?),
         (_, Err(e)) => return Err(e),
-        (other, _) => return Err(crate::Error::UnsupportedDevice { op: "CUDA allocation", device: other }),
+        (other, _) => {
+            return Err(crate::Error::UnsupportedDevice {
+                op: "CUDA allocation",
+                device: other,
+            });
+        }
     };
     map.insert(device, a.clone());
     Ok(a)
@@ -218,8 +239,13 @@ pub fn pool(device: Device) -> Result<Option<Arc<CudaPool>>> {
         Device::CudaHost => (0, CudaMemory::PinnedHost),
         _ => return Ok(None),
     };
-    let Some(cfg) = PoolConfig::from_env()? else { return Ok(None) };
-    let mut pools = POOLS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+    let Some(cfg) = PoolConfig::from_env()? else {
+        return Ok(None);
+    };
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(p) = pools.get(&device) {
         return Ok(Some(p.clone()));
     }

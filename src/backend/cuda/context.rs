@@ -65,7 +65,13 @@ pub fn check(call: &'static str, rc: CUresult) -> Result<()> {
 /// As [`check`], but `CUDA_ERROR_OUT_OF_MEMORY` becomes `Error::OutOfMemory`.
 pub fn check_alloc(call: &'static str, rc: CUresult, device: Device, requested: usize) -> Result<()> {
     if rc == CUresult::CUDA_ERROR_OUT_OF_MEMORY {
-        return Err(Error::OutOfMemory { device, requested, reserved: 0, allocated: 0, largest_free: 0 });
+        return Err(Error::OutOfMemory {
+            device,
+            requested,
+            reserved: 0,
+            allocated: 0,
+            largest_free: 0,
+        });
     }
     check(call, rc)
 }

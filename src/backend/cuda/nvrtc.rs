@@ -157,20 +157,10 @@ pub fn compile(name: &str, source: &str, options: &[String], output: Output) -> 
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: Program = std::ptr::null_mut();
     // SAFETY: valid C strings; zero headers.
-    check(
-        api,
-        unsafe {
-            (api.create)(
-                &mut prog,
-                src.as_ptr(),
-                cname.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        },
-        "nvrtcCreateProgram",
-    )?;
+    let rc = unsafe {
+        (api.create)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+    };
+    check(api, rc, "nvrtcCreateProgram")?;
     let result = (|| {
         // SAFETY: `prog` is a live program; `opt_ptrs` holds `len` valid C strings.
         let status = unsafe { (api.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
