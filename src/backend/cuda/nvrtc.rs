@@ -158,7 +158,14 @@ pub fn compile(name: &str, source: &str, options: &[String], output: Output) -> 
     let mut prog: Program = std::ptr::null_mut();
     // SAFETY: valid C strings; zero headers.
     let rc = unsafe {
-        (api.create)(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        (api.create)(
+            &mut prog,
+            src.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
     };
     check(api, rc, "nvrtcCreateProgram")?;
     let result = (|| {
