@@ -324,6 +324,48 @@ pub unsafe fn run_plan(gpu: &Gpu, plan: &CopyPlan, dst: u64, src: u64, stream: &
     }
 }
 
+/// One strided outer dim over contiguous rows: a single 2-D DMA copy
+/// (`cuMemcpy2DAsync` on unified addresses). `Ok(false)` when the plan is not
+/// of that shape.
+///
+/// # Safety
+///
+/// As [`run_plan`].
+unsafe fn try_memcpy_2d(gpu: &Gpu, plan: &CopyPlan, dst: u64, src: u64, stream: &CudaStream) -> Result<bool> {
+    if plan.kind != PlanKind::Rows || plan.dims.len() != 2 {
+        return Ok(false);
+    }
+    let (row, outer) = (plan.dims[0], plan.dims[1]);
+    let width = row.len * plan.elem_size;
+    if outer.src < width as isize || outer.dst < width as isize {
+        return Ok(false); // negative or overlapping pitches: the kernel handles those
+    }
+    let copy = sys::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        srcHost: std::ptr::null(),
+        srcDevice: src.wrapping_add_signed(plan.src_offset as i64),
+        srcArray: std::ptr::null_mut(),
+        srcPitch: outer.src as usize,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst.wrapping_add_signed(plan.dst_offset as i64),
+        dstArray: std::ptr::null_mut(),
+        dstPitch: outer.dst as usize,
+        WidthInBytes: width,
+        Height: outer.len,
+    };
+    gpu.bind()?;
+    // SAFETY: both pitched regions lie inside the plan's spans (caller's contract).
+    check("cuMemcpy2DAsync", unsafe {
+        sys::cuMemcpy2DAsync_v2(&copy, stream.raw())
+    })?;
+    Ok(true)
+}
+
 /// GPU and device-accessibility of a tensor: `Some(ordinal)` for device,
 /// managed and pinned memory (pinned memory is reachable from every GPU).
 fn gpu_of(d: Device) -> Option<Option<u32>> {
@@ -360,9 +402,42 @@ pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
             let gpu = device(ordinal)?;
             let stream = CudaStream::legacy(ordinal);
             let plan = plan_for(dst, src, PlanOptions::GPU)?;
-            // SAFETY: both views lie inside live storages that outlive the
-            // synchronisation below; pinned and managed memory are device-accessible.
-            unsafe { run_plan(gpu, &plan, dst.data_ptr() as u64, src.data_ptr() as u64, &stream)? };
+            let pinned = [dst.device(), src.device()].contains(&Device::CudaHost);
+            let (dp, sp) = (dst.data_ptr() as u64, src.data_ptr() as u64);
+            // The views lie inside live storages that outlive the synchronisation
+            // at the end; pinned and managed memory are device-accessible through
+            // unified addressing: the contract of `run_plan` and `try_memcpy_2d`.
+            let done = match plan.kind {
+                PlanKind::Empty => true,
+                // One DMA, or one kernel on device / managed memory.
+                PlanKind::Memcpy => {
+                    // SAFETY: see above.
+                    unsafe { run_plan(gpu, &plan, dp, sp, &stream)? };
+                    true
+                }
+                _ if !pinned => {
+                    // SAFETY: see above.
+                    unsafe { run_plan(gpu, &plan, dp, sp, &stream)? };
+                    true
+                }
+                // Pinned memory: a 2-D DMA when the rows are contiguous.
+                // SAFETY: see above.
+                _ => unsafe { try_memcpy_2d(gpu, &plan, dp, sp, &stream)? },
+            };
+            if !done {
+                // A permutation across PCIe: DMA a contiguous copy, permute on the GPU.
+                return if src.device() == Device::CudaHost {
+                    let packed = src.contiguous()?; // CPU engine, pinned → pinned
+                    let staged = Tensor::empty(src.shape(), src.dtype(), Device::Cuda(ordinal))?;
+                    copy_tensor(&staged, &packed)?;
+                    copy_tensor(dst, &staged)
+                } else {
+                    let packed = src.contiguous()?; // GPU kernel
+                    let staged = Tensor::empty(dst.shape(), dst.dtype(), Device::CudaHost)?;
+                    copy_tensor(&staged, &packed)?;
+                    dst.copy_from(&staged) // CPU engine scatter
+                };
+            }
             if dst.device().is_host_accessible() || src.device().is_host_accessible() {
                 stream.synchronize()?;
             }
