@@ -7,6 +7,8 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use smallvec::SmallVec;
+
 use super::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
@@ -18,7 +20,7 @@ static LIVE_EXPORTS: AtomicUsize = AtomicUsize::new(0);
 
 /// Exported tensors whose deleter has not run yet (process-wide; for leak tests).
 pub fn live_exports() -> usize {
-    LIVE_EXPORTS.load(Ordering::SeqCst)
+    LIVE_EXPORTS.load(Ordering::Relaxed)
 }
 
 /// Options for an export.
@@ -49,8 +51,10 @@ impl Default for ExportOptions {
 #[repr(C)]
 struct Exported<M> {
     managed: M,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
+    // Inline for up to 6 dims: the block is boxed and never moves, so pointers
+    // into inline storage stay valid.
+    shape: SmallVec<[i64; 6]>,
+    strides: SmallVec<[i64; 6]>,
     tensor: Tensor,
 }
 
@@ -73,7 +77,7 @@ fn describe(t: &Tensor, as_host: bool, shape: &mut [i64], strides: &mut [i64]) -
     }
 }
 
-fn arrays(t: &Tensor) -> (Box<[i64]>, Box<[i64]>) {
+fn arrays(t: &Tensor) -> (SmallVec<[i64; 6]>, SmallVec<[i64; 6]>) {
     // usize/isize → i64 is lossless on every 64-bit target DLPack runs on.
     let shape = t.shape().iter().map(|&d| d as i64).collect();
     let strides = t.strides().iter().map(|&s| s as i64).collect();
@@ -109,14 +113,15 @@ impl Tensor {
             tensor: self.clone(),
         });
         let raw = Box::into_raw(block);
-        // SAFETY: `raw` is a fresh, unique Box pointer; the boxed slices do not
-        // move when the Box does, so pointers into them stay valid.
+        // SAFETY: `raw` is a fresh, unique pointer to a heap block that never
+        // moves until the deleter frees it, so pointers into its shape and
+        // stride arrays (inline or heap) stay valid for the export's life.
         unsafe {
             let b = &mut *raw;
             b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
             b.managed.manager_ctx = raw.cast::<c_void>();
         }
-        LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);
+        LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
         raw.cast::<DLManagedTensorVersioned>()
     }
 
@@ -150,7 +155,7 @@ impl Tensor {
             b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
             b.managed.manager_ctx = raw.cast::<c_void>();
         }
-        LIVE_EXPORTS.fetch_add(1, Ordering::SeqCst);
+        LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
         Ok(raw.cast::<DLManagedTensor>())
     }
 }
@@ -162,7 +167,7 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     // SAFETY: the DLPack contract: the deleter is called once with the pointer we
     // handed out, which is the start of a Box<Exported<DLManagedTensorVersioned>>.
     drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensorVersioned>>()) });
-    LIVE_EXPORTS.fetch_sub(1, Ordering::SeqCst);
+    LIVE_EXPORTS.fetch_sub(1, Ordering::Relaxed);
 }
 
 unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
@@ -171,5 +176,5 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
     }
     // SAFETY: as in `delete_versioned`, for the legacy block.
     drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensor>>()) });
-    LIVE_EXPORTS.fetch_sub(1, Ordering::SeqCst);
+    LIVE_EXPORTS.fetch_sub(1, Ordering::Relaxed);
 }

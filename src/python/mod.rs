@@ -25,8 +25,14 @@ pub use tensor::PyTensor;
 fn empty(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
     let device = device.map_or(crate::Device::Cpu, |d| d.0);
-    let t = py.detach(|| Tensor::empty(&shape.0, dtype, device)).map_err(to_py)?;
+    let _ = py; // allocation is quick: releasing the GIL would cost more than it saves
+    let t = Tensor::empty(&shape.0, dtype, device).map_err(to_py)?;
     Ok(PyTensor::from(t))
+}
+
+/// Runs `f` without the GIL when it touches enough bytes to be worth the switch.
+pub(crate) fn detach_if_large<T: Send>(py: Python<'_>, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
+    if bytes >= 1 << 16 { py.detach(f) } else { f() }
 }
 
 fn filled(
@@ -37,13 +43,13 @@ fn filled(
     device: DeviceArg,
 ) -> PyResult<PyTensor> {
     let bytes = scalar_bytes(value, dtype)?;
-    let t = py
-        .detach(|| {
-            let t = Tensor::empty(&shape.0, dtype, device.0)?;
-            t.fill_bytes(&bytes)?;
-            Ok(t)
-        })
-        .map_err(to_py)?;
+    let total = shape.0.iter().product::<usize>().saturating_mul(dtype.size());
+    let t = detach_if_large(py, total, || {
+        let t = Tensor::empty(&shape.0, dtype, device.0)?;
+        t.fill_bytes(&bytes)?;
+        Ok(t)
+    })
+    .map_err(to_py)?;
     Ok(PyTensor::from(t))
 }
 

@@ -9,7 +9,7 @@ use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
 use crate::python::convert::{DeviceArg, scalar_bytes};
 use crate::python::errors::to_py;
-use crate::python::{capsule, consumer, exchange};
+use crate::python::{capsule, consumer, detach_if_large, exchange};
 use crate::tensor::Tensor;
 
 /// An n-dimensional view of CPU or GPU memory that speaks DLPack.
@@ -236,19 +236,21 @@ impl PyTensor {
 
     /// `self` if C-contiguous, else a C-contiguous copy.
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        wrap(py.detach(|| self.inner.contiguous()))
+        wrap(detach_if_large(py, self.inner.nbytes(), || self.inner.contiguous()))
     }
 
     /// A new C-contiguous copy.
     fn clone(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        wrap(py.detach(|| self.inner.contiguous_copy()))
+        wrap(detach_if_large(py, self.inner.nbytes(), || {
+            self.inner.contiguous_copy()
+        }))
     }
 
     /// Copies `src` (a Tensor or any DLPack producer) into `self`; returns `self`.
     fn copy_<'py>(slf: Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let src = consumer::from_dlpack(src, None, None)?;
         let dst = slf.get().inner.clone();
-        slf.py().detach(|| dst.copy_from(&src)).map_err(to_py)?;
+        detach_if_large(slf.py(), dst.nbytes(), || dst.copy_from(&src)).map_err(to_py)?;
         Ok(slf)
     }
 
@@ -256,7 +258,7 @@ impl PyTensor {
     fn fill_<'py>(slf: Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let t = slf.get().inner.clone();
         let bytes = scalar_bytes(value, t.dtype())?;
-        slf.py().detach(|| t.fill_bytes(&bytes)).map_err(to_py)?;
+        detach_if_large(slf.py(), t.nbytes(), || t.fill_bytes(&bytes)).map_err(to_py)?;
         Ok(slf)
     }
 
@@ -322,13 +324,15 @@ impl PyTensor {
                 )));
             }
         }
-        let (tensor, is_copied) = if to_host {
-            (py.detach(|| self.inner.to(Device::Cpu)).map_err(to_py)?, true)
+        let copied = if to_host {
+            Some(py.detach(|| self.inner.to(Device::Cpu)).map_err(to_py)?)
         } else if copy == Some(true) {
-            (py.detach(|| self.inner.contiguous_copy()).map_err(to_py)?, true)
+            Some(detach_if_large(py, self.inner.nbytes(), || self.inner.contiguous_copy()).map_err(to_py)?)
         } else {
-            (self.inner.clone(), false)
+            None
         };
+        let is_copied = copied.is_some();
+        let tensor = copied.as_ref().unwrap_or(&self.inner);
         order_for_consumer(device, stream, as_host_view)?;
         let opts = ExportOptions {
             minor_version: DLPACK_MINOR_VERSION,
