@@ -14,28 +14,12 @@ gpu_suite! {
     managed: |i| Some(Device::CudaManaged(i))
 }
 
-use devtensor::backend::cuda::copy::run_plan;
+use devtensor::backend::cuda::copy::copy_on_stream;
 use devtensor::backend::cuda::stream::{CudaStream, handoff};
-use devtensor::copy::plan::{BaseAddrs, PlanOptions, plan_copy};
 
-/// Enqueues `src → dst` (same shape) on `stream`.
+/// Enqueues `src → dst` on `stream`.
 fn copy_on(stream: &CudaStream, dst: &Tensor, src: &Tensor) {
-    let plan = plan_copy(
-        dst.shape(),
-        dst.strides(),
-        src.strides(),
-        dst.dtype().size(),
-        BaseAddrs {
-            dst: dst.data_ptr() as usize,
-            src: src.data_ptr() as usize,
-        },
-        PlanOptions::GPU,
-    )
-    .unwrap();
-    let gpu = devtensor::backend::cuda::context::device(stream.ordinal()).unwrap();
-    // SAFETY: both tensors are live device tensors of this GPU, kept alive
-    // until the stream is synchronised at the end of the test.
-    unsafe { run_plan(gpu, &plan, dst.data_ptr() as u64, src.data_ptr() as u64, stream) }.unwrap();
+    copy_on_stream(dst, src, stream).unwrap();
 }
 
 #[test]

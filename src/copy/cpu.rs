@@ -483,6 +483,20 @@ unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) {
             copy_small(dst.add(i), src.add(i), n - i);
             return;
         }
+        if n <= 256 {
+            // Short runs inline (no call): 64-byte blocks, overlapping tail.
+            let mut i = 0;
+            while i + 64 <= n {
+                copy_small(dst.add(i), src.add(i), 32);
+                copy_small(dst.add(i + 32), src.add(i + 32), 32);
+                i += 64;
+            }
+            if i < n {
+                copy_small(dst.add(n - 64), src.add(n - 64), 32);
+                copy_small(dst.add(n - 32), src.add(n - 32), 32);
+            }
+            return;
+        }
         ptr::copy_nonoverlapping(src, dst, n);
     }
 }
@@ -648,6 +662,15 @@ unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize, nt: bool) {
 unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
     let e = plan.elem_size;
     let len = plan.dims[0].len;
+    let row = (len * e) as isize;
+    if plan.dims.len() > 2
+        && row <= ROW_TILE_MAX_ROW
+        && plan.dims[1].src != row
+        && let Some(k) = (2..plan.dims.len()).find(|&k| plan.dims[k].src == row)
+    {
+        // SAFETY: forwarded.
+        return unsafe { rows_tiled(plan, k, dst, src, nt) };
+    }
     let outer = &plan.dims[1..];
     let (d, s) = (Shared(dst), Shared(src));
     par_for(plan.numel, plan.bytes(), |w0, w1| {
@@ -655,6 +678,64 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
             let off = (i0 * e) as isize;
             // SAFETY: a piece of one row of the plan, in bounds on both sides.
             unsafe { copy_run(d.get().offset(dof + off), s.get().offset(so + off), n * e, nt) }
+        });
+        store_fence(nt);
+    });
+}
+
+/// Rows up to this many bytes are copied in tiles when the source order of
+/// the rows differs from the destination order.
+const ROW_TILE_MAX_ROW: isize = 2048;
+/// Bytes of consecutive rows a row tile reads (and writes) in one run.
+const ROW_TILE_RUN: usize = 2048;
+
+/// Row copies whose rows are transposed: `dims[1]` (the next destination dim)
+/// is not the next source dim, `dims[k]` is (attention's `[B,S,H,D] →
+/// [B,H,S,D]`, `(1, 2, 0, 3)` permutes). Walking rows in destination order
+/// would read one short row per source page visit; tiles of rows over
+/// (`dims[1]`, `dims[k]`) read and write runs of ~2 KiB on both sides.
+///
+/// # Safety
+///
+/// As [`execute`].
+unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt: bool) {
+    let row_bytes = plan.dims[0].len * plan.elem_size;
+    let a = plan.dims[1];
+    let b = plan.dims[k];
+    let batch: SmallVec<[PlanDim; INLINE_DIMS]> = plan
+        .dims
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i > 1 && i != k)
+        .map(|(_, d)| *d)
+        .collect();
+    let per_run = (ROW_TILE_RUN / row_bytes).max(1);
+    let (bi, bj) = (per_run.min(a.len), per_run.min(b.len));
+    let (nbi, nbj) = (a.len.div_ceil(bi), b.len.div_ceil(bj));
+    let per_slice = nbi * nbj;
+    let slices: usize = batch.iter().map(|d| d.len).product();
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(per_slice * slices, plan.bytes(), |t0, t1| {
+        for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
+            for t in first..first + n {
+                let (i0, j0) = (t / nbj * bi, t % nbj * bj);
+                let (ni, nj) = (bi.min(a.len - i0), bj.min(b.len - j0));
+                for i in i0..i0 + ni {
+                    let (di, si) = (dof + i as isize * a.dst, so + i as isize * a.src);
+                    for j in j0..j0 + nj {
+                        let j = j as isize;
+                        // SAFETY: row (i, j) of the plan, in bounds on both sides.
+                        unsafe {
+                            copy_run(
+                                d.get().offset(di + j * b.dst),
+                                s.get().offset(si + j * b.src),
+                                row_bytes,
+                                nt,
+                            )
+                        }
+                    }
+                }
+            }
         });
         store_fence(nt);
     });

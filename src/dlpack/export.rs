@@ -84,12 +84,52 @@ fn arrays(t: &Tensor) -> (SmallVec<[i64; 6]>, SmallVec<[i64; 6]>) {
     (shape, strides)
 }
 
+/// The two managed structs, as far as an export fills them in.
+trait Managed {
+    fn set(&mut self, dl_tensor: DLTensor, manager_ctx: *mut c_void);
+}
+
+impl Managed for DLManagedTensorVersioned {
+    fn set(&mut self, dl_tensor: DLTensor, manager_ctx: *mut c_void) {
+        self.dl_tensor = dl_tensor;
+        self.manager_ctx = manager_ctx;
+    }
+}
+
+impl Managed for DLManagedTensor {
+    fn set(&mut self, dl_tensor: DLTensor, manager_ctx: *mut c_void) {
+        self.dl_tensor = dl_tensor;
+        self.manager_ctx = manager_ctx;
+    }
+}
+
+/// Boxes `managed` with the tensor and its arrays, then points the struct's
+/// descriptor and `manager_ctx` into the block.
+fn export<M: Managed>(t: &Tensor, managed: M, as_host: bool) -> *mut M {
+    let (shape, strides) = arrays(t);
+    let raw = Box::into_raw(Box::new(Exported {
+        managed,
+        shape,
+        strides,
+        tensor: t.clone(),
+    }));
+    // SAFETY: `raw` is a fresh, unique pointer to a heap block that never
+    // moves until the deleter frees it, so pointers into its shape and
+    // stride arrays (inline or heap) stay valid for the export's life.
+    unsafe {
+        let b = &mut *raw;
+        let dl = describe(&b.tensor, as_host, &mut b.shape, &mut b.strides);
+        b.managed.set(dl, raw.cast::<c_void>());
+    }
+    LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
+    raw.cast::<M>()
+}
+
 impl Tensor {
     /// Exports as an owned `DLManagedTensorVersioned` (DLPack ≥ 1.0). READ_ONLY
     /// is set for read-only tensors. The caller owns the result and must call
     /// its deleter once (a consumer does).
     pub fn to_dlpack_versioned(&self, opts: ExportOptions) -> *mut DLManagedTensorVersioned {
-        let (shape, strides) = arrays(self);
         let mut flags = 0;
         if self.is_read_only() {
             flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
@@ -97,32 +137,17 @@ impl Tensor {
         if opts.is_copied {
             flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
         }
-        let block = Box::new(Exported {
-            managed: DLManagedTensorVersioned {
-                version: DLPackVersion {
-                    major: DLPACK_MAJOR_VERSION,
-                    minor: opts.minor_version.min(DLPACK_MINOR_VERSION),
-                },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_versioned),
-                flags,
-                dl_tensor: describe(self, false, &mut [], &mut []),
+        let managed = DLManagedTensorVersioned {
+            version: DLPackVersion {
+                major: DLPACK_MAJOR_VERSION,
+                minor: opts.minor_version.min(DLPACK_MINOR_VERSION),
             },
-            shape,
-            strides,
-            tensor: self.clone(),
-        });
-        let raw = Box::into_raw(block);
-        // SAFETY: `raw` is a fresh, unique pointer to a heap block that never
-        // moves until the deleter frees it, so pointers into its shape and
-        // stride arrays (inline or heap) stay valid for the export's life.
-        unsafe {
-            let b = &mut *raw;
-            b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
-            b.managed.manager_ctx = raw.cast::<c_void>();
-        }
-        LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
-        raw.cast::<DLManagedTensorVersioned>()
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_versioned),
+            flags,
+            dl_tensor: describe(self, false, &mut [], &mut []),
+        };
+        export(self, managed, opts.as_host)
     }
 
     /// Exports as a legacy `DLManagedTensor` (the `"dltensor"` capsule kind).
@@ -137,26 +162,12 @@ impl Tensor {
         if self.is_read_only() {
             return Err(Error::ReadOnly);
         }
-        let (shape, strides) = arrays(self);
-        let block = Box::new(Exported {
-            managed: DLManagedTensor {
-                dl_tensor: describe(self, false, &mut [], &mut []),
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(delete_legacy),
-            },
-            shape,
-            strides,
-            tensor: self.clone(),
-        });
-        let raw = Box::into_raw(block);
-        // SAFETY: as in `to_dlpack_versioned`.
-        unsafe {
-            let b = &mut *raw;
-            b.managed.dl_tensor = describe(&b.tensor, opts.as_host, &mut b.shape, &mut b.strides);
-            b.managed.manager_ctx = raw.cast::<c_void>();
-        }
-        LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
-        Ok(raw.cast::<DLManagedTensor>())
+        let managed = DLManagedTensor {
+            dl_tensor: describe(self, false, &mut [], &mut []),
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete_legacy),
+        };
+        Ok(export(self, managed, opts.as_host))
     }
 }
 

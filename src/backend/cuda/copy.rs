@@ -390,6 +390,51 @@ fn plan_for(dst: &Tensor, src: &Tensor, opts: PlanOptions) -> Result<CopyPlan> {
     )
 }
 
+/// Enqueues `src → dst` on `stream` without synchronising. Both tensors must
+/// be device or managed memory of `stream`'s GPU. Their storages record the
+/// stream, so the pool does not reuse them elsewhere before this work is done.
+pub fn copy_on_stream(dst: &Tensor, src: &Tensor, stream: &CudaStream) -> Result<()> {
+    if dst.is_read_only() {
+        return Err(Error::ReadOnly);
+    }
+    if dst.shape() != src.shape() {
+        return Err(Error::ShapeMismatch {
+            expected: dst.shape().to_vec(),
+            got: src.shape().to_vec(),
+        });
+    }
+    if dst.dtype() != src.dtype() {
+        return Err(Error::DTypeMismatch {
+            expected: dst.dtype(),
+            got: src.dtype(),
+        });
+    }
+    let ordinal = stream.ordinal();
+    for d in [dst.device(), src.device()] {
+        if !matches!(d, Device::Cuda(i) | Device::CudaManaged(i) if i == ordinal) {
+            return Err(Error::DeviceMismatch {
+                expected: Device::Cuda(ordinal),
+                got: d,
+            });
+        }
+    }
+    let plan = plan_for(dst, src, PlanOptions::GPU)?;
+    let handle = crate::stream::StreamHandle(stream.raw() as usize);
+    dst.storage().record_stream(handle);
+    src.storage().record_stream(handle);
+    // SAFETY: both views lie inside live device storages of this GPU, and the
+    // recorded stream keeps their memory from reuse until the work is done.
+    unsafe {
+        run_plan(
+            device(ordinal)?,
+            &plan,
+            dst.data_ptr() as u64,
+            src.data_ptr() as u64,
+            stream,
+        )
+    }
+}
+
 /// Copies between tensors of which at least one lives on a CUDA device, on the
 /// legacy default stream of the GPU involved. Copies that touch host-visible
 /// memory synchronise before returning, so the host may read the result.
