@@ -41,9 +41,11 @@ def main():
     ap.add_argument("--bin", default="target/release/devtensor")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--min-time", type=float, default=0.5)
+    ap.add_argument("--filter", help="only patterns whose name contains this text")
     args = ap.parse_args()
 
     cmd = [args.bin, "bench", "--json"] + (["--quick"] if args.quick else [])
+    cmd += ["--filter", args.filter] if args.filter else []
     rows = [json.loads(line) for line in subprocess.check_output(cmd, text=True).splitlines() if line.startswith("{")]
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -61,20 +63,21 @@ def main():
             base[r["src_offset"]:], shape=r["shape"], strides=[s * itemsize for s in r["src_strides"]]
         )
         moved = 2 * view.size * itemsize
-        t_np = best_time(lambda: np.ascontiguousarray(view), args.min_time)
+        # ascontiguousarray returns a contiguous input as is: force the copy.
+        t_np = best_time(lambda: view.copy(order="C"), args.min_time)
         gb_np = moved / t_np / 1e9
         gb_t = float("nan")
         if torch is not None:
             tb = torch.from_numpy(base)
-            tv = torch.as_strided(tb, r["shape"], r["src_strides"], r["src_offset"])
             if any(s < 0 for s in r["src_strides"]):
-                tv = None  # torch has no negative strides: flip() copies, so time flip on the positive view
+                # torch has no negative strides: flip() copies, so time flip on the positive view
                 pos = [abs(s) for s in r["src_strides"]]
                 dims = [i for i, s in enumerate(r["src_strides"]) if s < 0]
                 off = r["src_offset"] + sum((n - 1) * s for n, s in zip(r["shape"], r["src_strides"]) if s < 0)
                 src = torch.as_strided(tb, r["shape"], pos, off)
                 t_t = best_time(lambda: src.flip(dims), args.min_time)
             else:
+                tv = torch.as_strided(tb, r["shape"], r["src_strides"], r["src_offset"])
                 t_t = best_time(lambda: tv.contiguous() if not tv.is_contiguous() else tv.clone(), args.min_time)
             gb_t = moved / t_t / 1e9
         peer = max(gb_np, gb_t if gb_t == gb_t else 0.0)
