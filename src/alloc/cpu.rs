@@ -12,6 +12,12 @@ use crate::stream::StreamHandle;
 /// Alignment of every CPU allocation (DLPack's recommended 256 bytes).
 pub const CPU_ALIGNMENT: usize = 256;
 
+/// Allocations from this size on are aligned to 2 MiB and advised to use
+/// transparent huge pages: a fresh 64 MiB buffer then costs 32 page faults
+/// instead of 16 384, which is most of the time of a `contiguous()` into it.
+const HUGE_PAGE_MIN: usize = 4 << 20;
+const HUGE_PAGE: usize = 2 << 20;
+
 /// Process-wide counters: the CPU allocator is stateless, so its accounting is global.
 static COUNTERS: Counters = Counters::new();
 
@@ -27,7 +33,12 @@ impl CpuAlloc {
     }
 
     fn layout(size: usize, align: usize) -> Result<Layout> {
-        Layout::from_size_align(size, align.max(CPU_ALIGNMENT)).map_err(|_| Error::Overflow {
+        let align = if size >= HUGE_PAGE_MIN {
+            align.max(HUGE_PAGE)
+        } else {
+            align.max(CPU_ALIGNMENT)
+        };
+        Layout::from_size_align(size, align).map_err(|_| Error::Overflow {
             what: "allocation size",
         })
     }
@@ -49,6 +60,12 @@ unsafe impl NDAlloc for CpuAlloc {
         } else {
             // SAFETY: `layout` has a non-zero size.
             let ptr = unsafe { std::alloc::alloc(layout) };
+            #[cfg(target_os = "linux")]
+            if size >= HUGE_PAGE_MIN && !ptr.is_null() {
+                // SAFETY: `ptr` is the 2 MiB-aligned start of a fresh allocation of
+                // `size` bytes; MADV_HUGEPAGE is advice only and leaves contents alone.
+                unsafe { libc::madvise(ptr.cast(), size, libc::MADV_HUGEPAGE) };
+            }
             let ptr = NonNull::new(ptr).ok_or(Error::OutOfMemory {
                 device: Device::Cpu,
                 requested: size,
