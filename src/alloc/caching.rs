@@ -194,13 +194,18 @@ impl FreeLists {
     }
 }
 
-/// The blocks of one stream.
+/// The blocks of one stream, with its counters (kept under the pool's lock,
+/// so the fast path does no atomic read-modify-write).
 #[derive(Debug)]
 struct Pool {
     stream: Option<StreamHandle>,
     blocks: Vec<Block>,
     vacant: Vec<u32>,
     lists: [FreeLists; 2],
+    allocated: usize,
+    peak_allocated: usize,
+    active_blocks: usize,
+    alloc_count: usize,
 }
 
 impl Pool {
@@ -210,6 +215,10 @@ impl Pool {
             blocks: Vec::new(),
             vacant: Vec::new(),
             lists: [FreeLists::new(), FreeLists::new()],
+            allocated: 0,
+            peak_allocated: 0,
+            active_blocks: 0,
+            alloc_count: 0,
         }
     }
 
@@ -378,15 +387,12 @@ impl Pool {
     }
 }
 
+/// Counters of the slow path (segments, OOM); the per-block ones live in each pool.
 #[derive(Default)]
 struct Counters {
-    allocated: AtomicUsize,
     reserved: AtomicUsize,
-    peak_allocated: AtomicUsize,
     peak_reserved: AtomicUsize,
-    active_blocks: AtomicUsize,
     segments: AtomicUsize,
-    alloc_count: AtomicUsize,
     segment_allocs: AtomicUsize,
     oom_count: AtomicUsize,
 }
@@ -465,30 +471,38 @@ impl<A: NDAlloc> CachingAlloc<A> {
         self.pools.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Current figures.
+    /// Current figures. With several streams, `peak_allocated` is the sum of
+    /// each stream pool's peak (an upper bound of the true peak).
     pub fn memory_stats(&self) -> MemoryStats {
         let c = &self.counters;
         let l = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        MemoryStats {
-            allocated: l(&c.allocated),
+        let mut s = MemoryStats {
             reserved: l(&c.reserved),
-            peak_allocated: l(&c.peak_allocated),
             peak_reserved: l(&c.peak_reserved),
-            active_blocks: l(&c.active_blocks),
             segments: l(&c.segments),
-            alloc_count: l(&c.alloc_count),
             segment_allocs: l(&c.segment_allocs),
             oom_count: l(&c.oom_count),
+            ..MemoryStats::default()
+        };
+        for pool in self.all_pools() {
+            let p = lock(&pool);
+            s.allocated += p.allocated;
+            s.peak_allocated += p.peak_allocated;
+            s.active_blocks += p.active_blocks;
+            s.alloc_count += p.alloc_count;
         }
+        s
     }
 
     /// Resets the peaks to the current values.
     pub fn reset_peak_stats(&self) {
         let c = &self.counters;
-        c.peak_allocated
-            .store(c.allocated.load(Ordering::Relaxed), Ordering::Relaxed);
         c.peak_reserved
             .store(c.reserved.load(Ordering::Relaxed), Ordering::Relaxed);
+        for pool in self.all_pools() {
+            let mut p = lock(&pool);
+            p.peak_allocated = p.allocated;
+        }
     }
 
     /// Returns every cached, entirely free segment to the device; returns the
@@ -570,7 +584,7 @@ impl<A: NDAlloc> CachingAlloc<A> {
             device: self.raw.device(),
             requested,
             reserved: self.counters.reserved.load(Ordering::Relaxed),
-            allocated: self.counters.allocated.load(Ordering::Relaxed),
+            allocated: self.all_pools().iter().map(|p| lock(p).allocated).sum(),
             largest_free,
         }
     }
@@ -692,12 +706,11 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
         }
         let addr = p.blocks[id as usize].addr;
         let real = p.blocks[id as usize].size;
+        p.alloc_count += 1;
+        p.active_blocks += 1;
+        p.allocated += real;
+        p.peak_allocated = p.peak_allocated.max(p.allocated);
         drop(p);
-        let c = &self.counters;
-        c.alloc_count.fetch_add(1, Ordering::Relaxed);
-        c.active_blocks.fetch_add(1, Ordering::Relaxed);
-        let now = c.allocated.fetch_add(real, Ordering::Relaxed) + real;
-        c.peak_allocated.fetch_max(now, Ordering::Relaxed);
         let ptr = NonNull::new(addr as *mut u8).ok_or(Error::Overflow { what: "block address" })?;
         Ok(Allocation {
             ptr,
@@ -725,15 +738,14 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
                 events.push(Arc::new(ev));
             }
         }
-        let pool = self.pool(index);
-        let mut p = lock(&pool);
+        let other = if index == 0 { None } else { Some(self.pool(index)) };
+        let mut p = lock(other.as_deref().unwrap_or(&self.default_pool));
         let Some(b) = p.blocks.get_mut(id as usize) else { return };
         let size = b.size;
         b.events.extend(events);
         p.give_back(id);
-        drop(p);
-        self.counters.allocated.fetch_sub(size, Ordering::Relaxed);
-        self.counters.active_blocks.fetch_sub(1, Ordering::Relaxed);
+        p.allocated -= size;
+        p.active_blocks -= 1;
     }
 
     fn stats(&self) -> AllocStats {
