@@ -65,9 +65,13 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
         if let Ok(t) = ob.cast::<PyTuple>() {
             let (device_type, device_id): (i32, i32) = t.extract()?;
             let dl = crate::dlpack::ffi::DLDevice { device_type, device_id };
-            return Device::from_dlpack(dl)
-                .map(DeviceArg)
-                .map_err(|e| PyValueError::new_err(e.to_string()));
+            let device = Device::from_dlpack(dl).map_err(|e| PyValueError::new_err(e.to_string()))?;
+            if device.to_dlpack() != dl {
+                return Err(PyValueError::new_err(format!(
+                    "device ({device_type}, {device_id}): host memory kinds have device id 0"
+                )));
+            }
+            return Ok(DeviceArg(device));
         }
         let s: String = match ob.extract::<String>() {
             Ok(s) => s,

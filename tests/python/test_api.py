@@ -846,3 +846,11 @@ def test_narrow_float_scalars_match_ml_dtypes(name):
             assert np.isnan(got_val), (name, v, hex(got), hex(want))
         else:
             assert got == want, (name, v, hex(got), hex(want))
+
+
+def test_host_device_tuples_need_id_zero():
+    assert devtensor.empty(2, device=(1, 0)).device == "cpu"
+    with pytest.raises(ValueError):
+        devtensor.empty(2, device=(1, 1))
+    with pytest.raises(ValueError):
+        devtensor.empty(2, device="cpu:1")

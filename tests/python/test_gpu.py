@@ -53,11 +53,23 @@ def host(x):
 
 
 def devtensor_stream(dlp, device_id=0):
-    """devtensor's current CUDA stream handle (through its exchange API)."""
+    """devtensor's current CUDA stream handle (through its exchange API); 0 is the legacy default stream."""
     api = dlp.exchange_api(devtensor.Tensor)
     out = ctypes.c_void_p()
     assert dlp.WORK_STREAM(api.current_work_stream)(2, device_id, ctypes.byref(out)) == 0
     return out.value or 0
+
+
+def torch_view_of_stream(handle):
+    """A torch stream object for devtensor's stream, to enqueue slow work on it."""
+    return torch.cuda.ExternalStream(handle) if handle else torch.cuda.default_stream()
+
+
+def side_stream():
+    """A torch stream that does not synchronise implicitly with the legacy default stream."""
+    s = torch.cuda.Stream()  # torch creates its streams with cudaStreamNonBlocking
+    assert s.cuda_stream not in (0, 1, 2)
+    return s
 
 
 # --------------------------------------------------------------------------------------
@@ -213,7 +225,7 @@ def test_torch_slow_producer_devtensor_consumer():
     n = 1 << 22
     x = torch.zeros(n, device="cuda")
     torch.cuda.synchronize()
-    side = torch.cuda.Stream()
+    side = side_stream()
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(7.0)
@@ -226,16 +238,13 @@ def test_torch_slow_producer_devtensor_consumer():
 def test_devtensor_slow_producer_torch_consumer(dlp):
     """Slow work on devtensor's current stream, then torch consumes on another stream:
     torch's stream must wait (event + cudaStreamWaitEvent), not read stale data."""
-    ours = devtensor_stream(dlp)
-    if not ours:
-        pytest.skip("devtensor uses the legacy default stream: ordering with torch is implicit")
     n = 1 << 22
     t = devtensor.zeros(n, device="cuda")
     torch.cuda.synchronize()
-    with torch.cuda.stream(torch.cuda.ExternalStream(ours)):
+    with torch.cuda.stream(torch_view_of_stream(devtensor_stream(dlp))):
         torch.cuda._sleep(SLEEP_CYCLES)  # delays everything devtensor enqueues next
     t.fill_(5.0)  # on devtensor's stream, after the sleep
-    consumer = torch.cuda.Stream()
+    consumer = side_stream()
     with torch.cuda.stream(consumer):
         x = torch.from_dlpack(t)  # torch passes stream=consumer.cuda_stream
         total = x.sum()
@@ -244,15 +253,12 @@ def test_devtensor_slow_producer_torch_consumer(dlp):
 
 
 def test_explicit_stream_argument_orders_work(dlp):
-    ours = devtensor_stream(dlp)
-    if not ours:
-        pytest.skip("devtensor uses the legacy default stream")
     t = devtensor.zeros(1 << 20, device="cuda")
     torch.cuda.synchronize()
-    with torch.cuda.stream(torch.cuda.ExternalStream(ours)):
+    with torch.cuda.stream(torch_view_of_stream(devtensor_stream(dlp))):
         torch.cuda._sleep(SLEEP_CYCLES)
     t.fill_(1.0)
-    s = torch.cuda.Stream()
+    s = side_stream()
     cap = t.__dlpack__(stream=s.cuda_stream, max_version=(1, 3))
     x = torch.utils.dlpack.from_dlpack(cap)
     with torch.cuda.stream(s):
@@ -262,16 +268,13 @@ def test_explicit_stream_argument_orders_work(dlp):
 
 
 def test_export_does_not_block_host(dlp):
-    ours = devtensor_stream(dlp)
-    if not ours:
-        pytest.skip("devtensor uses the legacy default stream")
     import time
 
     t = devtensor.zeros(16, device="cuda")
     torch.cuda.synchronize()
-    with torch.cuda.stream(torch.cuda.ExternalStream(ours)):
+    with torch.cuda.stream(torch_view_of_stream(devtensor_stream(dlp))):
         torch.cuda._sleep(SLEEP_CYCLES * 5)  # ~0.5 s
-    s = torch.cuda.Stream()
+    s = side_stream()
     t0 = time.perf_counter()
     cap = t.__dlpack__(stream=s.cuda_stream, max_version=(1, 3))
     dt = time.perf_counter() - t0
@@ -280,23 +283,27 @@ def test_export_does_not_block_host(dlp):
     assert dt < 0.2, f"__dlpack__(stream=...) blocked the host for {dt:.3f} s"
 
 
-def test_cuda_memory_stats_and_empty_cache():
-    devtensor.empty_cache("cuda")
-    s0 = devtensor.memory_stats("cuda")
-    t = devtensor.empty((1024, 1024), device="cuda")
-    s1 = devtensor.memory_stats("cuda")
-    assert s1["allocated_bytes"] >= s0["allocated_bytes"] + 4 * 1024 * 1024
-    assert s1["reserved_bytes"] >= s1["allocated_bytes"]
-    del t
-    for _ in range(5):  # a stream-aware pool may release a block only once its events complete
-        gc.collect()
-        torch.cuda.synchronize()
-        s2 = devtensor.memory_stats("cuda")
-        if s2["allocated_bytes"] == s0["allocated_bytes"]:
-            break
-    assert s2["allocated_bytes"] == s0["allocated_bytes"]
-    assert devtensor.empty_cache("cuda") >= 0
-    assert devtensor.memory_stats("cuda")["reserved_bytes"] <= s2["reserved_bytes"]
+class _DunderOnly:
+    """Hides torch's exchange API: devtensor must go through __dlpack__(stream=...)."""
+
+    def __init__(self, x):
+        self.__dlpack__ = x.__dlpack__
+        self.__dlpack_device__ = x.__dlpack_device__
+
+
+def test_dunder_path_device_import_waits_for_producer_stream():
+    """As test_torch_slow_producer_devtensor_consumer (which takes torch's exchange API),
+    through the `__dlpack__` path: our consumer passes its stream and torch orders it."""
+    n = 1 << 22
+    x = torch.zeros(n, device="cuda")
+    torch.cuda.synchronize()
+    side = side_stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(SLEEP_CYCLES)
+        x.fill_(2.0)
+        u = devtensor.from_dlpack(_DunderOnly(x))
+        c = u.clone()
+    assert host(torch.from_dlpack(c)).eq(2.0).all()
 
 
 # --------------------------------------------------------------------------------------
@@ -346,7 +353,7 @@ def test_cupy_stream_handoff():
     n = 1 << 22
     x = torch.zeros(n, device="cuda")
     torch.cuda.synchronize()
-    side = torch.cuda.Stream()
+    side = side_stream()
     with torch.cuda.stream(side):
         torch.cuda._sleep(SLEEP_CYCLES)
         x.fill_(3.0)
