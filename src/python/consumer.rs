@@ -106,6 +106,17 @@ fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
 }
 
 fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
+    // Only torch tensors have the bits: asking anyone else costs an AttributeError.
+    let from_torch = x
+        .get_type()
+        .getattr(pyo3::intern!(x.py(), "__module__"))
+        .is_ok_and(|m| {
+            m.extract::<String>()
+                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
+        });
+    if !from_torch {
+        return Ok(false);
+    }
     let method = if t.dtype().is_complex() {
         pyo3::intern!(x.py(), "is_conj")
     } else if t.dtype().is_floating_point() {

@@ -4,14 +4,16 @@
 //! No panic and no Python exception crosses these C functions except the ones
 //! the header asks for (a set Python error with a -1 return).
 
+use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
+use std::sync::{Mutex, OnceLock};
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCapsule, PyType};
 
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{
@@ -207,15 +209,42 @@ unsafe extern "C" fn current_work_stream(_device_type: DLDeviceType, _device_id:
     0
 }
 
-/// The exchange API of `x`'s type, when it has a usable v1 table.
+/// The exchange API of `x`'s type, when it has a usable v1 table. The answer
+/// is cached per type (a miss costs an AttributeError otherwise); the cache
+/// holds a reference to each type so an address is never reused under it.
 pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
-    let attr = x
-        .get_type()
-        .getattr(pyo3::intern!(x.py(), "__dlpack_c_exchange_api__"))
-        .ok()?;
+    // Tables stored as addresses: the raw pointers inside are not Sync.
+    type Cache = HashMap<usize, (Py<PyType>, Option<usize>)>;
+    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let ty = x.get_type();
+    let key = ty.as_ptr() as usize;
+    let cache = CACHE.get_or_init(Default::default);
+    let hit = cache
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&key)
+        .map(|(_, api)| *api);
+    let addr = match hit {
+        Some(addr) => addr,
+        None => {
+            let addr = read_table(&ty).map(|api| api as *const DLPackExchangeAPI as usize);
+            cache
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, (ty.unbind(), addr));
+            addr
+        }
+    };
+    // SAFETY: the address came from `read_table`: a live, immutable table of a
+    // type the cache keeps alive.
+    addr.map(|a| unsafe { &*(a as *const DLPackExchangeAPI) })
+}
+
+fn read_table(ty: &Bound<'_, PyType>) -> Option<&'static DLPackExchangeAPI> {
+    let attr = ty.getattr(pyo3::intern!(ty.py(), "__dlpack_c_exchange_api__")).ok()?;
     let cap = attr.cast::<PyCapsule>().ok()?;
     // SAFETY: a capsule with this name points at a DLPackExchangeAPI that lives
-    // as long as the producer's type (in practice the process), per the header.
+    // as long as the producer's type (kept alive by the cache), per the header.
     unsafe {
         if pyffi::PyCapsule_IsValid(cap.as_ptr(), CAPSULE_NAME.as_ptr()) != 1 {
             return None;
