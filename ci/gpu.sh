@@ -1,18 +1,45 @@
 #!/usr/bin/env bash
-# What a GPU runner runs: the whole GPU suite with DEVTENSOR_REQUIRE_GPU=1,
-# compute-sanitizer memcheck on the Rust GPU tests, the Python GPU tests, then
-# the GPU benchmark; writes bench/results/<date>-<gpu>.md.
+# What a GPU runner runs: the whole GPU suite with its backend's REQUIRE flag,
+# the memory checker where there is one, the Python GPU tests, then the GPU
+# benchmark; writes bench/results/<date>-<gpu>.md.
+#
+#   bash ci/gpu.sh                  an NVIDIA runner (DEVTENSOR_REQUIRE_GPU=1)
+#   DEVTENSOR_BACKEND=rocm bash ci/gpu.sh
+#                                   an AMD runner (ROCm 6/7 or Debian's HIP):
+#                                   cargo --features rocm, DEVTENSOR_REQUIRE_ROCM=1,
+#                                   pytest without the CUDA-marked tests; the
+#                                   bench runs on rocm:0
 #
 # With cargo on PATH it builds here; without (a runner with no Rust toolchain)
 # it uses carry/ from ci/build_carry.sh: the nextest archive, cargo-nextest,
 # the release CLI and the abi3 wheel.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export DEVTENSOR_REQUIRE_GPU=1
+BACKEND=${DEVTENSOR_BACKEND:-cuda}
 
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
-[ -n "$gpu" ] || { echo "ci/gpu.sh: no NVIDIA GPU (nvidia-smi found none)"; exit 1; }
+if [ "$BACKEND" = rocm ]; then
+  export DEVTENSOR_REQUIRE_ROCM=1 HIP_PATH=${HIP_PATH:-$( (hipconfig -p 2>/dev/null) || echo /opt/rocm)}
+  FEATURES="--features rocm"
+  gpu=$(rocminfo 2>/dev/null | grep -m1 -E '^\s*Marketing Name:.*(Instinct|Radeon)' | sed 's/.*Name:\s*//')
+  arch=$(rocminfo 2>/dev/null | grep -m1 -oE 'gfx[0-9a-f]+')
+  driver=$(cat /sys/module/amdgpu/version 2>/dev/null || echo "amdgpu")
+  [ -n "$arch" ] || { echo "ci/gpu.sh: no AMD GPU (rocminfo found none)"; exit 1; }
+  [ -n "$gpu" ] || gpu="AMD $arch"
+  KERNEL_CHECK="--backend rocm --arch $arch"
+  PYTEST_MARK="not gpu"   # the CPU tests and the rocm-marked ones
+  BENCH_DEVICE="rocm:0"
+  TEST_TARGET=gpu_rocm
+else
+  export DEVTENSOR_REQUIRE_GPU=1
+  FEATURES=""
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  [ -n "$gpu" ] || { echo "ci/gpu.sh: no NVIDIA GPU (nvidia-smi found none)"; exit 1; }
+  KERNEL_CHECK="--arch $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d . | sed 's/^/sm_/')"
+  PYTEST_MARK="gpu or not gpu"   # everything; rocm tests skip visibly
+  BENCH_DEVICE="cuda:0"
+  TEST_TARGET=gpu_cuda
+fi
 slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//')
 mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-$slug.md"
@@ -33,24 +60,28 @@ PYEOF
 fi
 
 if command -v cargo >/dev/null; then
-  CLI="cargo run --release --quiet --"
-  run_rust_tests() { cargo test --release --no-fail-fast -- --test-threads=4; }
-  gpu_test_bin() { cargo test --release --no-run --test gpu_cuda 2>&1 | grep -o 'target/release/deps/gpu_cuda-[a-z0-9]*' | head -n 1; }
+  # shellcheck disable=SC2086
+  CLI="cargo run --release --quiet $FEATURES --"
+  # shellcheck disable=SC2086
+  run_rust_tests() { cargo test --release --no-fail-fast $FEATURES -- --test-threads=4; }
+  # shellcheck disable=SC2086
+  gpu_test_bin() { cargo test --release --no-run $FEATURES --test $TEST_TARGET 2>&1 | grep -o "target/release/deps/$TEST_TARGET-[a-z0-9]*" | head -n 1; }
 else
   CLI="carry/devtensor"
   run_rust_tests() {
     carry/cargo-nextest nextest run --archive-file carry/nextest-archive.tar.zst \
       --workspace-remap . --extract-to "$log/archive" --extract-overwrite --no-fail-fast
   }
-  gpu_test_bin() { ls "$log"/archive/target/release/deps/gpu_cuda-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
+  gpu_test_bin() { ls "$log"/archive/target/release/deps/$TEST_TARGET-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
 fi
 
 echo "==> devtensor info";            $CLI info | tee "$log/info.txt"
-echo "==> kernels";                   $CLI kernels --check --arch "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d . | sed 's/^/sm_/')" | tee "$log/kernels.txt"
+# shellcheck disable=SC2086
+echo "==> kernels";                   $CLI kernels --check $KERNEL_CHECK | tee "$log/kernels.txt"
 echo "==> Rust tests (GPU required)"; run_rust_tests 2>&1 | tee "$log/rust.txt"; rust_rc=${PIPESTATUS[0]}
 
 sanitizer="not available"
-if command -v compute-sanitizer >/dev/null; then
+if [ "$BACKEND" = cuda ] && command -v compute-sanitizer >/dev/null; then
   bin=$(gpu_test_bin)
   if [ -n "$bin" ]; then
     echo "==> compute-sanitizer memcheck $bin"
@@ -64,14 +95,17 @@ fi
 
 echo "==> Python tests (GPU required)"
 wheel=$(ls carry/wheels/*.whl 2>/dev/null | head -n 1)
-if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"; else $PY -m pip install -q . ; fi
-$PY -m pytest tests/python -q -rs 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
+if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"
+elif [ "$BACKEND" = rocm ]; then $PY -m pip install -q . --config-settings=build-args="--features python,rocm"
+else $PY -m pip install -q . ; fi
+$PY -m pytest tests/python -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
 [ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure
 
 echo "==> benchmarks"
-$CLI bench 2>&1 | tee "$log/bench.txt"
+$CLI bench --device "$BENCH_DEVICE" 2>&1 | tee "$log/bench.txt"
 bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
-$PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
+if [ "$BACKEND" = cuda ]; then $PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
+else echo "(torch ROCm peer bench: bench/gpu_copy_peers.py runs on torch.cuda, which is HIP on a ROCm torch)" > "$log/peers.txt"; fi
 $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
 
 {

@@ -17,6 +17,19 @@ if ! dpkg -s libclang-dev >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libclang-dev >/dev/null
 fi
 
+# --- HIP for the `rocm` feature: Debian's HIP 5.2 runtime and headers, its device
+# libraries, and clang/lld 19 (HIP 5.2's own compiler, LLVM 15, predates gfx942) ---------
+ROCM_PKGS="libamdhip64-dev rocm-device-libs clang-19 lld-19"
+# shellcheck disable=SC2086
+if ! dpkg -s $ROCM_PKGS >/dev/null 2>&1; then
+  step "apt-get install $ROCM_PKGS"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $ROCM_PKGS >/dev/null
+fi
+export HIP_PATH=${HIP_PATH:-/usr}
+
 # --- Python venv outside the checkout: a real dlpack.h (apache-tvm-ffi) -------------
 if [ ! -x "$VENV/bin/python" ]; then
   step "creating $VENV"
@@ -38,10 +51,12 @@ echo "NVRTC: $DEVTENSOR_NVRTC"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "cargo clippy (default features, no default features, python)"
+step "cargo clippy (default features, no default features, python, rocm, everything)"
 cargo clippy --all-targets --locked -- -D warnings
 cargo clippy --all-targets --locked --no-default-features -- -D warnings
 cargo clippy --all-targets --locked --features python -- -D warnings
+cargo clippy --all-targets --locked --no-default-features --features rocm -- -D warnings
+cargo clippy --all-targets --locked --features python,rocm -- -D warnings
 
 step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
@@ -49,6 +64,17 @@ grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {print
 
 step "GPU suite (no device here: every test must print SKIP)"
 cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
+
+step "ROCm: cargo test --features rocm against Debian's HIP (no AMD GPU: ROCm tests must SKIP)"
+cargo test --locked --no-fail-fast --features rocm 2>&1 | tee "$CACHE/cargo-test-rocm.log"
+grep -E "^test result:" "$CACHE/cargo-test-rocm.log" | awk '{p+=$4; f+=$6} END {printf "cargo test --features rocm summary: %d passed, %d failed\n", p, f}'
+cargo test --locked --features rocm --test gpu_rocm -- --show-output 2>&1 | grep -E "^SKIP|^test result"
+
+step "devtensor kernels --check --backend rocm (gfx90a, gfx942; no GPU)"
+cargo run --locked --quiet --features rocm -- kernels --check --backend rocm --arch gfx90a --arch gfx942
+
+step "devtensor info (with the rocm feature)"
+cargo run --locked --quiet --features rocm -- info
 
 step "DLPack ABI check against the real header"
 cargo test --locked --lib abi_check -- --nocapture 2>&1 | grep -E "DLPack ABI|SKIP|test result"

@@ -8,6 +8,12 @@
 // per-launch upload, CUDA-graph friendly). No system headers, no templates in
 // the exported names, no assumption of 32 lanes (wave64 on CDNA).
 
+// Offline HIP compilers (hipcc, clang -x hip) need the runtime header; hiprtc
+// pre-includes it and NVRTC never defines __HIP__.
+#if defined(__HIP__) && !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#endif
+
 #if defined(__HIPCC_RTC__) || defined(__HIP_DEVICE_COMPILE__) || defined(__HIP_PLATFORM_AMD__)
 #define DT_HIP 1
 #endif

@@ -655,6 +655,13 @@ fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
     {
         return crate::backend::cuda::copy::copy_tensor(dst, src);
     }
+    #[cfg(feature = "rocm")]
+    if [dst.device(), src.device()]
+        .iter()
+        .any(|d| d.backend() == crate::device::Backend::Rocm)
+    {
+        return crate::backend::rocm::copy::copy_tensor(dst, src);
+    }
     Err(Error::UnsupportedDevice {
         op: "copy",
         device: if dst.device().is_host_accessible() {
@@ -670,6 +677,10 @@ fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
     #[cfg(feature = "cuda")]
     if dst.device().backend() == crate::device::Backend::Cuda {
         return crate::backend::cuda::copy::fill_tensor(dst, value);
+    }
+    #[cfg(feature = "rocm")]
+    if dst.device().backend() == crate::device::Backend::Rocm {
+        return crate::backend::rocm::copy::fill_tensor(dst, value);
     }
     let _ = value;
     Err(Error::UnsupportedDevice {

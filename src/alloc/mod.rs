@@ -3,10 +3,11 @@
 mod caching;
 mod cpu;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use caching::{CachingAlloc, MemoryStats, PoolConfig};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
@@ -155,12 +156,40 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     }
 }
 
+/// One shared value per device, made on first use: the backends' default
+/// allocators and pools.
+pub(crate) struct PerDevice<T>(OnceLock<Mutex<HashMap<Device, T>>>);
+
+impl<T: Clone> PerDevice<T> {
+    pub(crate) const fn new() -> Self {
+        PerDevice(OnceLock::new())
+    }
+
+    /// The value of `device`, made by `make` (under the lock, so once) when absent.
+    pub(crate) fn get_or_try_init(&self, device: Device, make: impl FnOnce() -> Result<T>) -> Result<T> {
+        let mut map = self
+            .0
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = map.get(&device) {
+            return Ok(v.clone());
+        }
+        let v = make()?;
+        map.insert(device, v.clone());
+        Ok(v)
+    }
+}
+
 /// The allocator devtensor uses for `device` unless told otherwise.
 pub fn default_allocator(device: Device) -> Result<Arc<dyn NDAlloc>> {
     match device {
         Device::Cpu => Ok(CpuAlloc::shared()),
         #[cfg(feature = "cuda")]
         Device::Cuda(_) | Device::CudaHost | Device::CudaManaged(_) => crate::backend::cuda::alloc::shared(device),
+        #[cfg(feature = "rocm")]
+        Device::Rocm(_) | Device::RocmHost => crate::backend::rocm::alloc::shared(device),
+        #[allow(unreachable_patterns)] // with every backend built in, no device is left
         other => Err(Error::BackendUnavailable {
             backend: other.backend(),
             reason: unavailable_reason(other.backend()),
@@ -183,6 +212,10 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
     if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
         return Ok(p.memory_stats());
     }
+    #[cfg(feature = "rocm")]
+    if let Some(p) = crate::backend::rocm::alloc::pool(device)? {
+        return Ok(p.memory_stats());
+    }
     let s = default_allocator(device)?.stats();
     Ok(MemoryStats {
         allocated: s.live_bytes,
@@ -202,6 +235,10 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
 pub fn empty_cache(device: Device) -> Result<usize> {
     #[cfg(feature = "cuda")]
     if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
+        return Ok(p.empty_cache());
+    }
+    #[cfg(feature = "rocm")]
+    if let Some(p) = crate::backend::rocm::alloc::pool(device)? {
         return Ok(p.empty_cache());
     }
     let _ = device;

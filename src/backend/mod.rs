@@ -7,6 +7,14 @@
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod gpu_copy;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod kernels;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub mod launch;
+#[cfg(feature = "rocm")]
+pub mod rocm;
 
 use std::sync::OnceLock;
 
@@ -94,14 +102,22 @@ pub fn cuda_status() -> &'static BackendStatus {
 /// The ROCm probe's answer (cached after the first call).
 pub fn rocm_status() -> &'static BackendStatus {
     static STATUS: OnceLock<BackendStatus> = OnceLock::new();
-    STATUS.get_or_init(|| BackendStatus {
-        backend: Backend::Rocm,
-        versions: Vec::new(),
-        devices: Vec::new(),
-        unavailable: Some(if cfg!(feature = "rocm") {
-            "the HIP runtime backend is not part of this build yet: see the ROCm issue".to_owned()
-        } else {
-            "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`".to_owned()
-        }),
+    STATUS.get_or_init(|| {
+        #[cfg(feature = "rocm")]
+        {
+            rocm::probe()
+        }
+        #[cfg(not(feature = "rocm"))]
+        {
+            BackendStatus {
+                backend: Backend::Rocm,
+                versions: Vec::new(),
+                devices: Vec::new(),
+                unavailable: Some(
+                    "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`"
+                        .to_owned(),
+                ),
+            }
+        }
     })
 }

@@ -20,7 +20,7 @@ pub struct BenchArgs {
     /// Only patterns whose name contains this text.
     #[arg(long)]
     pub filter: Option<String>,
-    /// Force a device: "cpu" or "cuda:N" (default: the best available).
+    /// Force a device: "cpu", "cuda:N" or "rocm:N" (default: the best available).
     #[arg(long)]
     pub device: Option<String>,
     /// Print the patterns (JSON, one per line) without measuring.
@@ -66,6 +66,7 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
     let device = match &args.device {
         Some(d) => d.parse()?,
         None if devtensor::backend::cuda_status().is_available() => devtensor::Device::Cuda(0),
+        None if devtensor::backend::rocm_status().is_available() => devtensor::Device::Rocm(0),
         None => devtensor::Device::Cpu,
     };
     if args.list {
@@ -124,9 +125,8 @@ fn print_table(device: &str, rows: &[Row]) {
     }
 }
 
-#[cfg(feature = "cuda")]
+#[cfg(any(feature = "cuda", feature = "rocm"))]
 mod gpu {
-    use devtensor::backend::cuda::stream::{CudaEvent, CudaStream};
     use devtensor::{DType, Device, Tensor};
 
     use super::{Pattern, Row};
@@ -142,35 +142,67 @@ mod gpu {
         })
     }
 
-    /// Average seconds of `f` over enough iterations, timed with events on the
-    /// legacy default stream (where devtensor enqueues its copies).
-    fn time(ordinal: u32, quick: bool, mut f: impl FnMut() -> devtensor::Result<()>) -> devtensor::Result<f64> {
-        let stream = CudaStream::legacy(ordinal);
-        f()?; // warm-up (and kernel compilation)
-        stream.synchronize()?;
-        let (start, end) = (CudaEvent::new(ordinal, true)?, CudaEvent::new(ordinal, true)?);
-        let iters = if quick { 5 } else { 20 };
-        start.record(&stream)?;
-        for _ in 0..iters {
-            f()?;
+    /// `fn $name(ordinal, quick, f)`: average seconds of `f` over enough
+    /// iterations, timed with events on the default stream (where devtensor
+    /// enqueues its blocking copies), for one runtime's stream and event types.
+    macro_rules! event_timer {
+        ($name:ident, $default_stream:path, $event:ty) => {
+            fn $name(
+                ordinal: u32,
+                quick: bool,
+                mut f: impl FnMut() -> devtensor::Result<()>,
+            ) -> devtensor::Result<f64> {
+                let stream = $default_stream(ordinal);
+                f()?; // warm-up (and kernel compilation)
+                stream.synchronize()?;
+                let (start, end) = (<$event>::new(ordinal, true)?, <$event>::new(ordinal, true)?);
+                let iters = if quick { 5 } else { 20 };
+                start.record(&stream)?;
+                for _ in 0..iters {
+                    f()?;
+                }
+                end.record(&stream)?;
+                end.synchronize()?;
+                Ok(f64::from(start.elapsed_ms(&end)?) / 1e3 / f64::from(iters))
+            }
+        };
+    }
+
+    #[cfg(feature = "cuda")]
+    event_timer!(
+        time_cuda,
+        devtensor::backend::cuda::stream::CudaStream::legacy,
+        devtensor::backend::cuda::stream::CudaEvent
+    );
+    #[cfg(feature = "rocm")]
+    event_timer!(
+        time_rocm,
+        devtensor::backend::rocm::stream::RocmStream::default_stream,
+        devtensor::backend::rocm::stream::RocmEvent
+    );
+
+    fn time(device: Device, quick: bool, f: impl FnMut() -> devtensor::Result<()>) -> devtensor::Result<f64> {
+        match device {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(i) => time_cuda(i, quick, f),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(i) => time_rocm(i, quick, f),
+            _ => {
+                let _ = (quick, f);
+                Err(devtensor::Error::UnsupportedDevice { op: "bench", device })
+            }
         }
-        end.record(&stream)?;
-        end.synchronize()?;
-        Ok(f64::from(start.elapsed_ms(&end)?) / 1e3 / f64::from(iters))
     }
 
     pub(super) fn measure(p: &Pattern, device: Device, quick: bool) -> devtensor::Result<Row> {
-        let Device::Cuda(ordinal) = device else {
-            return Err(devtensor::Error::UnsupportedDevice { op: "bench", device });
-        };
         let dtype = dtype_of(p.elem_size)?;
         let buf = Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
         let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
         let dst = Tensor::empty(&p.shape, dtype, device)?;
-        let secs = time(ordinal, quick, || dst.copy_from(&view))?;
+        let secs = time(device, quick, || dst.copy_from(&view))?;
         let flat_src = Tensor::zeros(&[p.numel()], dtype, device)?;
         let flat_dst = Tensor::empty(&[p.numel()], dtype, device)?;
-        let base = time(ordinal, quick, || flat_dst.copy_from(&flat_src))?;
+        let base = time(device, quick, || flat_dst.copy_from(&flat_src))?;
         let bytes = p.bytes_moved() as f64;
         Ok(Row {
             pattern: p.clone(),
@@ -180,7 +212,7 @@ mod gpu {
     }
 }
 
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(any(feature = "cuda", feature = "rocm")))]
 mod gpu {
     use super::{Pattern, Row};
 

@@ -23,14 +23,21 @@ fn print_status(s: &BackendStatus) {
     if let Some(reason) = &s.unavailable {
         println!("  reason: {reason}");
     }
-    if s.backend == devtensor::Backend::Cuda && s.is_available() {
+    let gpu = |i| match s.backend {
+        devtensor::Backend::Cuda => Some(devtensor::Device::Cuda(i)),
+        devtensor::Backend::Rocm => Some(devtensor::Device::Rocm(i)),
+        devtensor::Backend::Cpu => None,
+    };
+    if s.backend != devtensor::Backend::Cpu && s.is_available() {
         let conf = std::env::var("DEVTENSOR_ALLOC_CONF").unwrap_or_else(|_| "defaults".to_owned());
         println!("  allocator: caching pool for device and pinned memory (DEVTENSOR_ALLOC_CONF: {conf})");
         for d in &s.devices {
-            if let Ok(m) = devtensor::alloc::memory_stats(devtensor::Device::Cuda(d.ordinal)) {
+            if let Some(dev) = gpu(d.ordinal)
+                && let Ok(m) = devtensor::alloc::memory_stats(dev)
+            {
                 println!(
-                    "  pool cuda:{}: {} allocated, {} reserved, peak {}, {} segments",
-                    d.ordinal, m.allocated, m.reserved, m.peak_reserved, m.segments
+                    "  pool {dev}: {} allocated, {} reserved, peak {}, {} segments",
+                    m.allocated, m.reserved, m.peak_reserved, m.segments
                 );
             }
         }

@@ -67,7 +67,10 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
                 kwargs.set_item("stream", 1)?;
                 make_current(id);
             }
-            dl::kDLROCM => kwargs.set_item("stream", 0)?,
+            dl::kDLROCM => {
+                kwargs.set_item("stream", 0)?;
+                make_current_rocm(id);
+            }
             _ => {}
         }
     }
@@ -149,6 +152,22 @@ fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
         let theirs = unsafe { CudaStream::borrowed(i, if raw.is_null() { 1 } else { raw as usize }) };
         return handoff(&theirs, &CudaStream::legacy(i)).is_ok();
     }
+    #[cfg(feature = "rocm")]
+    if let Device::Rocm(i) = t.device()
+        && let Some(current) = api.current_work_stream
+    {
+        use crate::backend::rocm::stream::{RocmStream, handoff};
+        let dl = t.device().to_dlpack();
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the producer's function writes its current stream for the device.
+        if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
+            return false;
+        }
+        // SAFETY: the producer's stream handle is live on device `i`; NULL is
+        // the default stream.
+        let theirs = unsafe { RocmStream::borrowed(i, raw as usize) };
+        return handoff(&theirs, &RocmStream::default_stream(i)).is_ok();
+    }
     let _ = (api, t);
     false
 }
@@ -160,6 +179,18 @@ fn make_current(id: i32) {
     if let Ok(gpu) = u32::try_from(id)
         .map_err(|_| ())
         .and_then(|i| crate::backend::cuda::context::device(i).map_err(|_| ()))
+    {
+        let _ = gpu.bind();
+    }
+    let _ = id;
+}
+
+/// Makes ROCm device `id` current when the backend is usable.
+fn make_current_rocm(id: i32) {
+    #[cfg(feature = "rocm")]
+    if let Ok(gpu) = u32::try_from(id)
+        .map_err(|_| ())
+        .and_then(|i| crate::backend::rocm::context::device(i).map_err(|_| ()))
     {
         let _ = gpu.bind();
     }

@@ -85,6 +85,20 @@ fn order_for_consumer(device: Device, stream: Option<i64>, host_reads: bool) -> 
             handoff(&ours, &theirs).map_err(to_py)?;
         }
     }
+    #[cfg(feature = "rocm")]
+    if let Device::Rocm(i) = device {
+        use crate::backend::rocm::stream::{RocmStream, handoff};
+        let ours = RocmStream::default_stream(i);
+        if host_reads {
+            return ours.synchronize().map_err(to_py);
+        }
+        // SAFETY: a stream value > 2 is the consumer's live hipStream_t on this
+        // device, which the DLPack protocol obliges it to pass.
+        let theirs = unsafe { RocmStream::from_dlpack(i, stream) }.map_err(to_py)?;
+        if let Some(theirs) = theirs {
+            handoff(&ours, &theirs).map_err(to_py)?;
+        }
+    }
     let _ = (device, stream, host_reads);
     Ok(())
 }

@@ -10,11 +10,14 @@ pub fn gpu_or_skip(test: &str, status: &BackendStatus) -> bool {
         return true;
     }
     let reason = status.unavailable_reason();
-    if std::env::var("DEVTENSOR_REQUIRE_GPU").as_deref() == Ok("1") {
-        panic!(
-            "{test}: DEVTENSOR_REQUIRE_GPU=1 but no {} device: {reason}",
-            status.backend
-        );
+    // A CUDA runner sets DEVTENSOR_REQUIRE_GPU=1, a ROCm runner
+    // DEVTENSOR_REQUIRE_ROCM=1: each makes its own backend's skips failures.
+    let var = match status.backend {
+        devtensor::device::Backend::Rocm => "DEVTENSOR_REQUIRE_ROCM",
+        _ => "DEVTENSOR_REQUIRE_GPU",
+    };
+    if std::env::var(var).as_deref() == Ok("1") {
+        panic!("{test}: {var}=1 but no {} device: {reason}", status.backend);
     }
     println!("SKIP {test}: no {} device ({reason})", status.backend);
     false

@@ -5,10 +5,20 @@
 /// Instantiates the suite for one backend.
 ///
 /// `$status`: the backend's probe; `$dev(i)`: device memory of GPU i;
-/// `$host`: its pinned host memory; `$managed(i)`: managed memory, if any.
+/// `$host`: its pinned host memory; `$managed(i)`: managed memory, if any;
+/// `$stream`: its stream type (with `new(ordinal)` and `synchronize()`);
+/// `$copy_on`: its enqueue-a-copy function; `$handoff`: its DLPack handoff.
 #[macro_export]
 macro_rules! gpu_suite {
-    (status: $status:expr, dev: $dev:expr, host: $host:expr, managed: $managed:expr) => {
+    (
+        status: $status:expr,
+        dev: $dev:expr,
+        host: $host:expr,
+        managed: $managed:expr,
+        stream: $stream:ty,
+        copy_on_stream: $copy_on:path,
+        handoff: $handoff:path $(,)?
+    ) => {
         use devtensor::{DType, Device, Tensor};
 
         fn ready(test: &str) -> bool {
@@ -136,6 +146,78 @@ macro_rules! gpu_suite {
             // Transposed > 2^31-element view: flip the long dim.
             let flipped = dst.flip(&[1]).unwrap().slice(1, Some(0), Some(4), 1).unwrap();
             assert_eq!(flipped.to_vec::<u8>().unwrap(), vec![7, 7, 7, 7, 9, 9, 9, 9]);
+        }
+
+        /// Enqueues `src → dst` on `stream`.
+        fn copy_on(stream: &$stream, dst: &Tensor, src: &Tensor) {
+            $copy_on(dst, src, stream).unwrap();
+        }
+
+        #[test]
+        fn stream_handoff_orders_a_slow_producer_before_the_consumer() {
+            if !ready("stream_handoff_orders_a_slow_producer_before_the_consumer") {
+                return;
+            }
+            let producer = <$stream>::new(0).unwrap();
+            let consumer = <$stream>::new(0).unwrap();
+            let n = 1 << 26; // 256 MiB of u32: each pass takes milliseconds
+            let big = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+            let scratch = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+            let expected = arange_u32(n).to(dev(0)).unwrap();
+            // A deliberately slow producer: many large transposing passes, then the real write.
+            for _ in 0..20 {
+                copy_on(
+                    &producer,
+                    &scratch.reshape(&[8192, -1]).unwrap(),
+                    &big.reshape(&[-1, 8192]).unwrap().transpose(0, 1).unwrap(),
+                );
+            }
+            copy_on(&producer, &big, &expected);
+            // The DLPack rule: event on the producer, wait on the consumer, no host block.
+            $handoff(&producer, &consumer).unwrap();
+            let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+            copy_on(&consumer, &out, &big);
+            consumer.synchronize().unwrap();
+            producer.synchronize().unwrap();
+            let got = out
+                .slice(0, Some(-1000), None, 1)
+                .unwrap()
+                .to_vec::<u32>()
+                .unwrap();
+            assert_eq!(got, ((n - 1000) as u32..n as u32).collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn copies_on_a_stream_refuse_other_devices() {
+            if !ready("copies_on_a_stream_refuse_other_devices") {
+                return;
+            }
+            let s = <$stream>::new(0).unwrap();
+            let g = Tensor::zeros(&[4], DType::U32, dev(0)).unwrap();
+            let h = Tensor::zeros(&[4], DType::U32, Device::Cpu).unwrap();
+            assert!(matches!(
+                $copy_on(&g, &h, &s),
+                Err(devtensor::Error::DeviceMismatch { .. })
+            ));
+        }
+
+        #[test]
+        fn peer_copies_between_gpus() {
+            if !ready("peer_copies_between_gpus") {
+                return;
+            }
+            if $status.devices.len() < 2 {
+                println!("SKIP peer_copies_between_gpus: one {} device", $status.backend);
+                return;
+            }
+            let src = arange_u32(1 << 20).reshape(&[1024, 1024]).unwrap();
+            let a = src.to(dev(0)).unwrap();
+            let b = Tensor::zeros(&[1024, 1024], DType::U32, dev(1)).unwrap();
+            b.copy_from(&a.transpose(0, 1).unwrap()).unwrap();
+            assert_eq!(
+                b.to_vec::<u32>().unwrap(),
+                src.transpose(0, 1).unwrap().to_vec::<u32>().unwrap()
+            );
         }
 
         #[test]

@@ -1,15 +1,14 @@
 //! CUDA allocators behind [`NDAlloc`]: device (synchronous or stream-ordered),
 //! managed and pinned host memory.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
 use super::context::{Gpu, check, check_alloc, device};
-use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
+use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PerDevice, PoolConfig};
 use crate::device::Device;
 use crate::error::Result;
 use crate::stream::{EventHandle, StreamHandle};
@@ -205,35 +204,28 @@ pub type CudaPool = CachingAlloc<CudaAlloc>;
 /// device and pinned memory (unless `DEVTENSOR_ALLOC_CONF=disable:1`), raw
 /// `cuMemAllocManaged` for managed memory.
 pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
-    static SHARED: OnceLock<Mutex<HashMap<Device, Arc<dyn NDAlloc>>>> = OnceLock::new();
-    let mut map = SHARED
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(a) = map.get(&device) {
-        return Ok(a.clone());
-    }
-    let a: Arc<dyn NDAlloc> = match (device, pool(device)) {
-        (_, Ok(Some(p))) => p,
-        (Device::CudaManaged(i), _) => Arc::new(CudaAlloc::new(i, CudaMemory::Managed)?),
-        (Device::Cuda(i), Ok(None)) => Arc::new(CudaAlloc::new(i, CudaMemory::Device)?),
-        (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::new(0, CudaMemory::PinnedHost)?),
-        (_, Err(e)) => return Err(e),
-        (other, _) => {
-            return Err(crate::Error::UnsupportedDevice {
-                op: "CUDA allocation",
-                device: other,
-            });
-        }
-    };
-    map.insert(device, a.clone());
-    Ok(a)
+    static SHARED: PerDevice<Arc<dyn NDAlloc>> = PerDevice::new();
+    SHARED.get_or_try_init(device, || {
+        Ok(match (device, pool(device)) {
+            (_, Ok(Some(p))) => p,
+            (Device::CudaManaged(i), _) => Arc::new(CudaAlloc::new(i, CudaMemory::Managed)?),
+            (Device::Cuda(i), Ok(None)) => Arc::new(CudaAlloc::new(i, CudaMemory::Device)?),
+            (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::new(0, CudaMemory::PinnedHost)?),
+            (_, Err(e)) => return Err(e),
+            (other, _) => {
+                return Err(crate::Error::UnsupportedDevice {
+                    op: "CUDA allocation",
+                    device: other,
+                });
+            }
+        })
+    })
 }
 
 /// The caching pool of `device` (`Cuda(i)` or `CudaHost`); `Ok(None)` when
 /// pooling is disabled or the memory kind is not pooled.
 pub fn pool(device: Device) -> Result<Option<Arc<CudaPool>>> {
-    static POOLS: OnceLock<Mutex<HashMap<Device, Arc<CudaPool>>>> = OnceLock::new();
+    static POOLS: PerDevice<Arc<CudaPool>> = PerDevice::new();
     let (ordinal, memory) = match device {
         Device::Cuda(i) => (i, CudaMemory::Device),
         Device::CudaHost => (0, CudaMemory::PinnedHost),
@@ -242,14 +234,9 @@ pub fn pool(device: Device) -> Result<Option<Arc<CudaPool>>> {
     let Some(cfg) = PoolConfig::from_env()? else {
         return Ok(None);
     };
-    let mut pools = POOLS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = pools.get(&device) {
-        return Ok(Some(p.clone()));
-    }
-    let p = Arc::new(CachingAlloc::new(CudaAlloc::new(ordinal, memory)?, cfg));
-    pools.insert(device, p.clone());
-    Ok(Some(p))
+    POOLS
+        .get_or_try_init(device, || {
+            Ok(Arc::new(CachingAlloc::new(CudaAlloc::new(ordinal, memory)?, cfg)))
+        })
+        .map(Some)
 }

@@ -1,0 +1,321 @@
+//! Kernel calls for a planned copy or fill, shared by the CUDA and ROCm
+//! backends: which kernel of kernels/strided_copy.cu, its grid, its block and
+//! its by-value argument struct (laid out exactly as the C struct).
+
+use std::ffi::c_void;
+
+use super::kernels::KERNELS;
+use crate::copy::plan::{CopyPlan, PlanKind};
+use crate::error::{Error, Result};
+
+/// Dims a kernel takes after coalescing (`DT_MAX_DIMS` in the kernel source).
+pub const MAX_DIMS: usize = 16;
+const BLOCK: u32 = 256;
+const ILP: u32 = 4;
+/// The tiled transpose's tile edge and rows per block (`DT_TILE`, `DT_TILE_ROWS`).
+const TILE: u32 = 32;
+const TILE_ROWS: u32 = 8;
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct DivMagic {
+    mul: u32,
+    shift: u32,
+    div: u32,
+}
+
+/// Granlund–Montgomery magic for division by `d` of dividends below 2^31.
+fn magic(d: u32) -> DivMagic {
+    let d = d.max(1);
+    let shift = 32 - (d - 1).leading_zeros(); // ceil(log2(d))
+    let mul = (((1u64 << 32) * ((1u64 << shift) - u64::from(d))) / u64::from(d) + 1) as u32;
+    DivMagic { mul, shift, div: d }
+}
+
+/// `StridedArgs` of the kernel source: a 32-bit problem.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StridedArgs {
+    numel: u32,
+    ndim: i32,
+    size: [DivMagic; MAX_DIMS],
+    src_stride: [i32; MAX_DIMS],
+    dst_stride: [i32; MAX_DIMS],
+}
+
+/// `StridedArgs64`: the 64-bit fallback.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StridedArgs64 {
+    numel: u64,
+    ndim: i32,
+    size: [u64; MAX_DIMS],
+    src_stride: [i64; MAX_DIMS],
+    dst_stride: [i64; MAX_DIMS],
+}
+
+/// `TransposeArgs`: the tiled transpose over two fast dims and a batch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TransposeArgs {
+    n_src_fast: u32,
+    n_dst_fast: u32,
+    src_stride_df: i32,
+    dst_stride_sf: i32,
+    tiles_sf: u32,
+    tiles_df: u32,
+    batch: StridedArgs,
+}
+
+/// The by-value struct a kernel takes last.
+#[derive(Clone, Copy, Debug)]
+pub enum KernelArgs {
+    /// `copy_strided_eE` and `fill_eE`.
+    Strided(StridedArgs),
+    /// `copy_strided64_eE`.
+    Strided64(StridedArgs64),
+    /// `transpose_tiled_eE`.
+    Transpose(TransposeArgs),
+}
+
+/// One kernel launch.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelCall {
+    /// An entry of the kernel manifest.
+    pub name: &'static str,
+    /// Grid size in blocks.
+    pub grid: (u32, u32, u32),
+    /// Block size in threads (never assumes 32 lanes: wave64 runs it too).
+    pub block: (u32, u32, u32),
+    /// The argument struct.
+    pub args: KernelArgs,
+}
+
+impl KernelCall {
+    /// A pointer to the argument struct, for the launch's parameter array.
+    pub fn args_ptr(&mut self) -> *mut c_void {
+        match &mut self.args {
+            KernelArgs::Strided(a) => (a as *mut StridedArgs).cast(),
+            KernelArgs::Strided64(a) => (a as *mut StridedArgs64).cast(),
+            KernelArgs::Transpose(a) => (a as *mut TransposeArgs).cast(),
+        }
+    }
+}
+
+/// (len, src stride, dst stride) in units of the plan's element size.
+fn unit_dims(plan: &CopyPlan) -> Vec<(usize, i64, i64)> {
+    let e = plan.elem_size as isize;
+    plan.dims
+        .iter()
+        .map(|d| (d.len, (d.src / e) as i64, (d.dst / e) as i64))
+        .collect()
+}
+
+/// True when every element and offset fits the 32-bit kernels.
+fn fits_i32(numel: usize, dims: &[(usize, i64, i64)]) -> bool {
+    let reach = |f: fn(&(usize, i64, i64)) -> i64| -> i128 {
+        dims.iter().map(|d| (d.0 as i128 - 1) * i128::from(f(d)).abs()).sum()
+    };
+    numel <= i32::MAX as usize && reach(|d| d.1) <= i32::MAX as i128 && reach(|d| d.2) <= i32::MAX as i128
+}
+
+fn strided_args(numel: usize, dims: &[(usize, i64, i64)]) -> StridedArgs {
+    let mut a = StridedArgs {
+        numel: numel as u32,
+        ndim: dims.len() as i32,
+        size: [DivMagic::default(); MAX_DIMS],
+        src_stride: [0; MAX_DIMS],
+        dst_stride: [0; MAX_DIMS],
+    };
+    for (i, &(len, s, d)) in dims.iter().enumerate() {
+        a.size[i] = magic(len as u32);
+        a.src_stride[i] = s as i32;
+        a.dst_stride[i] = d as i32;
+    }
+    a
+}
+
+/// The manifest entry `{prefix}_eE` for an element size.
+fn kernel_name(prefix: &str, elem: usize) -> Result<&'static str> {
+    if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
+        return Err(Error::InvalidLayout("GPU kernels move 1, 2, 4, 8 or 16-byte elements"));
+    }
+    let want = format!("{prefix}_e{elem}");
+    KERNELS
+        .iter()
+        .copied()
+        .find(|k| *k == want)
+        .ok_or(Error::InvalidLayout("no such kernel"))
+}
+
+/// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
+/// none: the caller issues a DMA or nothing). Its arguments are
+/// `(src, dst, args)` with `src` / `dst` the addresses of element 0 plus the
+/// plan's offsets.
+pub fn copy_call(plan: &CopyPlan) -> Result<KernelCall> {
+    let dims = unit_dims(plan);
+    if dims.len() > MAX_DIMS {
+        return Err(Error::InvalidLayout("more than 16 dimensions remain after coalescing"));
+    }
+    if let PlanKind::Transpose { src_fast } = plan.kind
+        && plan.elem_size <= 8
+        && fits_i32(plan.numel, &dims)
+    {
+        let (df, sf) = (dims[0], dims[src_fast]);
+        let batch: Vec<_> = dims
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != 0 && *i != src_fast)
+            .map(|(_, d)| *d)
+            .collect();
+        let batches: usize = batch.iter().map(|d| d.0).product();
+        let tiles_sf = sf.0.div_ceil(TILE as usize) as u32;
+        let tiles_df = df.0.div_ceil(TILE as usize) as u32;
+        let blocks = u64::from(tiles_sf) * u64::from(tiles_df) * batches as u64;
+        if blocks <= i32::MAX as u64 {
+            return Ok(KernelCall {
+                name: kernel_name("transpose_tiled", plan.elem_size)?,
+                grid: (blocks as u32, 1, 1),
+                block: (TILE, TILE_ROWS, 1),
+                args: KernelArgs::Transpose(TransposeArgs {
+                    n_src_fast: sf.0 as u32,
+                    n_dst_fast: df.0 as u32,
+                    src_stride_df: df.1 as i32,
+                    dst_stride_sf: sf.2 as i32,
+                    tiles_sf,
+                    tiles_df,
+                    batch: strided_args(batches, &batch),
+                }),
+            });
+        }
+    }
+    if fits_i32(plan.numel, &dims) {
+        let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK * ILP)) as u32;
+        return Ok(KernelCall {
+            name: kernel_name("copy_strided", plan.elem_size)?,
+            grid: (blocks.max(1), 1, 1),
+            block: (BLOCK, 1, 1),
+            args: KernelArgs::Strided(strided_args(plan.numel, &dims)),
+        });
+    }
+    let mut args = StridedArgs64 {
+        numel: plan.numel as u64,
+        ndim: dims.len() as i32,
+        size: [0; MAX_DIMS],
+        src_stride: [0; MAX_DIMS],
+        dst_stride: [0; MAX_DIMS],
+    };
+    for (i, &(len, s, d)) in dims.iter().enumerate() {
+        args.size[i] = len as u64;
+        args.src_stride[i] = s;
+        args.dst_stride[i] = d;
+    }
+    let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK)).min(1 << 20) as u32;
+    Ok(KernelCall {
+        name: kernel_name("copy_strided64", plan.elem_size)?,
+        grid: (blocks.max(1), 1, 1),
+        block: (BLOCK, 1, 1),
+        args: KernelArgs::Strided64(args),
+    })
+}
+
+/// The `fill_eE` call for a planned fill and the element value widened to the
+/// plan's element size, or `None` when the fill exceeds the 32-bit kernel (the
+/// caller then copies from a broadcast tensor). Its arguments are
+/// `(dst, value, args)`.
+pub fn fill_call(plan: &CopyPlan, value: &[u8]) -> Result<Option<(KernelCall, [u8; 16])>> {
+    let dims = unit_dims(plan);
+    if dims.len() > MAX_DIMS || !fits_i32(plan.numel, &dims) || value.is_empty() {
+        return Ok(None);
+    }
+    // The plan may have widened the element: repeat the value to fill it.
+    let mut wide = [0u8; 16];
+    for (i, b) in wide.iter_mut().take(plan.elem_size).enumerate() {
+        *b = value[i % value.len()];
+    }
+    let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK)).min(1 << 16) as u32;
+    Ok(Some((
+        KernelCall {
+            name: kernel_name("fill", plan.elem_size)?,
+            grid: (blocks.max(1), 1, 1),
+            block: (BLOCK, 1, 1),
+            args: KernelArgs::Strided(strided_args(plan.numel, &dims)),
+        },
+        wide,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::copy::plan::{BaseAddrs, PlanOptions, plan_copy};
+
+    #[test]
+    fn magic_division_is_exact_below_2_pow_31() {
+        let divisors = [1u32, 2, 3, 7, 10, 16, 255, 1000, 65_537, (1 << 31) - 1, 1 << 30];
+        let dividends = [0u32, 1, 2, 5, 99, 1 << 20, 123_456_789, (1 << 31) - 1];
+        for d in divisors {
+            let m = magic(d);
+            for n in dividends {
+                let q = ((u64::from(n) * u64::from(m.mul)) >> 32) as u32;
+                let q = (q + n) >> m.shift;
+                assert_eq!(q, n / d, "{n} / {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn kernel_argument_structs_match_the_c_layout() {
+        // StridedArgs: u32 + i32 + 16*12 + 16*4 + 16*4.
+        assert_eq!(std::mem::size_of::<StridedArgs>(), 8 + 16 * 12 + 16 * 4 * 2);
+        // StridedArgs64: u64, i32 (+4 pad), 3 arrays of 16 eight-byte values.
+        assert_eq!(std::mem::size_of::<StridedArgs64>(), 16 + 16 * 8 * 3);
+        assert_eq!(std::mem::offset_of!(TransposeArgs, batch), 24);
+    }
+
+    #[test]
+    fn thirty_two_bit_bounds() {
+        assert!(fits_i32(100, &[(10, 1, 1), (10, 10, 10)]));
+        assert!(!fits_i32(1 << 31, &[(1 << 31, 1, 1)]));
+        assert!(!fits_i32(4, &[(2, 1 << 31, 1), (2, 1, 2)]));
+    }
+
+    fn plan(shape: &[usize], dst: &[isize], src: &[isize], elem: usize) -> CopyPlan {
+        plan_copy(
+            shape,
+            dst,
+            src,
+            elem,
+            BaseAddrs { dst: 0, src: 1 << 40 },
+            PlanOptions::GPU,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn transposes_pick_the_tiled_kernel_with_whole_tiles() {
+        // dst [300, 200] contiguous, src its transpose: 10 x 7 tiles of 32.
+        let c = copy_call(&plan(&[300, 200], &[200, 1], &[1, 300], 4)).unwrap();
+        assert_eq!(c.name, "transpose_tiled_e4");
+        assert_eq!(c.block, (32, 8, 1));
+        assert_eq!(c.grid.0, 7 * 10);
+    }
+
+    #[test]
+    fn gathers_pick_the_strided_kernel_and_cover_every_element() {
+        let c = copy_call(&plan(&[1000], &[1], &[3], 2)).unwrap();
+        assert_eq!(c.name, "copy_strided_e2");
+        let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(ILP);
+        assert!(threads >= 1000);
+    }
+
+    #[test]
+    fn fills_repeat_the_value_across_a_widened_element() {
+        let p = crate::copy::plan::plan_fill(&[64], &[1], 2, 0, PlanOptions::GPU).unwrap();
+        let (c, wide) = fill_call(&p, &[0xab, 0xcd]).unwrap().unwrap();
+        assert!(c.name.starts_with("fill_e"));
+        for (i, b) in wide.iter().take(p.elem_size).enumerate() {
+            assert_eq!(*b, [0xab, 0xcd][i % 2]);
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The ROCm side of the shared GPU copy paths (src/backend/gpu_copy.rs): DMA
+//! through the HIP runtime, kernels from the hiprtc-compiled code object.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_int, c_void};
+use std::sync::Arc;
+
+use super::context::{Gpu, check, device};
+use super::ffi;
+use super::kernels;
+use super::stream::RocmStream;
+use crate::alloc::PerDevice;
+use crate::backend::gpu_copy::{self, GpuRuntime};
+use crate::backend::launch::KernelCall;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stream::StreamHandle;
+use crate::tensor::Tensor;
+
+/// The HIP runtime for [`gpu_copy`].
+#[derive(Debug)]
+pub enum Rocm {}
+
+/// The kernel `name` on `gpu`, loading the code object for its arch once.
+fn function(gpu: &Gpu, name: &'static str) -> Result<ffi::Function> {
+    static MODULES: PerDevice<Arc<HashMap<&'static str, usize>>> = PerDevice::new();
+    let funcs = MODULES.get_or_try_init(Device::Rocm(gpu.ordinal), || load_module(gpu).map(Arc::new))?;
+    let f = funcs.get(name).copied().ok_or(Error::InvalidLayout("unknown kernel"))?;
+    Ok(f as ffi::Function)
+}
+
+/// Loads the code object for `gpu`'s target and resolves every kernel.
+fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
+    let (image, _) = kernels::module(&gpu.arch)?;
+    gpu.bind()?;
+    let mut module: ffi::Module = std::ptr::null_mut();
+    // SAFETY: `image` is a complete code object for this GPU's target, alive for
+    // the call; the module stays loaded for the life of the process.
+    check("hipModuleLoadData", unsafe {
+        ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
+    })?;
+    let mut funcs = HashMap::new();
+    for &k in crate::backend::kernels::KERNELS {
+        let cname = CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
+        let mut f: ffi::Function = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `cname` is a valid C string.
+        check("hipModuleGetFunction", unsafe {
+            ffi::hipModuleGetFunction(&mut f, module, cname.as_ptr())
+        })?;
+        funcs.insert(k, f as usize);
+    }
+    Ok(funcs)
+}
+
+impl GpuRuntime for Rocm {
+    type Stream = RocmStream;
+
+    fn locate(d: Device) -> Option<Option<u32>> {
+        match d {
+            Device::Rocm(i) => Some(Some(i)),
+            Device::RocmHost => Some(None),
+            _ => None,
+        }
+    }
+
+    fn device_memory(ordinal: u32) -> Device {
+        Device::Rocm(ordinal)
+    }
+
+    fn pinned_host() -> Device {
+        Device::RocmHost
+    }
+
+    fn default_stream(ordinal: u32) -> RocmStream {
+        RocmStream::default_stream(ordinal)
+    }
+
+    fn stream_ordinal(stream: &RocmStream) -> u32 {
+        stream.ordinal()
+    }
+
+    fn stream_handle(stream: &RocmStream) -> StreamHandle {
+        StreamHandle(stream.raw() as usize)
+    }
+
+    fn synchronize(stream: &RocmStream) -> Result<()> {
+        stream.synchronize()
+    }
+
+    unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &RocmStream) -> Result<()> {
+        device(ordinal)?.bind()?;
+        // SAFETY: both ranges are valid device-accessible memory of `bytes`.
+        check("hipMemcpyAsync", unsafe {
+            ffi::hipMemcpyAsync(
+                dst as *mut c_void,
+                src as *const c_void,
+                bytes,
+                ffi::MEMCPY_DEFAULT,
+                stream.raw(),
+            )
+        })
+    }
+
+    unsafe fn memcpy_2d(
+        ordinal: u32,
+        dst: u64,
+        dst_pitch: usize,
+        src: u64,
+        src_pitch: usize,
+        width: usize,
+        height: usize,
+        stream: &RocmStream,
+    ) -> Result<bool> {
+        // HIP's 2-D DMA misbehaves on pitches and widths that are not multiples
+        // of 4 bytes: those go through the permute kernel instead.
+        if !(dst_pitch % 4 == 0 && src_pitch % 4 == 0 && width % 4 == 0) {
+            return Ok(false);
+        }
+        device(ordinal)?.bind()?;
+        // SAFETY: both pitched regions are valid (caller's contract).
+        check("hipMemcpy2DAsync", unsafe {
+            ffi::hipMemcpy2DAsync(
+                dst as *mut c_void,
+                dst_pitch,
+                src as *const c_void,
+                src_pitch,
+                width,
+                height,
+                ffi::MEMCPY_DEFAULT,
+                stream.raw(),
+            )
+        })?;
+        Ok(true)
+    }
+
+    unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &RocmStream) -> Result<()> {
+        let gpu = device(ordinal)?;
+        let f = function(gpu, call.name)?;
+        gpu.bind()?;
+        // SAFETY: forwarded from the caller; grid and block sizes are within limits.
+        check("hipModuleLaunchKernel", unsafe {
+            ffi::hipModuleLaunchKernel(
+                f,
+                call.grid.0,
+                call.grid.1,
+                call.grid.2,
+                call.block.0,
+                call.block.1,
+                call.block.2,
+                0,
+                stream.raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        })
+    }
+
+    unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()> {
+        let sgpu = device(src_ordinal)?;
+        device(dst_ordinal)?;
+        sgpu.bind()?;
+        let stream = RocmStream::default_stream(src_ordinal);
+        // SAFETY: both ranges are live device memory of their GPUs (caller's contract).
+        check("hipMemcpyPeerAsync", unsafe {
+            ffi::hipMemcpyPeerAsync(
+                dst as *mut c_void,
+                dst_ordinal as c_int,
+                src as *const c_void,
+                src_ordinal as c_int,
+                bytes,
+                stream.raw(),
+            )
+        })?;
+        stream.synchronize()
+    }
+}
+
+/// Enqueues `src → dst` on `stream` without synchronising (both on `stream`'s GPU).
+pub fn copy_on_stream(dst: &Tensor, src: &Tensor, stream: &RocmStream) -> Result<()> {
+    gpu_copy::copy_on_stream::<Rocm>(dst, src, stream)
+}
+
+/// Copies between tensors of which at least one lives on a ROCm device.
+pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
+    gpu_copy::copy_tensor::<Rocm>(dst, src)
+}
+
+/// Fills a ROCm tensor with one raw element value.
+pub fn fill_tensor(dst: &Tensor, value: &[u8]) -> Result<()> {
+    gpu_copy::fill_tensor::<Rocm>(dst, value)
+}

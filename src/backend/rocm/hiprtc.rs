@@ -1,0 +1,425 @@
+//! hiprtc, loaded at run time by devtensor itself (hip-sys does not bind it).
+//!
+//! ROCm 6 and later ship hiprtc as `libhiprtc.so.N`; HIP 5.x (Debian bookworm's
+//! `libamdhip64-5`) exports the same `hiprtc*` symbols from `libamdhip64.so.5`.
+//! devtensor opens whichever is present: `DEVTENSOR_HIPRTC` (a file or a
+//! directory) first, then `libhiprtc.so.7`, `.so.6`, `libhiprtc.so`, then
+//! `libamdhip64.so.7`, `.so.6`, `.so.5`, `libamdhip64.so` on the loader path.
+//!
+//! hiprtc compiles through comgr, which knows a fixed list of GPU processors;
+//! HIP 5.2's hiprtc aborts the process (instead of failing) when asked for one
+//! it does not know (gfx942). So before compiling, [`compile`] asks comgr for
+//! that list ([`supports`]) and refuses an unknown processor with an ordinary
+//! [`Error::KernelCompile`].
+
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use libloading::Library;
+
+use crate::device::Backend;
+use crate::error::{Error, Result};
+
+type Program = *mut c_void;
+type Status = c_int;
+
+/// The sonames tried, in order, after `DEVTENSOR_HIPRTC`.
+pub const SONAMES: &[&str] = &[
+    "libhiprtc.so.7",
+    "libhiprtc.so.6",
+    "libhiprtc.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+    "libamdhip64.so",
+];
+
+/// What [`compile`] reports, in its log, for a processor comgr does not know
+/// (also recognised by `kernels::check` as "this compiler rejects the arch").
+pub const UNSUPPORTED_TARGET: &str = "unsupported target";
+
+struct Api {
+    _lib: Library,
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
+    get_error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    create: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> Status,
+    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
+    destroy: unsafe extern "C" fn(*mut Program) -> Status,
+    log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    log: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    code_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    code: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    /// Where the library was found (the resolved file when the loader says).
+    path: String,
+}
+
+/// The libraries to try, in order: `DEVTENSOR_HIPRTC` (a file, or a directory
+/// searched for every soname), then [`SONAMES`] on the loader path.
+pub fn candidates(env: Option<&Path>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Some(p) = env {
+        if p.is_dir() {
+            out.extend(SONAMES.iter().map(|name| p.join(name)));
+        } else {
+            out.push(p.to_owned());
+        }
+    }
+    out.extend(SONAMES.iter().map(PathBuf::from));
+    out
+}
+
+/// The file the loader mapped for the library that defines `sym`.
+#[cfg(target_os = "linux")]
+fn loaded_from(sym: *const c_void) -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: `sym` is an address inside a loaded library; `info` is a valid
+    // out-pointer, read only when dladdr reports success.
+    if unsafe { libc::dladdr(sym, info.as_mut_ptr()) } == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded, so `info` is initialised.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    let p = PathBuf::from(name);
+    Some(p.canonicalize().unwrap_or(p))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn loaded_from(_sym: *const c_void) -> Option<PathBuf> {
+    None
+}
+
+fn load() -> std::result::Result<Api, String> {
+    let env = std::env::var_os("DEVTENSOR_HIPRTC").map(PathBuf::from);
+    let mut tried = Vec::new();
+    for path in candidates(env.as_deref()) {
+        // SAFETY: loading hiprtc / the HIP runtime runs their initialisers, which
+        // only set up internal state (no device is touched until a HIP call).
+        let lib = match unsafe { Library::new(&path) } {
+            Ok(lib) => lib,
+            Err(_) => {
+                tried.push(path.display().to_string());
+                continue;
+            }
+        };
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the symbol has the C signature of the field it is stored
+                // in, as declared in hiprtc.h (unchanged from HIP 4.2 to ROCm 7).
+                match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
+                    Ok(s) => *s,
+                    Err(e) => {
+                        // A libamdhip64 without hiprtc (ROCm 6+ moved it out): go on.
+                        tried.push(format!("{} (no {}: {e})", path.display(), $name));
+                        continue;
+                    }
+                }
+            };
+        }
+        let version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status = sym!("hiprtcVersion");
+        let resolved = loaded_from(version as *const c_void).unwrap_or_else(|| path.clone());
+        return Ok(Api {
+            version,
+            get_error_string: sym!("hiprtcGetErrorString"),
+            create: sym!("hiprtcCreateProgram"),
+            compile: sym!("hiprtcCompileProgram"),
+            destroy: sym!("hiprtcDestroyProgram"),
+            log_size: sym!("hiprtcGetProgramLogSize"),
+            log: sym!("hiprtcGetProgramLog"),
+            code_size: sym!("hiprtcGetCodeSize"),
+            code: sym!("hiprtcGetCode"),
+            path: resolved.display().to_string(),
+            _lib: lib,
+        });
+    }
+    Err(format!(
+        "hiprtc not found (tried {}): install ROCm's hiprtc (or HIP 5.x libamdhip64, which contains it), \
+         then put its lib directory on LD_LIBRARY_PATH or set DEVTENSOR_HIPRTC",
+        tried.join(", ")
+    ))
+}
+
+fn api() -> Result<&'static Api> {
+    static API: OnceLock<std::result::Result<Api, String>> = OnceLock::new();
+    API.get_or_init(load)
+        .as_ref()
+        .map_err(|reason| Error::BackendUnavailable {
+            backend: Backend::Rocm,
+            reason: reason.clone(),
+        })
+}
+
+/// hiprtc's version and where it was loaded from. (HIP 5.x reports 9.0 here
+/// whatever its release; the path names the real one.)
+pub fn version() -> Result<((i32, i32), String)> {
+    let api = api()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    check(api, unsafe { (api.version)(&mut major, &mut minor) }, "hiprtcVersion")?;
+    Ok(((major, minor), api.path.clone()))
+}
+
+fn check(api: &Api, status: Status, call: &'static str) -> Result<()> {
+    if status == 0 {
+        return Ok(());
+    }
+    // SAFETY: hiprtcGetErrorString returns a static C string for any status.
+    let msg = unsafe { CStr::from_ptr((api.get_error_string)(status)) }
+        .to_string_lossy()
+        .into_owned();
+    Err(Error::Driver {
+        backend: Backend::Rocm,
+        call,
+        code: status.into(),
+        message: msg,
+    })
+}
+
+/// The processors comgr (hiprtc's compiler) can target, and its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comgr {
+    /// `(major, minor)` from `amd_comgr_get_version`.
+    pub version: (usize, usize),
+    /// Processor names (`gfx90a`, ...), from comgr's ISA names
+    /// (`amdgcn-amd-amdhsa--gfx90a[:features]`), deduplicated, in comgr's order.
+    pub processors: Vec<String>,
+}
+
+/// The processor of a target id: `gfx90a:sramecc+:xnack-` → `gfx90a`.
+pub fn processor(target: &str) -> &str {
+    target.split(':').next().unwrap_or(target)
+}
+
+/// The processor named by one comgr ISA name, if it is an amdhsa GPU.
+fn isa_processor(isa: &str) -> Option<&str> {
+    isa.strip_prefix("amdgcn-amd-amdhsa--").map(processor)
+}
+
+fn load_comgr() -> Option<Comgr> {
+    let mut names: Vec<PathBuf> = Vec::new();
+    // Next to hiprtc first (a ROCm install not on the loader path), then the loader path.
+    if let Some(dir) = api().ok().and_then(|a| Path::new(&a.path).parent().map(Path::to_owned)) {
+        for n in ["libamd_comgr.so.3", "libamd_comgr.so.2"] {
+            names.push(dir.join(n));
+        }
+    }
+    for n in ["libamd_comgr.so.3", "libamd_comgr.so.2", "libamd_comgr.so"] {
+        names.push(PathBuf::from(n));
+    }
+    let lib = names.iter().find_map(|p| {
+        // SAFETY: comgr's initialisers only register LLVM targets.
+        unsafe { Library::new(p) }.ok()
+    })?;
+    type GetVersion = unsafe extern "C" fn(*mut usize, *mut usize);
+    type GetCount = unsafe extern "C" fn(*mut usize) -> c_int;
+    type GetName = unsafe extern "C" fn(usize, *mut *const c_char) -> c_int;
+    // SAFETY: signatures as declared in amd_comgr.h (stable since comgr 1.8).
+    let get_version = unsafe { lib.get::<GetVersion>(b"amd_comgr_get_version\0") }.ok()?;
+    // SAFETY: as above.
+    let get_count = unsafe { lib.get::<GetCount>(b"amd_comgr_get_isa_count\0") }.ok()?;
+    // SAFETY: as above.
+    let get_name = unsafe { lib.get::<GetName>(b"amd_comgr_get_isa_name\0") }.ok()?;
+    let (mut major, mut minor, mut count) = (0usize, 0usize, 0usize);
+    // SAFETY: valid out-pointers.
+    unsafe { get_version(&mut major, &mut minor) };
+    // SAFETY: valid out-pointer.
+    if unsafe { get_count(&mut count) } != 0 {
+        return None;
+    }
+    let mut processors: Vec<String> = Vec::new();
+    for i in 0..count {
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: `i` < count; `name` is a valid out-pointer.
+        if unsafe { get_name(i, &mut name) } != 0 || name.is_null() {
+            return None;
+        }
+        // SAFETY: comgr returns a static NUL-terminated string.
+        let isa = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        match isa_processor(&isa) {
+            Some(p) if !processors.iter().any(|q| q == p) => processors.push(p.to_owned()),
+            _ => {}
+        }
+    }
+    // The library stays loaded: hiprtc uses the same one.
+    std::mem::forget(lib);
+    Some(Comgr {
+        version: (major, minor),
+        processors,
+    })
+}
+
+/// comgr's processor list, when comgr can be loaded (`None` otherwise).
+pub fn comgr() -> Option<&'static Comgr> {
+    static COMGR: OnceLock<Option<Comgr>> = OnceLock::new();
+    COMGR.get_or_init(load_comgr).as_ref()
+}
+
+/// Whether hiprtc can compile for `target` (a target id such as
+/// `gfx90a:sramecc+:xnack-`): `None` when comgr cannot be asked.
+pub fn supports(target: &str) -> Option<bool> {
+    let p = processor(target);
+    comgr().map(|c| c.processors.iter().any(|q| q == p))
+}
+
+/// A description of hiprtc for reports and cache keys:
+/// `hiprtc 9.0 (/usr/lib/.../libamdhip64.so.5.2.21153), comgr 2.4`.
+pub fn identity() -> Result<String> {
+    let ((major, minor), path) = version()?;
+    Ok(match comgr() {
+        Some(c) => format!("hiprtc {major}.{minor} ({path}), comgr {}.{}", c.version.0, c.version.1),
+        None => format!("hiprtc {major}.{minor} ({path})"),
+    })
+}
+
+/// Compiles `source` with `options` into a code object (an AMDGPU ELF); a failed
+/// compile returns the log. An `--offload-arch=` comgr does not know is refused
+/// before hiprtc sees it (see the module docs).
+pub fn compile(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>> {
+    let api = api()?;
+    let arch = options
+        .iter()
+        .find_map(|o| o.strip_prefix("--offload-arch="))
+        .unwrap_or_default()
+        .to_owned();
+    if !arch.is_empty() && supports(&arch) == Some(false) {
+        let c = comgr().map(|c| (c.version, c.processors.join(" "))).unwrap_or_default();
+        return Err(Error::KernelCompile {
+            kernel: name.to_owned(),
+            arch: arch.clone(),
+            log: format!(
+                "{UNSUPPORTED_TARGET} {}: hiprtc ({}) uses comgr {}.{}, which knows {}",
+                processor(&arch),
+                api.path,
+                c.0.0,
+                c.0.1,
+                c.1
+            ),
+        });
+    }
+    let src = CString::new(source).map_err(|_| Error::InvalidLayout("kernel source contains NUL"))?;
+    let cname = CString::new(name).map_err(|_| Error::InvalidLayout("kernel name contains NUL"))?;
+    let opts: Vec<CString> = options.iter().filter_map(|o| CString::new(o.as_str()).ok()).collect();
+    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    // One compile at a time: HIP 5.x's hiprtc keeps global compiler state.
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut prog: Program = std::ptr::null_mut();
+    // SAFETY: valid C strings; zero headers.
+    let rc = unsafe {
+        (api.create)(
+            &mut prog,
+            src.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    check(api, rc, "hiprtcCreateProgram")?;
+    let result = (|| {
+        // SAFETY: `prog` is a live program; `opt_ptrs` holds `len` valid C strings.
+        let status = unsafe { (api.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
+        if status != 0 {
+            let log = read(api, prog, api.log_size, api.log, "hiprtcGetProgramLog")
+                .map(|l| String::from_utf8_lossy(&l).trim_end_matches('\0').to_owned())
+                .unwrap_or_default();
+            return Err(Error::KernelCompile {
+                kernel: name.to_owned(),
+                arch: arch.clone(),
+                log: if log.trim().is_empty() {
+                    // SAFETY: static C string for any status.
+                    unsafe { CStr::from_ptr((api.get_error_string)(status)) }
+                        .to_string_lossy()
+                        .into_owned()
+                } else {
+                    log
+                },
+            });
+        }
+        read(api, prog, api.code_size, api.code, "hiprtcGetCode")
+    })();
+    // SAFETY: `prog` is live and destroyed once.
+    unsafe { (api.destroy)(&mut prog) };
+    result
+}
+
+fn read(
+    api: &Api,
+    prog: Program,
+    size: unsafe extern "C" fn(Program, *mut usize) -> Status,
+    get: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    call: &'static str,
+) -> Result<Vec<u8>> {
+    let mut n = 0usize;
+    // SAFETY: `prog` is live; `n` is a valid out-pointer.
+    check(api, unsafe { size(prog, &mut n) }, call)?;
+    let mut buf = vec![0u8; n];
+    // SAFETY: `buf` holds the `n` bytes hiprtc reported.
+    check(api, unsafe { get(prog, buf.as_mut_ptr().cast()) }, call)?;
+    Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_env_file_dir_and_sonames() {
+        let plain = candidates(None);
+        assert_eq!(plain, SONAMES.iter().map(PathBuf::from).collect::<Vec<_>>());
+        assert_eq!(plain[0], PathBuf::from("libhiprtc.so.7"));
+        assert!(
+            plain.iter().position(|p| p.ends_with("libhiprtc.so"))
+                < plain.iter().position(|p| p.ends_with("libamdhip64.so.5"))
+        );
+
+        let file = Path::new("/nonexistent/libhiprtc.so.6.4");
+        let with_file = candidates(Some(file));
+        assert_eq!(with_file[0], file);
+        assert_eq!(with_file.len(), SONAMES.len() + 1);
+
+        let dir = std::env::temp_dir();
+        let with_dir = candidates(Some(&dir));
+        assert_eq!(with_dir.len(), 2 * SONAMES.len());
+        assert_eq!(with_dir[0], dir.join("libhiprtc.so.7"));
+        assert_eq!(with_dir[SONAMES.len()], PathBuf::from("libhiprtc.so.7"));
+    }
+
+    #[test]
+    fn processor_of_target_ids() {
+        assert_eq!(processor("gfx90a:sramecc+:xnack-"), "gfx90a");
+        assert_eq!(processor("gfx942"), "gfx942");
+        assert_eq!(isa_processor("amdgcn-amd-amdhsa--gfx90a:xnack+"), Some("gfx90a"));
+        assert_eq!(isa_processor("amdgcn-amd-amdhsa--gfx1100"), Some("gfx1100"));
+        assert_eq!(isa_processor("amdgcn-amd-amdpal--gfx1100"), None);
+    }
+
+    #[test]
+    fn version_and_comgr_when_present() {
+        match version() {
+            Err(e) => println!("SKIP version_and_comgr_when_present: {e}"),
+            Ok(((major, _), path)) => {
+                assert!(major > 0, "hiprtc version {major}");
+                assert!(!path.is_empty());
+                if let Some(c) = comgr() {
+                    assert!(c.processors.iter().all(|p| p.starts_with("gfx")), "{c:?}");
+                    assert_eq!(supports("gfx90a:sramecc+:xnack-"), supports("gfx90a"));
+                    assert_eq!(supports("gfx1"), Some(false));
+                }
+                assert!(identity().unwrap().starts_with("hiprtc "));
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! HIP streams and events, and the DLPack handoff rule on ROCm: record an
+//! event on the producer's stream and make the consumer's stream wait on it;
+//! never block the host.
+
+use super::context::{check, device};
+use super::ffi;
+use crate::error::{Error, Result};
+
+/// A HIP stream: owned (destroyed on drop) or borrowed (a consumer's handle,
+/// or the null default stream, never destroyed by devtensor).
+#[derive(Debug)]
+pub struct RocmStream {
+    raw: ffi::Stream,
+    ordinal: u32,
+    owned: bool,
+}
+
+// SAFETY: a hipStream_t may be used from any thread (the runtime serialises).
+unsafe impl Send for RocmStream {}
+// SAFETY: as above; the struct is immutable.
+unsafe impl Sync for RocmStream {}
+
+impl RocmStream {
+    /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
+    pub fn new(ordinal: u32) -> Result<RocmStream> {
+        device(ordinal)?.bind()?;
+        let mut raw: ffi::Stream = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the GPU is current.
+        check("hipStreamCreateWithFlags", unsafe {
+            ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
+        })?;
+        Ok(RocmStream {
+            raw,
+            ordinal,
+            owned: true,
+        })
+    }
+
+    /// The null (default) stream of GPU `ordinal` (DLPack value `None` or 0).
+    pub fn default_stream(ordinal: u32) -> RocmStream {
+        RocmStream {
+            raw: std::ptr::null_mut(),
+            ordinal,
+            owned: false,
+        }
+    }
+
+    /// Wraps a stream handle owned by someone else; never destroyed here.
+    ///
+    /// # Safety
+    ///
+    /// `raw` must be a valid stream of GPU `ordinal` (or 0) for as long as the
+    /// returned value is used.
+    pub unsafe fn borrowed(ordinal: u32, raw: usize) -> RocmStream {
+        RocmStream {
+            raw: raw as ffi::Stream,
+            ordinal,
+            owned: false,
+        }
+    }
+
+    /// The stream a DLPack `stream` argument names on ROCm: `None` and 0 → the
+    /// default stream, >2 a pointer, -1 → `None` (no sync); 1, 2 and other
+    /// negatives are invalid (they are CUDA's legacy and per-thread values).
+    ///
+    /// # Safety
+    ///
+    /// A value > 2 must be a live `hipStream_t` of GPU `ordinal`.
+    pub unsafe fn from_dlpack(ordinal: u32, value: Option<i64>) -> Result<Option<RocmStream>> {
+        match value {
+            None | Some(0) => Ok(Some(RocmStream::default_stream(ordinal))),
+            Some(-1) => Ok(None),
+            Some(v) if v > 2 => {
+                // SAFETY: forwarded from the caller.
+                Ok(Some(unsafe { RocmStream::borrowed(ordinal, v as usize) }))
+            }
+            Some(_) => Err(Error::InvalidLayout(
+                "invalid ROCm stream: 1, 2 and negative values other than -1 are not allowed",
+            )),
+        }
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> ffi::Stream {
+        self.raw
+    }
+
+    /// The GPU it belongs to.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Blocks the host until the stream's work is done.
+    pub fn synchronize(&self) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: a valid stream handle of this GPU.
+        check("hipStreamSynchronize", unsafe { ffi::hipStreamSynchronize(self.raw) })
+    }
+
+    /// Makes this stream wait (on the device) for everything `event` recorded.
+    pub fn wait(&self, event: &RocmEvent) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: both handles are valid; flags 0 is the default wait.
+        check("hipStreamWaitEvent", unsafe {
+            ffi::hipStreamWaitEvent(self.raw, event.raw, 0)
+        })
+    }
+}
+
+impl Drop for RocmStream {
+    fn drop(&mut self) {
+        if self.owned && device(self.ordinal).and_then(|g| g.bind()).is_ok() {
+            // SAFETY: an owned stream created by `new`, destroyed once.
+            let _ = unsafe { ffi::hipStreamDestroy(self.raw) };
+        }
+    }
+}
+
+/// A HIP event.
+#[derive(Debug)]
+pub struct RocmEvent {
+    raw: ffi::Event,
+    ordinal: u32,
+}
+
+// SAFETY: event handles may be used from any thread.
+unsafe impl Send for RocmEvent {}
+// SAFETY: as above.
+unsafe impl Sync for RocmEvent {}
+
+impl RocmEvent {
+    /// A new event; `timing` enables `elapsed_ms`.
+    pub fn new(ordinal: u32, timing: bool) -> Result<RocmEvent> {
+        device(ordinal)?.bind()?;
+        let flags = if timing { 0 } else { ffi::EVENT_DISABLE_TIMING };
+        let mut raw: ffi::Event = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the GPU is current.
+        check("hipEventCreateWithFlags", unsafe {
+            ffi::hipEventCreateWithFlags(&mut raw, flags)
+        })?;
+        Ok(RocmEvent { raw, ordinal })
+    }
+
+    /// Records the current end of `stream`'s work.
+    pub fn record(&self, stream: &RocmStream) -> Result<()> {
+        device(self.ordinal)?.bind()?;
+        // SAFETY: both handles are valid.
+        check("hipEventRecord", unsafe { ffi::hipEventRecord(self.raw, stream.raw) })
+    }
+
+    /// Blocks the host until the recorded work is done.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: a valid event.
+        check("hipEventSynchronize", unsafe { ffi::hipEventSynchronize(self.raw) })
+    }
+
+    /// True when the recorded work is done (no blocking).
+    pub fn is_complete(&self) -> Result<bool> {
+        // SAFETY: a valid event.
+        let rc = unsafe { ffi::hipEventQuery(self.raw) };
+        if rc == ffi::ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("hipEventQuery", rc).map(|()| true)
+    }
+
+    /// Milliseconds between two timing events.
+    pub fn elapsed_ms(&self, end: &RocmEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: both are timing events that have completed.
+        check("hipEventElapsedTime", unsafe {
+            ffi::hipEventElapsedTime(&mut ms, self.raw, end.raw)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for RocmEvent {
+    fn drop(&mut self) {
+        // SAFETY: created by `new`, destroyed once.
+        let _ = unsafe { ffi::hipEventDestroy(self.raw) };
+    }
+}
+
+/// The DLPack handoff: work enqueued on `producer` so far happens before any
+/// work later enqueued on `consumer`. Nothing when they are the same stream.
+pub fn handoff(producer: &RocmStream, consumer: &RocmStream) -> Result<()> {
+    if producer.raw == consumer.raw && producer.ordinal == consumer.ordinal {
+        return Ok(());
+    }
+    let ev = RocmEvent::new(producer.ordinal, false)?;
+    ev.record(producer)?;
+    consumer.wait(&ev)
+}
