@@ -2,15 +2,18 @@
 
 mod caching;
 mod cpu;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+mod per_device;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
 
 pub use caching::{CachingAlloc, MemoryStats, PoolConfig};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) use per_device::PerDevice;
 
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
@@ -153,31 +156,6 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     /// Releases an event from [`NDAlloc::record_event`].
     fn release_event(&self, event: EventHandle) {
         let _ = event;
-    }
-}
-
-/// One shared value per device, made on first use: the backends' default
-/// allocators and pools.
-pub(crate) struct PerDevice<T>(OnceLock<Mutex<HashMap<Device, T>>>);
-
-impl<T: Clone> PerDevice<T> {
-    pub(crate) const fn new() -> Self {
-        PerDevice(OnceLock::new())
-    }
-
-    /// The value of `device`, made by `make` (under the lock, so once) when absent.
-    pub(crate) fn get_or_try_init(&self, device: Device, make: impl FnOnce() -> Result<T>) -> Result<T> {
-        let mut map = self
-            .0
-            .get_or_init(Default::default)
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = map.get(&device) {
-            return Ok(v.clone());
-        }
-        let v = make()?;
-        map.insert(device, v.clone());
-        Ok(v)
     }
 }
 

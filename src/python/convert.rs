@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyString, PyTuple};
+use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -17,13 +17,22 @@ pub(crate) struct ShapeArg(pub Shape);
 impl<'py> FromPyObject<'_, 'py> for ShapeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        let dims: Vec<i64> = if ob.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err("shape must be an int or a sequence of ints"));
+        // Exact ints, tuples and lists first: a failed `extract` builds an
+        // exception, which costs more than the whole allocation.
+        let not_a_shape = || PyTypeError::new_err("shape must be an int or a sequence of ints");
+        let dims: Vec<i64> = if let Ok(n) = ob.cast::<PyInt>() {
+            vec![n.extract::<i64>()?]
+        } else if let Ok(t) = ob.cast::<PyTuple>() {
+            t.iter().map(|x| x.extract::<i64>()).collect::<PyResult<_>>()?
+        } else if let Ok(l) = ob.cast::<PyList>() {
+            l.iter().map(|x| x.extract::<i64>()).collect::<PyResult<_>>()?
+        } else if ob.is_instance_of::<PyString>() {
+            return Err(not_a_shape());
         } else if let Ok(n) = ob.extract::<i64>() {
-            vec![n] // an int or any `__index__` object (NumPy integers)
+            vec![n] // any `__index__` object (NumPy integers)
         } else {
             ob.try_iter()
-                .map_err(|_| PyTypeError::new_err("shape must be an int or a sequence of ints"))?
+                .map_err(|_| not_a_shape())?
                 .map(|x| x?.extract::<i64>())
                 .collect::<PyResult<_>>()?
         };
@@ -41,12 +50,13 @@ pub(crate) struct DTypeArg(pub DType);
 impl<'py> FromPyObject<'_, 'py> for DTypeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        let name: String = if let Ok(s) = ob.extract::<String>() {
-            s
+        if let Ok(s) = ob.cast::<PyString>() {
+            return DType::from_name(s.to_str()?).map(DTypeArg).map_err(to_py);
+        }
+        let name: String = if let Ok(t) = ob.cast::<PyType>() {
+            t.name()?.extract()? // numpy scalar types such as numpy.float32
         } else if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
             n // numpy.dtype
-        } else if let Ok(n) = ob.getattr("__name__").and_then(|n| n.extract::<String>()) {
-            n // numpy scalar types such as numpy.float32
         } else {
             ob.str()?.extract()? // torch.float32 → "torch.float32"
         };
@@ -73,10 +83,10 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
             }
             return Ok(DeviceArg(device));
         }
-        let s: String = match ob.extract::<String>() {
-            Ok(s) => s,
-            Err(_) => ob.str()?.extract()?,
-        };
+        if let Ok(s) = ob.cast::<PyString>() {
+            return s.to_str()?.parse::<Device>().map(DeviceArg).map_err(to_py);
+        }
+        let s: String = ob.str()?.extract()?; // a torch.device, ...
         s.parse::<Device>().map(DeviceArg).map_err(to_py)
     }
 }

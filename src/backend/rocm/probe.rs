@@ -82,7 +82,7 @@ fn gcn_arch(ordinal: c_int) -> Option<String> {
         prop: ffi::DeviceProp,
         _slack: [u8; 4096],
     }
-    let mut p: Box<std::mem::MaybeUninit<Padded>> = Box::new_zeroed();
+    let mut p = Box::new(std::mem::MaybeUninit::<Padded>::zeroed());
     // SAFETY: the buffer is larger than any hipDeviceProp_t layout and zeroed.
     let rc = unsafe { ffi::hipGetDeviceProperties(p.as_mut_ptr().cast(), ordinal) };
     if rc != ffi::SUCCESS {
