@@ -3,7 +3,7 @@
 #   carry/nextest-archive.tar.zst  every test binary (cargo nextest archive)
 #   carry/cargo-nextest            the runner for that archive
 #   carry/devtensor                the release CLI (info, bench, kernels)
-#   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.10)
+#   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.9)
 # Then on the runner: `bash ci/gpu.sh` (it finds carry/ and uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."

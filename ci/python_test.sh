@@ -22,7 +22,7 @@ if [ ! -x "$PY" ]; then
   mkdir -p "$(dirname "$VENV")"
   python3 -m venv "$VENV"
 fi
-"$PY" -c "import sys; assert sys.version_info >= (3, 10), sys.version"
+"$PY" -c "import sys; assert sys.version_info >= (3, 9), sys.version"
 
 # --- consumers and tools (only what does not import yet) --------------------------------
 # "spec|import check" pairs.

@@ -51,7 +51,7 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
         if let Ok(s) = ob.cast::<PyString>() {
-            return DType::from_name(s.to_str()?).map(DTypeArg).map_err(to_py);
+            return DType::from_name(&s.to_cow()?).map(DTypeArg).map_err(to_py);
         }
         let name: String = if let Ok(t) = ob.cast::<PyType>() {
             t.name()?.extract()? // numpy scalar types such as numpy.float32
@@ -84,7 +84,7 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
             return Ok(DeviceArg(device));
         }
         if let Ok(s) = ob.cast::<PyString>() {
-            return s.to_str()?.parse::<Device>().map(DeviceArg).map_err(to_py);
+            return s.to_cow()?.parse::<Device>().map(DeviceArg).map_err(to_py);
         }
         let s: String = ob.str()?.extract()?; // a torch.device, ...
         s.parse::<Device>().map(DeviceArg).map_err(to_py)
