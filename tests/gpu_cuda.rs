@@ -15,6 +15,7 @@ gpu_suite! {
     stream: devtensor::backend::cuda::stream::CudaStream,
     copy_on_stream: devtensor::backend::cuda::copy::copy_on_stream,
     handoff: devtensor::backend::cuda::stream::handoff,
+    current_device: devtensor::backend::cuda::context::current_device,
 }
 
 use devtensor::backend::cuda::stream::CudaStream;

@@ -15,6 +15,7 @@ gpu_suite! {
     stream: devtensor::backend::rocm::stream::RocmStream,
     copy_on_stream: devtensor::backend::rocm::copy::copy_on_stream,
     handoff: devtensor::backend::rocm::stream::handoff,
+    current_device: devtensor::backend::rocm::context::current_device,
 }
 
 use devtensor::backend::rocm::alloc::{HipAlloc, RocmMemory};

@@ -245,8 +245,12 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         (Some(Some(d)), Some(Some(s))) => {
             let src_c = src.contiguous()?;
             let staged = Tensor::empty(dst.shape(), dst.dtype(), R::device_memory(d))?;
-            // Finish the gather before the peer copy reads it.
+            // Finish the gather before the peer copy reads it, and the destination
+            // GPU's earlier work before the copy (on the source GPU's stream, not
+            // ordered with the destination's) writes `staged`, a block its pool
+            // may have handed back while a kernel still used it.
             R::synchronize(&R::default_stream(s))?;
+            R::synchronize(&R::default_stream(d))?;
             // SAFETY: both buffers hold `nbytes` contiguous bytes on their GPUs.
             unsafe { R::peer_copy(d, staged.data_ptr() as u64, s, src_c.data_ptr() as u64, src_c.nbytes())? };
             copy_tensor::<R>(dst, &staged)

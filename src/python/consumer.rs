@@ -37,7 +37,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
             refuse_lazy_views(x, &t)?;
             // A device tensor whose producer work cannot be ordered before ours
             // goes through `__dlpack__`'s `stream` instead (`t` drops, deleter runs).
-            if t.device().is_host_accessible() || order_after_producer(api, &t) {
+            if t.device().is_host_accessible() || order_after_producer(py, api, &t) {
                 return Ok(t);
             }
         } else {
@@ -57,19 +57,20 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     let kwargs = PyDict::new(py);
     kwargs.set_item("max_version", (1, 3))?;
     // A stream only for GPU producers: ours is the default stream (CUDA's legacy
-    // stream 1, ROCm's 0). The producer's device is made current first, as torch
-    // requires.
+    // stream 1, ROCm's 0). The producer's device is current while it exports, as
+    // torch requires, and the caller's device is back when we return.
+    let mut _producer_device = ProducerDevice::default();
     if let Ok(d) = x.call_method0(pyo3::intern!(py, "__dlpack_device__"))
         && let Ok((ty, id)) = d.extract::<(i32, i32)>()
     {
         match ty {
             dl::kDLCUDA | dl::kDLCUDAManaged => {
                 kwargs.set_item("stream", 1)?;
-                make_current(id);
+                _producer_device = ProducerDevice::cuda(id);
             }
             dl::kDLROCM => {
                 kwargs.set_item("stream", 0)?;
-                make_current_rocm(id);
+                _producer_device = ProducerDevice::rocm(id);
             }
             _ => {}
         }
@@ -135,7 +136,7 @@ fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
 
 /// For a device tensor from the exchange API ("no sync"): makes our stream wait
 /// for the producer's current work stream. False when that is not possible.
-fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
+fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(i) | Device::CudaManaged(i) = t.device()
         && let Some(current) = api.current_work_stream
@@ -145,6 +146,7 @@ fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the producer's function writes its current stream for the device.
         if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
+            drop(PyErr::take(py)); // the producer may have set one; we fall back
             return false;
         }
         // SAFETY: the producer's stream handle is live on device `i`; NULL is the
@@ -161,6 +163,7 @@ fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
         let mut raw = std::ptr::null_mut();
         // SAFETY: the producer's function writes its current stream for the device.
         if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
+            drop(PyErr::take(py)); // the producer may have set one; we fall back
             return false;
         }
         // SAFETY: the producer's stream handle is live on device `i`; NULL is
@@ -168,33 +171,60 @@ fn order_after_producer(api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
         let theirs = unsafe { RocmStream::borrowed(i, raw as usize) };
         return handoff(&theirs, &RocmStream::default_stream(i)).is_ok();
     }
-    let _ = (api, t);
+    let _ = (py, api, t);
     false
 }
 
-/// Makes CUDA device `id` current when the backend is usable (a producer such
-/// as torch refuses to export a tensor of another device than the current one).
-fn make_current(id: i32) {
+/// A producer's GPU made current (when its backend is usable) until dropped.
+#[derive(Default)]
+struct ProducerDevice {
     #[cfg(feature = "cuda")]
-    if let Ok(gpu) = u32::try_from(id)
-        .map_err(|_| ())
-        .and_then(|i| crate::backend::cuda::context::device(i).map_err(|_| ()))
-    {
-        let _ = gpu.bind();
-    }
-    let _ = id;
+    _cuda: Option<crate::backend::cuda::context::Current>,
+    #[cfg(feature = "rocm")]
+    _rocm: Option<crate::backend::rocm::context::Current>,
 }
 
-/// Makes ROCm device `id` current when the backend is usable.
-fn make_current_rocm(id: i32) {
-    #[cfg(feature = "rocm")]
-    if let Ok(gpu) = u32::try_from(id)
-        .map_err(|_| ())
-        .and_then(|i| crate::backend::rocm::context::device(i).map_err(|_| ()))
-    {
-        let _ = gpu.bind();
+impl ProducerDevice {
+    /// CUDA device `id` (a producer such as torch refuses to export a tensor
+    /// of another device than the current one).
+    #[allow(clippy::needless_update)] // the update is needed when both backends are built
+    fn cuda(id: i32) -> Self {
+        #[cfg(feature = "cuda")]
+        {
+            let gpu = u32::try_from(id)
+                .ok()
+                .and_then(|i| crate::backend::cuda::context::device(i).ok());
+            ProducerDevice {
+                _cuda: gpu.and_then(|g| g.bind().ok()),
+                ..Default::default()
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = id;
+            ProducerDevice::default()
+        }
     }
-    let _ = id;
+
+    /// ROCm device `id`.
+    #[allow(clippy::needless_update)] // the update is needed when both backends are built
+    fn rocm(id: i32) -> Self {
+        #[cfg(feature = "rocm")]
+        {
+            let gpu = u32::try_from(id)
+                .ok()
+                .and_then(|i| crate::backend::rocm::context::device(i).ok());
+            ProducerDevice {
+                _rocm: gpu.and_then(|g| g.bind().ok()),
+                ..Default::default()
+            }
+        }
+        #[cfg(not(feature = "rocm"))]
+        {
+            let _ = id;
+            ProducerDevice::default()
+        }
+    }
 }
 
 /// Applies `device` and `copy` to an imported tensor the producer could not adjust.

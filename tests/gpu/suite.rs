@@ -7,7 +7,8 @@
 /// `$status`: the backend's probe; `$dev(i)`: device memory of GPU i;
 /// `$host`: its pinned host memory; `$managed(i)`: managed memory, if any;
 /// `$stream`: its stream type (with `new(ordinal)` and `synchronize()`);
-/// `$copy_on`: its enqueue-a-copy function; `$handoff`: its DLPack handoff.
+/// `$copy_on`: its enqueue-a-copy function; `$handoff`: its DLPack handoff;
+/// `$current`: the ordinal current on the calling thread.
 #[macro_export]
 macro_rules! gpu_suite {
     (
@@ -17,7 +18,8 @@ macro_rules! gpu_suite {
         managed: $managed:expr,
         stream: $stream:ty,
         copy_on_stream: $copy_on:path,
-        handoff: $handoff:path $(,)?
+        handoff: $handoff:path,
+        current_device: $current:path $(,)?
     ) => {
         use devtensor::{DType, Device, Tensor};
 
@@ -53,6 +55,31 @@ macro_rules! gpu_suite {
                     ((*dl).deleter.unwrap())(dl);
                 }
             }
+        }
+
+        #[test]
+        fn calls_leave_the_callers_device_current() {
+            if !ready("calls_leave_the_callers_device_current") {
+                return;
+            }
+            // A fresh thread: what is current there is only what we leave behind.
+            // torch and CuPy read their current device from it, so allocating,
+            // filling, copying and syncing on the last GPU must not change it.
+            let last = ($status).devices.len() as u32 - 1;
+            std::thread::spawn(move || {
+                let before = $current().unwrap();
+                let t = Tensor::zeros(&[1000], DType::F32, dev(last)).unwrap();
+                t.fill(1.0f32).unwrap();
+                let s = <$stream>::new(last).unwrap();
+                let u = Tensor::zeros(&[1000], DType::F32, dev(last)).unwrap();
+                copy_on(&s, &u, &t);
+                s.synchronize().unwrap();
+                drop((s, t));
+                assert_eq!(u.to_vec::<f32>().unwrap(), vec![1.0; 1000]);
+                assert_eq!($current().unwrap(), before, "the current device moved");
+            })
+            .join()
+            .unwrap();
         }
 
         #[test]

@@ -42,7 +42,7 @@ impl CudaAlloc {
     pub fn new(ordinal: u32, memory: CudaMemory) -> Result<CudaAlloc> {
         let gpu = device(ordinal)?;
         if memory == CudaMemory::DeviceAsync {
-            gpu.bind()?;
+            let _current = gpu.bind()?;
             let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
             // SAFETY: `gpu.dev` is a valid device; `pool` a valid out-pointer.
             check("cuDeviceGetDefaultMemPool", unsafe {
@@ -103,7 +103,7 @@ unsafe impl NDAlloc for CudaAlloc {
                 "CUDA allocations are aligned to 256 bytes at most",
             ));
         }
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let dev = self.device();
         let addr: usize = match self.memory {
             CudaMemory::Device | CudaMemory::DeviceAsync | CudaMemory::Managed => {
@@ -145,9 +145,12 @@ unsafe impl NDAlloc for CudaAlloc {
 
     unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>) {
         let size = a.size;
-        if size == 0 || self.gpu.bind().is_err() {
+        if size == 0 {
             return;
         }
+        let Ok(_current) = self.gpu.bind() else {
+            return;
+        };
         let p = a.ptr.as_ptr() as usize;
         // SAFETY: the caller passes a pointer from `allocate` of this allocator,
         // freed once, with the matching free call. Errors cannot be reported from
@@ -167,7 +170,7 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let mut ev: sys::CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: valid out-pointer; the GPU's context is current.
@@ -184,7 +187,7 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(raw_stream(stream), event.0 as sys::CUevent, 0)

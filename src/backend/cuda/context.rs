@@ -33,11 +33,58 @@ unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
 impl Gpu {
-    /// Makes this GPU's context current on the calling thread.
-    pub fn bind(&self) -> Result<()> {
+    /// Makes this GPU's context current on the calling thread until the guard
+    /// drops, which puts the caller's context back: torch and CuPy read their
+    /// "current device" from the current context, so ours must not leak into it.
+    pub fn bind(&self) -> Result<Current> {
+        let mut prev: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `prev` is a valid out-pointer.
+        check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut prev) })?;
+        if prev == self.ctx {
+            return Ok(Current { prev: None });
+        }
         // SAFETY: `ctx` is a primary context retained for the life of the process.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })?;
+        Ok(Current { prev: Some(prev) })
     }
+}
+
+/// A GPU made current by [`Gpu::bind`]; dropping it restores the context the
+/// thread had before (none included). Not `Send`: a current context belongs
+/// to a thread.
+#[must_use = "the GPU is current only while this guard lives"]
+#[derive(Debug)]
+pub struct Current {
+    prev: Option<sys::CUcontext>,
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        if let Some(prev) = self.prev {
+            // SAFETY: `prev` was current on this thread when the guard was made
+            // (or null, which unbinds); guards drop in reverse order of creation
+            // on the thread that made them, so it is the caller's context.
+            unsafe { sys::cuCtxSetCurrent(prev) };
+        }
+    }
+}
+
+/// The ordinal of the GPU whose context is current on the calling thread;
+/// `None` when no context is current (or no driver is present).
+pub fn current_device() -> Result<Option<u32>> {
+    if !cuda_status().is_available() {
+        return Ok(None); // cudarc would panic on a missing libcuda
+    }
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the probe initialised the driver.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    if ctx.is_null() {
+        return Ok(None);
+    }
+    let mut dev: sys::CUdevice = 0;
+    // SAFETY: a context is current; `dev` is a valid out-pointer.
+    check("cuCtxGetDevice", unsafe { sys::cuCtxGetDevice(&mut dev) })?;
+    Ok(u32::try_from(dev).ok())
 }
 
 /// Maps a `CUresult` to `Ok` or `Error::Driver`.

@@ -33,24 +33,30 @@ fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
 /// Loads the cubin for `gpu`'s arch and resolves every kernel of the manifest.
 fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     let (cubin, _) = kernels::module(&gpu.arch)?;
-    gpu.bind()?;
+    let _current = gpu.bind()?;
     let mut module: sys::CUmodule = std::ptr::null_mut();
     // SAFETY: `cubin` is a complete cubin image for this GPU's arch, alive
     // for the call; the module stays loaded for the life of the process.
     check("cuModuleLoadData", unsafe {
         sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast())
     })?;
-    let mut funcs = HashMap::new();
-    for &k in kernels::KERNELS {
-        let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
-        let mut f: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: `module` is loaded; `cname` is a valid C string.
-        check("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
-        })?;
-        funcs.insert(k, f as usize);
-    }
-    Ok(funcs)
+    let resolve = || {
+        let mut funcs = HashMap::new();
+        for &k in kernels::KERNELS {
+            let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
+            let mut f: sys::CUfunction = std::ptr::null_mut();
+            // SAFETY: `module` is loaded; `cname` is a valid C string.
+            check("cuModuleGetFunction", unsafe {
+                sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
+            })?;
+            funcs.insert(k, f as usize);
+        }
+        Ok(funcs)
+    };
+    resolve().inspect_err(|_| {
+        // SAFETY: loaded above and not shared: nothing refers to it on failure.
+        unsafe { sys::cuModuleUnload(module) };
+    })
 }
 
 impl GpuRuntime for Cuda {
@@ -89,7 +95,7 @@ impl GpuRuntime for Cuda {
     }
 
     unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &CudaStream) -> Result<()> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         // SAFETY: both ranges are valid device-accessible memory (UVA) of `bytes`.
         check("cuMemcpyAsync", unsafe {
             sys::cuMemcpyAsync(dst, src, bytes, stream.raw())
@@ -124,7 +130,7 @@ impl GpuRuntime for Cuda {
             WidthInBytes: width,
             Height: height,
         };
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         // SAFETY: both pitched regions are valid (caller's contract).
         check("cuMemcpy2DAsync", unsafe {
             sys::cuMemcpy2DAsync_v2(&copy, stream.raw())
@@ -135,7 +141,7 @@ impl GpuRuntime for Cuda {
     unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &CudaStream) -> Result<()> {
         let gpu = device(ordinal)?;
         let f = function(gpu, call.name)?;
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         // SAFETY: forwarded from the caller; grid and block sizes are within limits.
         check("cuLaunchKernel", unsafe {
             sys::cuLaunchKernel(
@@ -156,7 +162,7 @@ impl GpuRuntime for Cuda {
 
     unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()> {
         let (dgpu, sgpu) = (device(dst_ordinal)?, device(src_ordinal)?);
-        sgpu.bind()?;
+        let _current = sgpu.bind()?;
         // SAFETY: both ranges are live device memory of their GPUs (caller's contract).
         check("cuMemcpyPeer", unsafe {
             sys::cuMemcpyPeer(dst, dgpu.ctx, src, sgpu.ctx, bytes)

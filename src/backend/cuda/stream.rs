@@ -24,7 +24,7 @@ unsafe impl Sync for CudaStream {}
 impl CudaStream {
     /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
     pub fn new(ordinal: u32) -> Result<CudaStream> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU's context is current.
         check("cuStreamCreate", unsafe {
@@ -103,14 +103,14 @@ impl CudaStream {
 
     /// Blocks the host until the stream's work is done.
     pub fn synchronize(&self) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid stream handle of this context.
         check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
     }
 
     /// Makes this stream wait (on the device) for everything `event` recorded.
     pub fn wait(&self, event: &CudaEvent) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid; flags 0 is the default wait.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(self.raw, event.raw, 0)
@@ -120,7 +120,9 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if self.owned && device(self.ordinal).and_then(|g| g.bind()).is_ok() {
+        if self.owned
+            && let Ok(_current) = device(self.ordinal).and_then(|g| g.bind())
+        {
             // SAFETY: an owned stream created by `new`, destroyed once.
             let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
         }
@@ -142,7 +144,7 @@ unsafe impl Sync for CudaEvent {}
 impl CudaEvent {
     /// A new event; `timing` enables `elapsed_ms`.
     pub fn new(ordinal: u32, timing: bool) -> Result<CudaEvent> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
@@ -156,7 +158,7 @@ impl CudaEvent {
 
     /// Records the current end of `stream`'s work.
     pub fn record(&self, stream: &CudaStream) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid.
         check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.raw) })
     }

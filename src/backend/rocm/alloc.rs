@@ -77,7 +77,7 @@ unsafe impl NDAlloc for HipAlloc {
         if align > 256 {
             return Err(Error::InvalidLayout("HIP allocations are aligned to 256 bytes at most"));
         }
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let dev = self.device();
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer and the GPU is current.
@@ -113,9 +113,12 @@ unsafe impl NDAlloc for HipAlloc {
 
     unsafe fn deallocate(&self, a: Allocation, _stream: Option<StreamHandle>) {
         let size = a.size;
-        if size == 0 || self.gpu.bind().is_err() {
+        if size == 0 {
             return;
         }
+        let Ok(_current) = self.gpu.bind() else {
+            return;
+        };
         let p = a.ptr.as_ptr().cast::<c_void>();
         // SAFETY: the caller passes a pointer from `allocate` of this allocator,
         // freed once, with the matching free call. Errors cannot be reported from
@@ -134,7 +137,7 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let mut ev: ffi::Event = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
         check("hipEventCreateWithFlags", unsafe {
@@ -152,7 +155,7 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
-        self.gpu.bind()?;
+        let _current = self.gpu.bind()?;
         let stream = stream.map_or(std::ptr::null_mut(), |s| s.0 as ffi::Stream);
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("hipStreamWaitEvent", unsafe {

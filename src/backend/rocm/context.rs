@@ -22,11 +22,56 @@ pub struct Gpu {
 }
 
 impl Gpu {
-    /// Makes this GPU current on the calling thread (`hipSetDevice`).
-    pub fn bind(&self) -> Result<()> {
+    /// Makes this GPU current on the calling thread (`hipSetDevice`) until the
+    /// guard drops, which puts the caller's device back: torch on ROCm reads its
+    /// current device from `hipGetDevice`, so ours must not leak into it.
+    pub fn bind(&self) -> Result<Current> {
+        let mut prev: c_int = 0;
+        // SAFETY: `prev` is a valid out-pointer.
+        check("hipGetDevice", unsafe { ffi::hipGetDevice(&mut prev) })?;
+        if prev == self.ordinal as c_int {
+            return Ok(Current {
+                prev: None,
+                _thread: std::marker::PhantomData,
+            });
+        }
         // SAFETY: the ordinal was reported by the probe.
-        check("hipSetDevice", unsafe { ffi::hipSetDevice(self.ordinal as c_int) })
+        check("hipSetDevice", unsafe { ffi::hipSetDevice(self.ordinal as c_int) })?;
+        Ok(Current {
+            prev: Some(prev),
+            _thread: std::marker::PhantomData,
+        })
     }
+}
+
+/// A GPU made current by [`Gpu::bind`]; dropping it restores the device the
+/// thread had before. Not `Send`: the current device belongs to a thread.
+#[must_use = "the GPU is current only while this guard lives"]
+#[derive(Debug)]
+pub struct Current {
+    prev: Option<c_int>,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        if let Some(prev) = self.prev {
+            // SAFETY: `prev` is the device id HIP reported current on this thread.
+            unsafe { ffi::hipSetDevice(prev) };
+        }
+    }
+}
+
+/// The device current on the calling thread (`hipGetDevice`); `None` when
+/// HIP has no usable device.
+pub fn current_device() -> Result<Option<u32>> {
+    if !rocm_status().is_available() {
+        return Ok(None);
+    }
+    let mut d: c_int = 0;
+    // SAFETY: a valid out-pointer.
+    check("hipGetDevice", unsafe { ffi::hipGetDevice(&mut d) })?;
+    Ok(u32::try_from(d).ok())
 }
 
 /// `hipErrorNoDevice`-style name of a status (or its number).

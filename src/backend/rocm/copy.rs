@@ -32,24 +32,30 @@ fn function(gpu: &Gpu, name: &'static str) -> Result<ffi::Function> {
 /// Loads the code object for `gpu`'s target and resolves every kernel.
 fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     let (image, _) = kernels::module(&gpu.arch)?;
-    gpu.bind()?;
+    let _current = gpu.bind()?;
     let mut module: ffi::Module = std::ptr::null_mut();
     // SAFETY: `image` is a complete code object for this GPU's target, alive for
     // the call; the module stays loaded for the life of the process.
     check("hipModuleLoadData", unsafe {
         ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
     })?;
-    let mut funcs = HashMap::new();
-    for &k in crate::backend::kernels::KERNELS {
-        let cname = CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
-        let mut f: ffi::Function = std::ptr::null_mut();
-        // SAFETY: `module` is loaded; `cname` is a valid C string.
-        check("hipModuleGetFunction", unsafe {
-            ffi::hipModuleGetFunction(&mut f, module, cname.as_ptr())
-        })?;
-        funcs.insert(k, f as usize);
-    }
-    Ok(funcs)
+    let resolve = || {
+        let mut funcs = HashMap::new();
+        for &k in crate::backend::kernels::KERNELS {
+            let cname = CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
+            let mut f: ffi::Function = std::ptr::null_mut();
+            // SAFETY: `module` is loaded; `cname` is a valid C string.
+            check("hipModuleGetFunction", unsafe {
+                ffi::hipModuleGetFunction(&mut f, module, cname.as_ptr())
+            })?;
+            funcs.insert(k, f as usize);
+        }
+        Ok(funcs)
+    };
+    resolve().inspect_err(|_| {
+        // SAFETY: loaded above and not shared: nothing refers to it on failure.
+        unsafe { ffi::hipModuleUnload(module) };
+    })
 }
 
 impl GpuRuntime for Rocm {
@@ -88,7 +94,7 @@ impl GpuRuntime for Rocm {
     }
 
     unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &RocmStream) -> Result<()> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         // SAFETY: both ranges are valid device-accessible memory of `bytes`.
         check("hipMemcpyAsync", unsafe {
             ffi::hipMemcpyAsync(
@@ -116,7 +122,7 @@ impl GpuRuntime for Rocm {
         if !(dst_pitch % 4 == 0 && src_pitch % 4 == 0 && width % 4 == 0) {
             return Ok(false);
         }
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         // SAFETY: both pitched regions are valid (caller's contract).
         check("hipMemcpy2DAsync", unsafe {
             ffi::hipMemcpy2DAsync(
@@ -136,7 +142,7 @@ impl GpuRuntime for Rocm {
     unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &RocmStream) -> Result<()> {
         let gpu = device(ordinal)?;
         let f = function(gpu, call.name)?;
-        gpu.bind()?;
+        let _current = gpu.bind()?;
         // SAFETY: forwarded from the caller; grid and block sizes are within limits.
         check("hipModuleLaunchKernel", unsafe {
             ffi::hipModuleLaunchKernel(
@@ -158,7 +164,7 @@ impl GpuRuntime for Rocm {
     unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()> {
         let sgpu = device(src_ordinal)?;
         device(dst_ordinal)?;
-        sgpu.bind()?;
+        let _current = sgpu.bind()?;
         let stream = RocmStream::default_stream(src_ordinal);
         // SAFETY: both ranges are live device memory of their GPUs (caller's contract).
         check("hipMemcpyPeerAsync", unsafe {

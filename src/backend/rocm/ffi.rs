@@ -47,6 +47,7 @@ unsafe extern "C" {
     pub fn hipGetErrorName(status: Status) -> *const c_char;
     pub fn hipGetErrorString(status: Status) -> *const c_char;
     pub fn hipSetDevice(device: c_int) -> Status;
+    pub fn hipGetDevice(device: *mut c_int) -> Status;
 
     pub fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> Status;
     pub fn hipFree(ptr: *mut c_void) -> Status;
@@ -87,6 +88,7 @@ unsafe extern "C" {
     pub fn hipEventDestroy(event: Event) -> Status;
 
     pub fn hipModuleLoadData(module: *mut Module, image: *const c_void) -> Status;
+    pub fn hipModuleUnload(module: Module) -> Status;
     pub fn hipModuleGetFunction(function: *mut Function, module: Module, name: *const c_char) -> Status;
     pub fn hipModuleLaunchKernel(
         f: Function,

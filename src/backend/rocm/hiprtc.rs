@@ -62,18 +62,34 @@ struct Api {
 }
 
 /// The libraries to try, in order: `DEVTENSOR_HIPRTC` (a file, or a directory
-/// searched for every soname), then [`SONAMES`] on the loader path.
-pub fn candidates(env: Option<&Path>) -> Vec<PathBuf> {
+/// searched for every soname), then [`SONAMES`] on the loader path, those of
+/// the linked HIP runtime's major version (`runtime_major`) first, so that a
+/// machine with ROCm 6 and 7 side by side compiles with the hiprtc whose code
+/// objects the runtime in this process loads.
+pub fn candidates(env: Option<&Path>, runtime_major: Option<u32>) -> Vec<PathBuf> {
+    let suffix = runtime_major.map(|m| format!(".so.{m}"));
+    let mut names: Vec<&str> = SONAMES.to_vec();
+    // Stable: matching sonames move to the front, each group keeps its order.
+    names.sort_by_key(|n| suffix.as_deref().is_none_or(|s| !n.ends_with(s)));
     let mut out = Vec::new();
     if let Some(p) = env {
         if p.is_dir() {
-            out.extend(SONAMES.iter().map(|name| p.join(name)));
+            out.extend(names.iter().map(|name| p.join(name)));
         } else {
             out.push(p.to_owned());
         }
     }
-    out.extend(SONAMES.iter().map(PathBuf::from));
+    out.extend(names.iter().map(PathBuf::from));
     out
+}
+
+/// The major version of the HIP runtime this process links (HIP_VERSION is
+/// major · 10⁷ + minor · 10⁵ + patch); `None` when it does not say.
+fn runtime_major() -> Option<u32> {
+    let mut v = 0;
+    // SAFETY: a valid out-pointer; the call touches no device.
+    let ok = unsafe { super::ffi::hipRuntimeGetVersion(&mut v) } == super::ffi::SUCCESS;
+    (ok && v > 0).then_some(v as u32 / 10_000_000)
 }
 
 /// The file the loader mapped for the library that defines `sym`.
@@ -104,7 +120,7 @@ fn loaded_from(_sym: *const c_void) -> Option<PathBuf> {
 fn load() -> std::result::Result<Api, String> {
     let env = std::env::var_os("DEVTENSOR_HIPRTC").map(PathBuf::from);
     let mut tried = Vec::new();
-    for path in candidates(env.as_deref()) {
+    for path in candidates(env.as_deref(), runtime_major()) {
         // SAFETY: loading hiprtc / the HIP runtime runs their initialisers, which
         // only set up internal state (no device is touched until a HIP call).
         let lib = match unsafe { Library::new(&path) } {
@@ -171,14 +187,23 @@ pub fn version() -> Result<((i32, i32), String)> {
     Ok(((major, minor), api.path.clone()))
 }
 
+/// hiprtc's text for `status`; a library older than the status returns null.
+fn error_string(api: &Api, status: Status) -> String {
+    // SAFETY: hiprtcGetErrorString takes any integer and returns a static C
+    // string or null.
+    let p = unsafe { (api.get_error_string)(status) };
+    if p.is_null() {
+        return format!("hiprtc error {status}");
+    }
+    // SAFETY: non-null: a static NUL-terminated string.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
 fn check(api: &Api, status: Status, call: &'static str) -> Result<()> {
     if status == 0 {
         return Ok(());
     }
-    // SAFETY: hiprtcGetErrorString returns a static C string for any status.
-    let msg = unsafe { CStr::from_ptr((api.get_error_string)(status)) }
-        .to_string_lossy()
-        .into_owned();
+    let msg = error_string(api, status);
     Err(Error::Driver {
         backend: Backend::Rocm,
         call,
@@ -339,10 +364,7 @@ pub fn compile(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>> 
                 kernel: name.to_owned(),
                 arch: arch.clone(),
                 log: if log.trim().is_empty() {
-                    // SAFETY: static C string for any status.
-                    unsafe { CStr::from_ptr((api.get_error_string)(status)) }
-                        .to_string_lossy()
-                        .into_owned()
+                    error_string(api, status)
                 } else {
                     log
                 },
@@ -377,7 +399,7 @@ mod tests {
 
     #[test]
     fn candidates_env_file_dir_and_sonames() {
-        let plain = candidates(None);
+        let plain = candidates(None, None);
         assert_eq!(plain, SONAMES.iter().map(PathBuf::from).collect::<Vec<_>>());
         assert_eq!(plain[0], PathBuf::from("libhiprtc.so.7"));
         assert!(
@@ -386,15 +408,37 @@ mod tests {
         );
 
         let file = Path::new("/nonexistent/libhiprtc.so.6.4");
-        let with_file = candidates(Some(file));
+        let with_file = candidates(Some(file), None);
         assert_eq!(with_file[0], file);
         assert_eq!(with_file.len(), SONAMES.len() + 1);
 
         let dir = std::env::temp_dir();
-        let with_dir = candidates(Some(&dir));
+        let with_dir = candidates(Some(&dir), None);
         assert_eq!(with_dir.len(), 2 * SONAMES.len());
         assert_eq!(with_dir[0], dir.join("libhiprtc.so.7"));
         assert_eq!(with_dir[SONAMES.len()], PathBuf::from("libhiprtc.so.7"));
+    }
+
+    #[test]
+    fn candidates_put_the_linked_runtime_major_first() {
+        let names = |v: Vec<PathBuf>| v.into_iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            names(candidates(None, Some(6))),
+            [
+                "libhiprtc.so.6",
+                "libamdhip64.so.6",
+                "libhiprtc.so.7",
+                "libhiprtc.so",
+                "libamdhip64.so.7",
+                "libamdhip64.so.5",
+                "libamdhip64.so"
+            ]
+        );
+        // HIP 5: hiprtc lives in libamdhip64.so.5 itself.
+        assert_eq!(names(candidates(None, Some(5)))[0], "libamdhip64.so.5");
+        assert_eq!(candidates(None, Some(9)), candidates(None, None));
+        let file = Path::new("/x/libhiprtc.so");
+        assert_eq!(candidates(Some(file), Some(6))[0], file);
     }
 
     #[test]

@@ -23,7 +23,7 @@ unsafe impl Sync for RocmStream {}
 impl RocmStream {
     /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
     pub fn new(ordinal: u32) -> Result<RocmStream> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         let mut raw: ffi::Stream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
         check("hipStreamCreateWithFlags", unsafe {
@@ -92,14 +92,14 @@ impl RocmStream {
 
     /// Blocks the host until the stream's work is done.
     pub fn synchronize(&self) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid stream handle of this GPU.
         check("hipStreamSynchronize", unsafe { ffi::hipStreamSynchronize(self.raw) })
     }
 
     /// Makes this stream wait (on the device) for everything `event` recorded.
     pub fn wait(&self, event: &RocmEvent) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid; flags 0 is the default wait.
         check("hipStreamWaitEvent", unsafe {
             ffi::hipStreamWaitEvent(self.raw, event.raw, 0)
@@ -109,7 +109,9 @@ impl RocmStream {
 
 impl Drop for RocmStream {
     fn drop(&mut self) {
-        if self.owned && device(self.ordinal).and_then(|g| g.bind()).is_ok() {
+        if self.owned
+            && let Ok(_current) = device(self.ordinal).and_then(|g| g.bind())
+        {
             // SAFETY: an owned stream created by `new`, destroyed once.
             let _ = unsafe { ffi::hipStreamDestroy(self.raw) };
         }
@@ -131,7 +133,7 @@ unsafe impl Sync for RocmEvent {}
 impl RocmEvent {
     /// A new event; `timing` enables `elapsed_ms`.
     pub fn new(ordinal: u32, timing: bool) -> Result<RocmEvent> {
-        device(ordinal)?.bind()?;
+        let _current = device(ordinal)?.bind()?;
         let flags = if timing { 0 } else { ffi::EVENT_DISABLE_TIMING };
         let mut raw: ffi::Event = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
@@ -143,7 +145,7 @@ impl RocmEvent {
 
     /// Records the current end of `stream`'s work.
     pub fn record(&self, stream: &RocmStream) -> Result<()> {
-        device(self.ordinal)?.bind()?;
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid.
         check("hipEventRecord", unsafe { ffi::hipEventRecord(self.raw, stream.raw) })
     }
