@@ -67,6 +67,39 @@ fn export_describes_the_view_and_frees_once() {
 
 #[test]
 #[serial(counters)]
+fn export_describes_every_rank_inline_and_on_the_heap() {
+    // 0-d, up to 6 dims (shape and strides inline in the export block) and
+    // beyond (a second allocation): both versions, freed once each.
+    let exports = live_exports();
+    for ndim in [0usize, 1, 5, 6, 7, 12] {
+        let shape: Vec<usize> = (0..ndim).map(|i| 1 + i % 3).collect();
+        let t = arange(&shape);
+        let t = if ndim >= 2 {
+            t.transpose(0, ndim as isize - 1).unwrap()
+        } else {
+            t
+        };
+        let want_shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+        let want_strides: Vec<i64> = t.strides().iter().map(|&s| s as i64).collect();
+        let versioned = t.to_dlpack_versioned(ExportOptions::default());
+        let legacy = t.to_dlpack_legacy().unwrap();
+        drop(t);
+        // SAFETY: live exports; each is read, then freed once.
+        unsafe {
+            for dl in [&(*versioned).dl_tensor, &(*legacy).dl_tensor] {
+                assert_eq!(dl.ndim as usize, ndim);
+                assert_eq!(std::slice::from_raw_parts(dl.shape, ndim), &want_shape[..]);
+                assert_eq!(std::slice::from_raw_parts(dl.strides, ndim), &want_strides[..]);
+            }
+            ((*versioned).deleter.unwrap())(versioned);
+            ((*legacy).deleter.unwrap())(legacy);
+        }
+    }
+    assert_eq!(live_exports(), exports);
+}
+
+#[test]
+#[serial(counters)]
 fn round_trip_is_zero_copy_both_versions() {
     let (allocs, exports) = (cpu_live(), live_exports());
     {

@@ -1,20 +1,19 @@
 //! Tensor → DLPack: owned `DLManagedTensorVersioned` / legacy `DLManagedTensor`.
 //!
 //! One heap block holds the managed struct, the shape and stride arrays and a
-//! clone of the tensor (which keeps the storage alive); `manager_ctx` points at
-//! the block and the deleter frees it exactly once.
+//! reference to the storage (which keeps the memory alive); `manager_ctx`
+//! points at the block and the deleter frees it exactly once.
 
 use std::ffi::c_void;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-use smallvec::SmallVec;
 
 use super::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Storage, Tensor};
 
 static LIVE_EXPORTS: AtomicUsize = AtomicUsize::new(0);
 
@@ -51,11 +50,12 @@ impl Default for ExportOptions {
 #[repr(C)]
 struct Exported<M> {
     managed: M,
-    // Inline for up to 6 dims: the block is boxed and never moves, so pointers
-    // into inline storage stay valid.
-    shape: SmallVec<[i64; 6]>,
-    strides: SmallVec<[i64; 6]>,
-    tensor: Tensor,
+    /// The shape, then the strides. Inline up to 6 dims: the block is boxed and
+    /// never moves, so pointers into inline storage stay valid.
+    dims: Dims,
+    /// Keeps the memory alive until the deleter runs (the view's shape, strides
+    /// and offset are all in `managed`).
+    _storage: Arc<Storage>,
 }
 
 fn describe(t: &Tensor, as_host: bool, shape: &mut [i64], strides: &mut [i64]) -> DLTensor {
@@ -77,13 +77,6 @@ fn describe(t: &Tensor, as_host: bool, shape: &mut [i64], strides: &mut [i64]) -
     }
 }
 
-fn arrays(t: &Tensor) -> (SmallVec<[i64; 6]>, SmallVec<[i64; 6]>) {
-    // usize/isize → i64 is lossless on every 64-bit target DLPack runs on.
-    let shape = t.shape().iter().map(|&d| d as i64).collect();
-    let strides = t.strides().iter().map(|&s| s as i64).collect();
-    (shape, strides)
-}
-
 /// The two managed structs, as far as an export fills them in.
 trait Managed {
     fn set(&mut self, dl_tensor: DLTensor, manager_ctx: *mut c_void);
@@ -103,22 +96,63 @@ impl Managed for DLManagedTensor {
     }
 }
 
-/// Boxes `managed` with the tensor and its arrays, then points the struct's
+/// Shape then strides of an export: inline up to [`INLINE_DIMS`] dims (no
+/// second allocation for the common case), on the heap beyond.
+enum Dims {
+    Inline([i64; 2 * INLINE_DIMS]),
+    Heap(Box<[i64]>),
+}
+
+const INLINE_DIMS: usize = 6;
+
+impl Dims {
+    fn of(t: &Tensor) -> Dims {
+        // usize/isize → i64 is lossless on every 64-bit target DLPack runs on.
+        let n = t.ndim();
+        let fill = |out: &mut [i64]| {
+            let (shape, strides) = out.split_at_mut(n);
+            for (o, &d) in shape.iter_mut().zip(t.shape()) {
+                *o = d as i64;
+            }
+            for (o, &s) in strides.iter_mut().zip(t.strides()) {
+                *o = s as i64;
+            }
+        };
+        if n <= INLINE_DIMS {
+            let mut a = [0; 2 * INLINE_DIMS];
+            fill(&mut a[..2 * n]);
+            Dims::Inline(a)
+        } else {
+            let mut v = vec![0; 2 * n].into_boxed_slice();
+            fill(&mut v);
+            Dims::Heap(v)
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [i64] {
+        match self {
+            Dims::Inline(a) => a,
+            Dims::Heap(v) => v,
+        }
+    }
+}
+
+/// Boxes `managed` with the storage and the dims, then points the struct's
 /// descriptor and `manager_ctx` into the block.
 fn export<M: Managed>(t: &Tensor, managed: M, as_host: bool) -> *mut M {
-    let (shape, strides) = arrays(t);
+    let n = t.ndim();
     let raw = Box::into_raw(Box::new(Exported {
         managed,
-        shape,
-        strides,
-        tensor: t.clone(),
+        dims: Dims::of(t),
+        _storage: Arc::clone(t.storage()),
     }));
     // SAFETY: `raw` is a fresh, unique pointer to a heap block that never
-    // moves until the deleter frees it, so pointers into its shape and
-    // stride arrays (inline or heap) stay valid for the export's life.
+    // moves until the deleter frees it, so pointers into its dims (inline or
+    // heap) stay valid for the export's life.
     unsafe {
         let b = &mut *raw;
-        let dl = describe(&b.tensor, as_host, &mut b.shape, &mut b.strides);
+        let (shape, rest) = b.dims.as_mut_slice().split_at_mut(n);
+        let dl = describe(t, as_host, shape, &mut rest[..n]);
         b.managed.set(dl, raw.cast::<c_void>());
     }
     LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);

@@ -1,12 +1,14 @@
 //! The `devtensor._devtensor` extension module (PyO3, abi3).
 //!
-//! Producer: `Tensor.__dlpack__` / `__dlpack_device__` / `__dlpack_c_exchange_api__`.
+//! Producer: `Tensor.__dlpack__` (a raw C method, see `dlpack_method`) /
+//! `__dlpack_device__` / `__dlpack_c_exchange_api__`.
 //! Consumer: `from_dlpack`, which tries the producer type's exchange API, then
 //! `__dlpack__(max_version=(1, 3), ...)`, then the legacy call.
 
 mod capsule;
 mod consumer;
 mod convert;
+mod dlpack_method;
 mod errors;
 mod exchange;
 mod tensor;
@@ -159,6 +161,7 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ),
     )?;
     m.add_class::<PyTensor>()?;
+    dlpack_method::install(&m.py().get_type::<PyTensor>())?;
     m.add_function(wrap_pyfunction!(empty, m)?)?;
     m.add_function(wrap_pyfunction!(zeros, m)?)?;
     m.add_function(wrap_pyfunction!(ones, m)?)?;

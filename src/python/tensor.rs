@@ -292,10 +292,19 @@ impl PyTensor {
         (d.device_type, d.device_id)
     }
 
-    /// The DLPack export: a `"dltensor"` capsule when `max_version` is None or
-    /// below 1, a `"dltensor_versioned"` one otherwise.
-    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
-    fn __dlpack__<'py>(
+    /// The static DLPackExchangeAPI v1.3 table, as a `"dlpack_exchange_api"` capsule.
+    #[classattr]
+    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
+        exchange::capsule(py)
+    }
+}
+
+impl PyTensor {
+    /// `__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)`:
+    /// a `"dltensor"` capsule when `max_version` is None or below 1, a
+    /// `"dltensor_versioned"` one otherwise. Python reaches it through
+    /// [`super::dlpack_method`], which parses the keywords itself.
+    pub(crate) fn dlpack<'py>(
         &self,
         py: Python<'py>,
         stream: Option<&Bound<'py, PyAny>>,
@@ -373,11 +382,5 @@ impl PyTensor {
                 capsule::legacy(py, m)
             }
         }
-    }
-
-    /// The static DLPackExchangeAPI v1.3 table, as a `"dlpack_exchange_api"` capsule.
-    #[classattr]
-    fn __dlpack_c_exchange_api__(py: Python<'_>) -> PyResult<Bound<'_, PyCapsule>> {
-        exchange::capsule(py)
     }
 }

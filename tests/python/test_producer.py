@@ -3,6 +3,7 @@ inspected through ctypes, with no consumer library involved."""
 
 import ctypes
 import gc
+import inspect
 import sys
 import threading
 
@@ -73,10 +74,29 @@ def test_bad_max_version_is_not_type_error(max_version):
 
 def test_keywords_only():
     t = devtensor.zeros(3)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="positional"):
         t.__dlpack__(None)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         t.__dlpack__(bogus=1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        t.__dlpack__(max_version=(1, 0), bogus=1)
+
+
+def test_keyword_forms(dlp):
+    # __dlpack__ parses its own keywords (a C method): names built at run time
+    # (not interned), a ** dict, the unbound descriptor, and its signature.
+    t = devtensor.zeros(3)
+    name = "".join(["max_", "version"])
+    assert dlp.name(t.__dlpack__(**{name: (1, 0)})) == "dltensor_versioned"
+    kwargs = {"stream": None, "max_version": (1, 3), "dl_device": (1, 0), "copy": False}
+    assert dlp.name(t.__dlpack__(**kwargs)) == "dltensor_versioned"
+    assert dlp.name(devtensor.Tensor.__dlpack__(t, max_version=(1, 0))) == "dltensor_versioned"
+    assert dlp.name(devtensor.Tensor.__dlpack__(t)) == "dltensor"
+    with pytest.raises(TypeError):
+        devtensor.Tensor.__dlpack__(np.zeros(3))  # not a devtensor.Tensor
+    sig = inspect.signature(devtensor.Tensor.__dlpack__)
+    assert list(sig.parameters) == ["self", "stream", "max_version", "dl_device", "copy"]
+    assert all(p.default is None for n, p in sig.parameters.items() if n != "self")
 
 
 @pytest.mark.parametrize("dtype", list(DLPACK_DTYPES))
