@@ -504,7 +504,9 @@ fn broadcast_and_fill_large() {
 
 #[test]
 fn sliced_rows_and_flips() {
-    for k in [1usize, 3, 16, 25, 1024] {
+    // Row sizes of every specialised short-row copy (4..128 bytes), the
+    // inline-run bounds (256 bytes, 16 KiB) and past them.
+    for k in [1usize, 2, 3, 4, 8, 16, 25, 32, 64, 65, 1024, 4095, 4096, 4097, 5000] {
         let (m, n) = (257, k + 7);
         let src = pattern(m * n * 4, k as u64);
         let mut got = vec![0u8; m * k * 4];
@@ -523,6 +525,28 @@ fn sliced_rows_and_flips() {
             .unwrap()
         };
         assert!(got == want, "sliced rows k = {k}");
+    }
+    // Bytes rows at odd addresses on both sides.
+    for k in [4usize, 63, 64, 128, 255, 257, 1000, 16_385] {
+        let (m, n) = (67, 2 * k + 3);
+        let src = pattern(m * n + 1, k as u64);
+        let mut got = vec![0u8; m * k + 1];
+        let mut want = got.clone();
+        reference(&mut want, 1, &[k as isize, 1], &src, 1, &[n as isize, 1], &[m, k], 1);
+        // SAFETY: the view x[:, :k] one byte in lies inside `src`, the
+        // destination rows one byte in inside `got`.
+        unsafe {
+            copy_strided(
+                got.as_mut_ptr().add(1),
+                &[k as isize, 1],
+                src.as_ptr().add(1),
+                &[n as isize, 1],
+                &[m, k],
+                1,
+            )
+            .unwrap()
+        };
+        assert!(got == want, "odd-address byte rows k = {k}");
     }
     let (m, n) = (513, 600);
     let src = pattern(m * n * 2, 1);
