@@ -723,6 +723,10 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
         });
         return;
     }
+    // Long rows are whole destination lines written once while a strided
+    // source streams through the cache: streaming stores pay off from an
+    // eighth of the last-level cache (4 KiB rows of 16 MiB: 18 → 33 GB/s).
+    let nt = nt || plan.bytes() >= stream_threshold() / 8;
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;
