@@ -53,6 +53,9 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
         if let Ok(s) = ob.cast::<PyString>() {
             return DType::from_name(&s.to_cow()?).map(DTypeArg).map_err(to_py);
         }
+        if let Some(d) = DTYPE_OBJECTS.get(ob) {
+            return Ok(DTypeArg(d));
+        }
         let name: String = if let Ok(t) = ob.cast::<PyType>() {
             t.name()?.extract()? // numpy scalar types such as numpy.float32
         } else if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
@@ -60,7 +63,34 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
         } else {
             ob.str()?.extract()? // torch.float32 → "torch.float32"
         };
-        DType::from_name(&name).map(DTypeArg).map_err(to_py)
+        let dtype = DType::from_name(&name).map_err(to_py)?;
+        DTYPE_OBJECTS.insert(ob, dtype);
+        Ok(DTypeArg(dtype))
+    }
+}
+
+/// dtype objects already parsed (`torch.float32`, `numpy.dtype("int8")`,
+/// `numpy.float16`), by identity: parsing one costs a failed attribute lookup
+/// and a `str()`, about 0.8 µs, as much as the allocation it describes. Each
+/// entry holds a reference, so its object stays alive and its address cannot
+/// be reused by another; at most [`DTYPE_OBJECTS_MAX`] are kept.
+static DTYPE_OBJECTS: DTypeObjects = DTypeObjects(std::sync::Mutex::new(Vec::new()));
+
+const DTYPE_OBJECTS_MAX: usize = 64;
+
+struct DTypeObjects(std::sync::Mutex<Vec<(Py<PyAny>, DType)>>);
+
+impl DTypeObjects {
+    fn get(&self, ob: Borrowed<'_, '_, PyAny>) -> Option<DType> {
+        let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cache.iter().find(|(o, _)| o.as_ptr() == ob.as_ptr()).map(|&(_, d)| d)
+    }
+
+    fn insert(&self, ob: Borrowed<'_, '_, PyAny>, dtype: DType) {
+        let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() < DTYPE_OBJECTS_MAX && !cache.iter().any(|(o, _)| o.as_ptr() == ob.as_ptr()) {
+            cache.push((ob.to_owned().unbind(), dtype));
+        }
     }
 }
 

@@ -216,6 +216,25 @@ def test_torch_dtypes_accepted():
     assert devtensor.empty(2, dtype=torch.complex64).dtype == "complex64"
 
 
+def test_dtype_objects_parse_the_same_every_time():
+    # Parsed dtype objects are remembered by identity: repeated and interleaved
+    # uses must keep giving each object its own dtype.
+    torch = pytest.importorskip("torch")
+    objects = [
+        (torch.float16, "float16"),
+        (np.dtype("int8"), "int8"),
+        (np.float64, "float64"),
+        (torch.int64, "int64"),
+        (np.dtype("complex64"), "complex64"),
+    ]
+    for _ in range(3):
+        for obj, name in objects:
+            assert devtensor.empty(1, dtype=obj).dtype == name
+            assert devtensor.full(1, 1, dtype=obj).dtype == name
+    with pytest.raises(TypeError):
+        devtensor.empty(1, dtype=torch.float32.__class__)  # the type, not a dtype
+
+
 def test_default_dtype_and_device():
     t = devtensor.empty(3)
     assert (t.dtype, t.device) == ("float32", "cpu")
