@@ -2,7 +2,8 @@
 
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use crate::device::Device;
 use crate::dlpack::ffi as dl;
@@ -55,7 +56,10 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         .getattr(pyo3::intern!(py, "__dlpack__"))
         .map_err(|_| PyTypeError::new_err(format!("{} does not support DLPack", x.get_type())))?;
     let kwargs = PyDict::new(py);
-    kwargs.set_item("max_version", (1, 3))?;
+    // Interned keys and a cached (1, 3): no string or tuple built per call.
+    static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let max_version = MAX_VERSION.get_or_try_init(py, || PyTuple::new(py, [1, 3]).map(Bound::unbind))?;
+    kwargs.set_item(pyo3::intern!(py, "max_version"), max_version.bind(py))?;
     // A stream only for GPU producers: ours is the default stream (CUDA's legacy
     // stream 1, ROCm's 0). The producer's device is current while it exports, as
     // torch requires, and the caller's device is back when we return.
@@ -65,11 +69,11 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     {
         match ty {
             dl::kDLCUDA | dl::kDLCUDAManaged => {
-                kwargs.set_item("stream", 1)?;
+                kwargs.set_item(pyo3::intern!(py, "stream"), 1)?;
                 _producer_device = ProducerDevice::cuda(id);
             }
             dl::kDLROCM => {
-                kwargs.set_item("stream", 0)?;
+                kwargs.set_item(pyo3::intern!(py, "stream"), 0)?;
                 _producer_device = ProducerDevice::rocm(id);
             }
             _ => {}
@@ -77,10 +81,10 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     }
     if let Some(d) = device {
         let dl = d.to_dlpack();
-        kwargs.set_item("dl_device", (dl.device_type, dl.device_id))?;
+        kwargs.set_item(pyo3::intern!(py, "dl_device"), (dl.device_type, dl.device_id))?;
     }
     if let Some(c) = copy {
-        kwargs.set_item("copy", c)?;
+        kwargs.set_item(pyo3::intern!(py, "copy"), c)?;
     }
     let cap = match dlpack.call((), Some(&kwargs)) {
         Ok(cap) => cap,
