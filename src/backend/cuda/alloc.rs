@@ -195,6 +195,7 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn release_event(&self, event: EventHandle) {
+        let _current = self.gpu.bind();
         // SAFETY: released once; CUDA defers the release while work is pending.
         let _ = unsafe { sys::cuEventDestroy_v2(event.0 as sys::CUevent) };
     }

@@ -165,12 +165,14 @@ impl CudaEvent {
 
     /// Blocks the host until the recorded work is done.
     pub fn synchronize(&self) -> Result<()> {
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid event.
         check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
     }
 
     /// True when the recorded work is done (no blocking).
     pub fn is_complete(&self) -> Result<bool> {
+        let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid event.
         let rc = unsafe { sys::cuEventQuery(self.raw) };
         if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
@@ -181,6 +183,7 @@ impl CudaEvent {
 
     /// Milliseconds between two timing events.
     pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32> {
+        let _current = device(self.ordinal)?.bind()?;
         let mut ms = 0f32;
         // SAFETY: both are timing events that have completed.
         check("cuEventElapsedTime", unsafe {
@@ -192,6 +195,9 @@ impl CudaEvent {
 
 impl Drop for CudaEvent {
     fn drop(&mut self) {
+        // Its context current, as for every other call on it (a failure to
+        // bind leaves the destroy to the driver's own lookup).
+        let _current = device(self.ordinal).and_then(|g| g.bind());
         // SAFETY: created by `new`, destroyed once; CUDA defers the release of an
         // event whose recorded work is still pending.
         let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
