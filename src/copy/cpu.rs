@@ -703,21 +703,16 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
             // SAFETY: rows `r0..r1` of the plan, in bounds on both sides.
             unsafe {
                 let (dp, sp) = (d.get().offset(r0 as isize * ds), s.get().offset(r0 as isize * ss));
+                // Literal sizes inline to fixed-size copies; others stay dynamic.
+                let n = r1 - r0;
                 match row {
-                    4 => short_rows::<4>(dp, sp, ds, ss, r1 - r0),
-                    8 => short_rows::<8>(dp, sp, ds, ss, r1 - r0),
-                    16 => short_rows::<16>(dp, sp, ds, ss, r1 - r0),
-                    32 => short_rows::<32>(dp, sp, ds, ss, r1 - r0),
-                    64 => short_rows::<64>(dp, sp, ds, ss, r1 - r0),
-                    128 => short_rows::<128>(dp, sp, ds, ss, r1 - r0),
-                    _ => {
-                        let (mut dp, mut sp) = (dp, sp);
-                        for _ in r0..r1 {
-                            copy_run(dp, sp, row as usize, false);
-                            dp = dp.offset(ds);
-                            sp = sp.offset(ss);
-                        }
-                    }
+                    4 => short_rows(dp, sp, ds, ss, n, 4),
+                    8 => short_rows(dp, sp, ds, ss, n, 8),
+                    16 => short_rows(dp, sp, ds, ss, n, 16),
+                    32 => short_rows(dp, sp, ds, ss, n, 32),
+                    64 => short_rows(dp, sp, ds, ss, n, 64),
+                    128 => short_rows(dp, sp, ds, ss, n, 128),
+                    other => short_rows(dp, sp, ds, ss, n, other as usize),
                 }
             }
         });
@@ -741,18 +736,19 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
 /// (ordinary stores: streaming whole lines of short rows measured slower).
 const SHORT_ROW_MAX: isize = 256;
 
-/// Copies `count` rows of `N` bytes, `ds`/`ss` bytes apart.
+/// Copies `count` rows of `row` bytes, `ds`/`ss` bytes apart. Always inlined,
+/// so a literal `row` makes the per-row copy a fixed-size one.
 ///
 /// # Safety
 ///
 /// Every row `i < count` at `dst + i·ds` / `src + i·ss` is in bounds, and
 /// no destination row overlaps a source row.
 #[inline(always)]
-unsafe fn short_rows<const N: usize>(mut dst: *mut u8, mut src: *const u8, ds: isize, ss: isize, count: usize) {
+unsafe fn short_rows(mut dst: *mut u8, mut src: *const u8, ds: isize, ss: isize, count: usize, row: usize) {
     for _ in 0..count {
         // SAFETY: the caller's contract, row by row.
         unsafe {
-            copy_run(dst, src, N, false);
+            copy_run(dst, src, row, false);
             dst = dst.offset(ds);
             src = src.offset(ss);
         }

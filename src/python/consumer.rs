@@ -63,21 +63,16 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     // A stream only for GPU producers: ours is the default stream (CUDA's legacy
     // stream 1, ROCm's 0). The producer's device is current while it exports, as
     // torch requires, and the caller's device is back when we return.
-    let mut _producer_device = ProducerDevice::default();
+    let mut producer_device = ProducerDevice::default();
     if let Ok(d) = x.call_method0(pyo3::intern!(py, "__dlpack_device__"))
         && let Ok((ty, id)) = d.extract::<(i32, i32)>()
     {
         match ty {
-            dl::kDLCUDA | dl::kDLCUDAManaged => {
-                kwargs.set_item(pyo3::intern!(py, "stream"), 1)?;
-                _producer_device = ProducerDevice::cuda(id);
-            }
-            dl::kDLROCM => {
-                kwargs.set_item(pyo3::intern!(py, "stream"), 0)?;
-                _producer_device = ProducerDevice::rocm(id);
-            }
+            dl::kDLCUDA | dl::kDLCUDAManaged => kwargs.set_item(pyo3::intern!(py, "stream"), 1)?,
+            dl::kDLROCM => kwargs.set_item(pyo3::intern!(py, "stream"), 0)?,
             _ => {}
         }
+        producer_device.bind(ty, id);
     }
     if let Some(d) = device {
         let dl = d.to_dlpack();
@@ -179,7 +174,9 @@ fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor)
     false
 }
 
-/// A producer's GPU made current (when its backend is usable) until dropped.
+/// A producer's GPU made current (when its backend is usable) until dropped:
+/// a producer such as torch refuses to export a tensor of another device than
+/// the current one.
 #[derive(Default)]
 struct ProducerDevice {
     #[cfg(feature = "cuda")]
@@ -189,44 +186,23 @@ struct ProducerDevice {
 }
 
 impl ProducerDevice {
-    /// CUDA device `id` (a producer such as torch refuses to export a tensor
-    /// of another device than the current one).
-    #[allow(clippy::needless_update)] // the update is needed when both backends are built
-    fn cuda(id: i32) -> Self {
-        #[cfg(feature = "cuda")]
-        {
-            let gpu = u32::try_from(id)
-                .ok()
-                .and_then(|i| crate::backend::cuda::context::device(i).ok());
-            ProducerDevice {
-                _cuda: gpu.and_then(|g| g.bind().ok()),
-                ..Default::default()
+    /// Makes the GPU of DLPack device `(device_type, id)` current.
+    fn bind(&mut self, device_type: i32, id: i32) {
+        let ordinal = u32::try_from(id).ok();
+        match device_type {
+            #[cfg(feature = "cuda")]
+            dl::kDLCUDA | dl::kDLCUDAManaged => {
+                use crate::backend::cuda::context::device;
+                self._cuda = ordinal.and_then(|i| device(i).ok()).and_then(|g| g.bind().ok());
             }
-        }
-        #[cfg(not(feature = "cuda"))]
-        {
-            let _ = id;
-            ProducerDevice::default()
-        }
-    }
-
-    /// ROCm device `id`.
-    #[allow(clippy::needless_update)] // the update is needed when both backends are built
-    fn rocm(id: i32) -> Self {
-        #[cfg(feature = "rocm")]
-        {
-            let gpu = u32::try_from(id)
-                .ok()
-                .and_then(|i| crate::backend::rocm::context::device(i).ok());
-            ProducerDevice {
-                _rocm: gpu.and_then(|g| g.bind().ok()),
-                ..Default::default()
+            #[cfg(feature = "rocm")]
+            dl::kDLROCM => {
+                use crate::backend::rocm::context::device;
+                self._rocm = ordinal.and_then(|i| device(i).ok()).and_then(|g| g.bind().ok());
             }
-        }
-        #[cfg(not(feature = "rocm"))]
-        {
-            let _ = id;
-            ProducerDevice::default()
+            _ => {
+                let _ = ordinal;
+            }
         }
     }
 }

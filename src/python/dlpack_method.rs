@@ -15,6 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use pyo3::exceptions::{PySystemError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::tensor::PyTensor;
@@ -170,13 +171,9 @@ fn no_positional(n: usize) -> PyResult<()> {
 /// Which of [`KEYWORDS`] `name` is: by identity with the interned name first
 /// (call-site names are interned), by value otherwise.
 fn slot(name: &Bound<'_, PyAny>) -> PyResult<usize> {
+    static INTERNED: PyOnceLock<[Py<PyString>; 4]> = PyOnceLock::new();
     let py = name.py();
-    let interned = [
-        pyo3::intern!(py, "stream"),
-        pyo3::intern!(py, "max_version"),
-        pyo3::intern!(py, "dl_device"),
-        pyo3::intern!(py, "copy"),
-    ];
+    let interned = INTERNED.get_or_init(py, || KEYWORDS.map(|k| PyString::intern(py, k).unbind()));
     if let Some(i) = interned.iter().position(|k| k.as_ptr() == name.as_ptr()) {
         return Ok(i);
     }

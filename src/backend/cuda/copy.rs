@@ -40,20 +40,15 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     check("cuModuleLoadData", unsafe {
         sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast())
     })?;
-    let resolve = || {
-        let mut funcs = HashMap::new();
-        for &k in kernels::KERNELS {
-            let cname = std::ffi::CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
-            let mut f: sys::CUfunction = std::ptr::null_mut();
-            // SAFETY: `module` is loaded; `cname` is a valid C string.
-            check("cuModuleGetFunction", unsafe {
-                sys::cuModuleGetFunction(&mut f, module, cname.as_ptr())
-            })?;
-            funcs.insert(k, f as usize);
-        }
-        Ok(funcs)
-    };
-    resolve().inspect_err(|_| {
+    crate::backend::kernels::resolve_all(|name| {
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `name` is a valid C string.
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
+        })?;
+        Ok(f as usize)
+    })
+    .inspect_err(|_| {
         // SAFETY: loaded above and not shared: nothing refers to it on failure.
         unsafe { sys::cuModuleUnload(module) };
     })

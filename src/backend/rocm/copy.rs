@@ -2,7 +2,7 @@
 //! through the HIP runtime, kernels from the hiprtc-compiled code object.
 
 use std::collections::HashMap;
-use std::ffi::{CString, c_int, c_void};
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use super::context::{Gpu, check, device};
@@ -39,20 +39,15 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     check("hipModuleLoadData", unsafe {
         ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
     })?;
-    let resolve = || {
-        let mut funcs = HashMap::new();
-        for &k in crate::backend::kernels::KERNELS {
-            let cname = CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
-            let mut f: ffi::Function = std::ptr::null_mut();
-            // SAFETY: `module` is loaded; `cname` is a valid C string.
-            check("hipModuleGetFunction", unsafe {
-                ffi::hipModuleGetFunction(&mut f, module, cname.as_ptr())
-            })?;
-            funcs.insert(k, f as usize);
-        }
-        Ok(funcs)
-    };
-    resolve().inspect_err(|_| {
+    crate::backend::kernels::resolve_all(|name| {
+        let mut f: ffi::Function = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `name` is a valid C string.
+        check("hipModuleGetFunction", unsafe {
+            ffi::hipModuleGetFunction(&mut f, module, name.as_ptr())
+        })?;
+        Ok(f as usize)
+    })
+    .inspect_err(|_| {
         // SAFETY: loaded above and not shared: nothing refers to it on failure.
         unsafe { ffi::hipModuleUnload(module) };
     })
