@@ -1,0 +1,439 @@
+//! Memory: poison, never-reused addresses, device pointers fault on the host,
+//! range checks of copies, out of memory, pinned/managed/async memory,
+//! pointer attributes, and kernels faulting on bad addresses.
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use devtensor_emu::driver::context::*;
+use devtensor_emu::driver::launch::*;
+use devtensor_emu::driver::memory::*;
+use devtensor_emu::driver::module::*;
+use devtensor_emu::driver::stream::*;
+use devtensor_emu::driver::*;
+
+fn setup() -> Handle {
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        assert_eq!(devtensor_emu::driver::device::cuInit(0), CUDA_SUCCESS);
+        let mut ctx = null_mut();
+        assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, 0), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        ctx
+    }
+}
+
+fn child(name: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("EMU_CHILD", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn in_child() -> bool {
+    std::env::var_os("EMU_CHILD").is_some()
+}
+
+/// `out[i] = in[i]` for i < n, 4-byte elements, one thread per element.
+const COPY_PTX: &str = "
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry copy_u32(
+	.param .u64 p_out,
+	.param .u64 p_in,
+	.param .u32 p_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [p_out];
+	ld.param.u64 	%rd2, [p_in];
+	ld.param.u32 	%r2, [p_n];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd3, %rd1;
+	cvta.to.global.u64 	%rd4, %rd2;
+	mul.wide.u32 	%rd5, %r1, 4;
+	add.s64 	%rd6, %rd4, %rd5;
+	ld.global.u32 	%r6, [%rd6];
+	add.s64 	%rd7, %rd3, %rd5;
+	st.global.u32 	[%rd7], %r6;
+$L__BB0_2:
+	ret;
+}
+";
+
+fn load_copy_kernel() -> Handle {
+    let text = std::ffi::CString::new(COPY_PTX).unwrap();
+    // SAFETY: NUL-terminated PTX; valid out-pointers.
+    unsafe {
+        let mut m = null_mut();
+        assert_eq!(
+            cuModuleLoadData(&mut m, text.as_ptr().cast()),
+            CUDA_SUCCESS,
+            "{:?}",
+            last_error_message()
+        );
+        let mut f = null_mut();
+        assert_eq!(cuModuleGetFunction(&mut f, m, c"copy_u32".as_ptr()), CUDA_SUCCESS);
+        let mut g = null_mut();
+        assert_eq!(cuModuleGetFunction(&mut g, m, c"nope".as_ptr()), CUDA_ERROR_NOT_FOUND);
+        f
+    }
+}
+
+/// Launches copy_u32(out, in, n) with 128-thread blocks on `stream`.
+fn launch_copy(f: Handle, out: u64, inp: u64, n: u32, stream: Handle) -> CUresult {
+    let (mut o, mut i, mut nn) = (out, inp, n);
+    let mut params: [*mut c_void; 3] = [(&raw mut o).cast(), (&raw mut i).cast(), (&raw mut nn).cast()];
+    // SAFETY: three parameters, each pointing to a value of its size.
+    unsafe {
+        cuLaunchKernel(
+            f,
+            n.div_ceil(128),
+            1,
+            1,
+            128,
+            1,
+            1,
+            0,
+            stream,
+            params.as_mut_ptr(),
+            null_mut(),
+        )
+    }
+}
+
+#[test]
+fn poison_and_never_reused() {
+    setup();
+    // SAFETY: valid out-pointers and buffers.
+    unsafe {
+        let mut a = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut a, 1000), CUDA_SUCCESS);
+        assert_eq!(a % 256, 0, "256-byte alignment");
+        let mut buf = vec![0u8; 1000];
+        assert_eq!(cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), a, 1000), CUDA_SUCCESS);
+        assert!(buf.iter().all(|&b| b == POISON), "fresh memory is poisoned, not zeroed");
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(a), CUDA_ERROR_INVALID_VALUE, "double free");
+        assert!(last_error_message().unwrap().contains("already freed"));
+        let mut b = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut b, 1000), CUDA_SUCCESS);
+        assert!(b >= a + 1000, "freed addresses are never handed out again");
+        // A copy from the freed block names it.
+        assert_eq!(
+            cuMemcpyDtoH_v2(buf.as_mut_ptr().cast(), a, 16),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert!(last_error_message().unwrap().contains("freed"));
+        let (mut free, mut total) = (0usize, 0usize);
+        assert_eq!(cuMemGetInfo_v2(&mut free, &mut total), CUDA_SUCCESS);
+        assert!(free < total);
+    }
+}
+
+#[test]
+fn copy_past_end_is_invalid_value() {
+    setup();
+    // SAFETY: valid buffers; the out-of-range copies are refused before touching memory.
+    unsafe {
+        let (mut a, mut b) = (0u64, 0u64);
+        assert_eq!(cuMemAlloc_v2(&mut a, 100), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut b, 200), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyAsync(b, a, 101, null_mut()), CUDA_ERROR_INVALID_VALUE);
+        let m = last_error_message().unwrap();
+        assert!(
+            m.contains("cuMemcpyAsync") && m.contains("past the end") && m.contains("100 bytes"),
+            "{m}"
+        );
+        assert_eq!(cuMemcpyAsync(b, a, 100, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuMemsetD32Async(b, 7, 51, null_mut()), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuMemsetD32Async(b, 7, 50, null_mut()), CUDA_SUCCESS);
+        let mut out = [0u32; 50];
+        assert_eq!(cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), b, 200), CUDA_SUCCESS);
+        assert!(out.iter().all(|&v| v == 7));
+    }
+}
+
+#[test]
+fn host_dereference_of_device_pointer_faults() {
+    if !in_child() {
+        let (st, err) = child("host_dereference_of_device_pointer_faults", &[]);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(libc::SIGSEGV), "expected SIGSEGV, got {st:?}: {err}");
+        return;
+    }
+    setup();
+    let mut a = 0u64;
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { cuMemAlloc_v2(&mut a, 64) }, CUDA_SUCCESS);
+    // SAFETY: none: this is the bug being demonstrated; the process must die here.
+    let v = unsafe { std::ptr::read_volatile(a as *const u8) };
+    println!("read {v}: the device pointer was readable on the host");
+}
+
+#[test]
+fn out_of_memory() {
+    if !in_child() {
+        let (st, err) = child("out_of_memory", &[("DEVTENSOR_EMU_MEMORY", "1M")]);
+        assert!(st.success(), "{err}");
+        return;
+    }
+    setup();
+    // SAFETY: valid out-pointers.
+    unsafe {
+        let mut a = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut a, 768 << 10), CUDA_SUCCESS);
+        let mut b = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut b, 512 << 10), CUDA_ERROR_OUT_OF_MEMORY);
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut b, 512 << 10), CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn pinned_managed_and_async_memory() {
+    setup();
+    // SAFETY: valid out-pointers; pinned/managed memory is host memory of the sizes asked.
+    unsafe {
+        let mut h: *mut c_void = null_mut();
+        assert_eq!(cuMemHostAlloc(&mut h, 4096, 1), CUDA_SUCCESS);
+        assert_eq!(*(h as *const u8), POISON);
+        std::slice::from_raw_parts_mut(h.cast::<u32>(), 1024)
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as u32);
+        let mut m = 0u64;
+        assert_eq!(cuMemAllocManaged(&mut m, 4096, 1), CUDA_SUCCESS);
+        assert_eq!(cuMemAllocManaged(&mut m, 4096, 8), CUDA_ERROR_INVALID_VALUE);
+        assert_eq!(cuMemAllocManaged(&mut m, 4096, 1), CUDA_SUCCESS);
+        let mut pool = null_mut();
+        assert_eq!(cuDeviceGetDefaultMemPool(&mut pool, 0), CUDA_SUCCESS);
+        let mut threshold = u64::MAX;
+        assert_eq!(
+            cuMemPoolSetAttribute(pool, 4, (&raw mut threshold).cast()),
+            CUDA_SUCCESS
+        );
+        let mut got = 0u64;
+        assert_eq!(cuMemPoolGetAttribute(pool, 4, (&raw mut got).cast()), CUDA_SUCCESS);
+        assert_eq!(got, u64::MAX);
+        let mut s = null_mut();
+        assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+        let mut d = 0u64;
+        assert_eq!(cuMemAllocAsync(&mut d, 4096, s), CUDA_SUCCESS);
+        let mut pp: Handle = null_mut();
+        assert_eq!(cuPointerGetAttribute((&raw mut pp).cast(), 17, d), CUDA_SUCCESS);
+        assert_eq!(pp, pool);
+        // pinned → device → managed, all in stream order.
+        assert_eq!(cuMemcpyAsync(d, h as u64, 4096, s), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyAsync(m, d, 4096, s), CUDA_SUCCESS);
+        assert_eq!(cuMemFreeAsync(d, s), CUDA_SUCCESS);
+        assert_eq!(cuMemFreeAsync(d, s), CUDA_ERROR_INVALID_VALUE, "second free");
+        assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
+        let got = std::slice::from_raw_parts(m as *const u32, 1024);
+        assert!(got.iter().enumerate().all(|(i, &v)| v == i as u32));
+        // Pointer attributes (group__CUDA__UNIFIED).
+        let mut mt = 0u32;
+        assert_eq!(cuPointerGetAttribute((&raw mut mt).cast(), 2, h as u64), CUDA_SUCCESS);
+        assert_eq!(mt, CU_MEMORYTYPE_HOST);
+        let mut managed = 0u8;
+        assert_eq!(
+            cuPointerGetAttribute((&raw mut managed).cast(), 8, m + 100),
+            CUDA_SUCCESS
+        );
+        assert_eq!(managed, 1);
+        let mut start = 0u64;
+        assert_eq!(
+            cuPointerGetAttribute((&raw mut start).cast(), 11, m + 100),
+            CUDA_SUCCESS
+        );
+        assert_eq!(start, m);
+        let mut x = 0u64;
+        let local = 5u64;
+        assert_eq!(
+            cuPointerGetAttribute((&raw mut x).cast(), 2, &local as *const u64 as u64),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuPointerGetAttribute((&raw mut x).cast(), 2, d),
+            CUDA_ERROR_INVALID_VALUE,
+            "freed"
+        );
+        assert_eq!(cuMemFreeHost(h), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(m), CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn kernel_copies_and_reports() {
+    setup();
+    let f = load_copy_kernel();
+    // SAFETY: valid buffers and handles.
+    unsafe {
+        let n = 1000u32;
+        let (mut a, mut b) = (0u64, 0u64);
+        assert_eq!(cuMemAlloc_v2(&mut a, 4 * n as usize), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut b, 4 * n as usize), CUDA_SUCCESS);
+        let src: Vec<u32> = (0..n).map(|i| i * 3).collect();
+        assert_eq!(cuMemcpyHtoD_v2(a, src.as_ptr().cast(), 4 * n as usize), CUDA_SUCCESS);
+        let before = devtensor_emu::driver::report::totals();
+        assert_eq!(launch_copy(f, b, a, n, null_mut()), CUDA_SUCCESS);
+        let mut out = vec![0u32; n as usize];
+        assert_eq!(
+            cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), b, 4 * n as usize),
+            CUDA_SUCCESS
+        );
+        assert_eq!(out, src);
+        let after = devtensor_emu::driver::report::totals();
+        assert!(after.launches > before.launches);
+        assert!(after.global_load_requests > before.global_load_requests);
+        // Launch limits (group__CUDA__EXEC / device attributes).
+        let (mut o, mut i, mut nn) = (b, a, n);
+        let mut params: [*mut c_void; 3] = [(&raw mut o).cast(), (&raw mut i).cast(), (&raw mut nn).cast()];
+        let p = params.as_mut_ptr();
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 1025, 1, 1, 0, null_mut(), p, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 32, 32, 2, 0, null_mut(), p, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 65536, 1, 32, 1, 1, 0, null_mut(), p, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 0, 1, 1, 32, 1, 1, 0, null_mut(), p, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 49 << 10, null_mut(), p, null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, null_mut(), null_mut(), null_mut()),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 228 << 10),
+            CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(
+            cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100 << 10),
+            CUDA_SUCCESS
+        );
+        // `extra` with a packed buffer.
+        let mut packed = [0u8; 20];
+        packed[0..8].copy_from_slice(&b.to_ne_bytes());
+        packed[8..16].copy_from_slice(&a.to_ne_bytes());
+        packed[16..20].copy_from_slice(&4u32.to_ne_bytes());
+        let mut size = packed.len();
+        let mut extra: [*mut c_void; 5] = [
+            CU_LAUNCH_PARAM_BUFFER_POINTER as *mut c_void,
+            packed.as_mut_ptr().cast(),
+            CU_LAUNCH_PARAM_BUFFER_SIZE as *mut c_void,
+            (&raw mut size).cast(),
+            CU_LAUNCH_PARAM_END as *mut c_void,
+        ];
+        assert_eq!(
+            cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, null_mut(), null_mut(), extra.as_mut_ptr()),
+            CUDA_SUCCESS
+        );
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn kernel_out_of_bounds_is_sticky_illegal_address() {
+    if !in_child() {
+        let (st, err) = child("kernel_out_of_bounds_is_sticky_illegal_address", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("past the end"), "{err}");
+        return;
+    }
+    setup();
+    let f = load_copy_kernel();
+    // SAFETY: valid buffers and handles.
+    unsafe {
+        let (mut a, mut b) = (0u64, 0u64);
+        assert_eq!(cuMemAlloc_v2(&mut a, 4 * 100), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut b, 4 * 200), CUDA_SUCCESS);
+        // Reads 200 elements of a 100-element buffer.
+        assert_eq!(
+            launch_copy(f, b, a, 200, null_mut()),
+            CUDA_SUCCESS,
+            "launch errors are asynchronous"
+        );
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+        let mut c = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut c, 16), CUDA_ERROR_ILLEGAL_ADDRESS, "sticky");
+        assert_eq!(cuStreamSynchronize(null_mut()), CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+}
+
+#[test]
+fn kernel_reading_freed_memory_faults() {
+    if !in_child() {
+        let (st, err) = child("kernel_reading_freed_memory_faults", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("freed by cuMemFree_v2"), "{err}");
+        return;
+    }
+    setup();
+    let f = load_copy_kernel();
+    // SAFETY: valid buffers and handles.
+    unsafe {
+        let (mut a, mut b) = (0u64, 0u64);
+        assert_eq!(cuMemAlloc_v2(&mut a, 4 * 64), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut b, 4 * 64), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+        assert_eq!(launch_copy(f, b, a, 64, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+}
+
+#[test]
+fn kernel_peer_access_needs_enabling() {
+    if !in_child() {
+        let (st, err) = child("kernel_peer_access_needs_enabling", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("peer access"), "{err}");
+        return;
+    }
+    let c0 = setup();
+    let f = load_copy_kernel();
+    // SAFETY: valid buffers and handles.
+    unsafe {
+        let mut c1 = null_mut();
+        assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+        let mut remote = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut remote, 256), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+        let mut local = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut local, 256), CUDA_SUCCESS);
+        // cuMemcpyPeer works without peer access (copy engines).
+        assert_eq!(cuMemcpyPeer(local, c0, remote, c1, 256), CUDA_SUCCESS);
+        assert_eq!(cuCtxEnablePeerAccess(c1, 0), CUDA_SUCCESS);
+        assert_eq!(launch_copy(f, local, remote, 64, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS);
+        assert_eq!(cuCtxDisablePeerAccess(c1), CUDA_SUCCESS);
+        assert_eq!(launch_copy(f, local, remote, 64, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+}

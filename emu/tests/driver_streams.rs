@@ -1,0 +1,363 @@
+//! Streams, events and the race detector: legacy default stream vs blocking
+//! and non-blocking streams (stream-sync-behavior), event record / wait /
+//! query / elapsed time (group__CUDA__EVENT), races caught independently of
+//! timing and correct programs left alone (also under the random delays of
+//! DEVTENSOR_EMU_SEED).
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use devtensor_emu::driver::context::*;
+use devtensor_emu::driver::event::*;
+use devtensor_emu::driver::launch::*;
+use devtensor_emu::driver::memory::*;
+use devtensor_emu::driver::module::*;
+use devtensor_emu::driver::stream::*;
+use devtensor_emu::driver::*;
+
+fn setup() -> Handle {
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        assert_eq!(devtensor_emu::driver::device::cuInit(0), CUDA_SUCCESS);
+        let mut ctx = null_mut();
+        assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, 0), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        ctx
+    }
+}
+
+fn child(name: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env("EMU_CHILD", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn in_child() -> bool {
+    std::env::var_os("EMU_CHILD").is_some()
+}
+
+/// `out[i] = in[i] + 1` for i < n.
+const INC_PTX: &str = "
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry inc_u32(
+	.param .u64 p_out,
+	.param .u64 p_in,
+	.param .u32 p_n
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .b32 	%r<8>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.u64 	%rd1, [p_out];
+	ld.param.u64 	%rd2, [p_in];
+	ld.param.u32 	%r2, [p_n];
+	mov.u32 	%r3, %ctaid.x;
+	mov.u32 	%r4, %ntid.x;
+	mov.u32 	%r5, %tid.x;
+	mad.lo.s32 	%r1, %r3, %r4, %r5;
+	setp.ge.u32 	%p1, %r1, %r2;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd3, %rd1;
+	cvta.to.global.u64 	%rd4, %rd2;
+	mul.wide.u32 	%rd5, %r1, 4;
+	add.s64 	%rd6, %rd4, %rd5;
+	ld.global.u32 	%r6, [%rd6];
+	add.s32 	%r7, %r6, 1;
+	add.s64 	%rd7, %rd3, %rd5;
+	st.global.u32 	[%rd7], %r7;
+$L__BB0_2:
+	ret;
+}
+";
+
+const N: u32 = 4096;
+
+struct Fx {
+    f: Handle,
+    a: u64,
+    b: u64,
+    c: u64,
+}
+
+fn fixture() -> Fx {
+    setup();
+    let text = std::ffi::CString::new(INC_PTX).unwrap();
+    // SAFETY: valid PTX, out-pointers and buffers.
+    unsafe {
+        let mut m = null_mut();
+        assert_eq!(
+            cuModuleLoadData(&mut m, text.as_ptr().cast()),
+            CUDA_SUCCESS,
+            "{:?}",
+            last_error_message()
+        );
+        let mut f = null_mut();
+        assert_eq!(cuModuleGetFunction(&mut f, m, c"inc_u32".as_ptr()), CUDA_SUCCESS);
+        let (mut a, mut b, mut c) = (0u64, 0u64, 0u64);
+        for p in [&mut a, &mut b, &mut c] {
+            assert_eq!(cuMemAlloc_v2(p, 4 * N as usize), CUDA_SUCCESS);
+        }
+        let src: Vec<u32> = (0..N).collect();
+        assert_eq!(cuMemcpyHtoD_v2(a, src.as_ptr().cast(), 4 * N as usize), CUDA_SUCCESS);
+        Fx { f, a, b, c }
+    }
+}
+
+fn inc(f: Handle, out: u64, inp: u64, stream: Handle) {
+    let (mut o, mut i, mut n) = (out, inp, N);
+    let mut params: [*mut c_void; 3] = [(&raw mut o).cast(), (&raw mut i).cast(), (&raw mut n).cast()];
+    // SAFETY: three parameters, each pointing to a value of its size.
+    let rc = unsafe { cuLaunchKernel(f, N / 128, 1, 1, 128, 1, 1, 0, stream, params.as_mut_ptr(), null_mut()) };
+    assert_eq!(rc, CUDA_SUCCESS);
+}
+
+fn read(p: u64) -> Vec<u32> {
+    let mut out = vec![0u32; N as usize];
+    // SAFETY: `out` holds N u32.
+    let rc = unsafe { cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), p, 4 * N as usize) };
+    assert_eq!(rc, CUDA_SUCCESS, "{:?}", last_error_message());
+    out
+}
+
+fn stream(flags: u32) -> Handle {
+    setup();
+    let mut s = null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { cuStreamCreate(&mut s, flags) }, CUDA_SUCCESS);
+    s
+}
+
+/// Producer on `s1`, consumer on `s2`, with or without an event between them.
+fn producer_consumer(s1: Handle, s2: Handle, with_event: bool) {
+    let fx = fixture();
+    inc(fx.f, fx.b, fx.a, s1);
+    if with_event {
+        let mut e = null_mut();
+        // SAFETY: valid handles.
+        unsafe {
+            assert_eq!(cuEventCreate(&mut e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+            assert_eq!(cuEventRecord(e, s1), CUDA_SUCCESS);
+            assert_eq!(cuStreamWaitEvent(s2, e, 0), CUDA_SUCCESS);
+            // The wait captured the record: destroying the event right away is fine.
+            assert_eq!(cuEventDestroy_v2(e), CUDA_SUCCESS);
+        }
+    }
+    inc(fx.f, fx.c, fx.b, s2);
+    // SAFETY: valid handles.
+    unsafe {
+        assert_eq!(cuStreamSynchronize(s2), CUDA_SUCCESS, "{:?}", last_error_message());
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS, "{:?}", last_error_message());
+    }
+    let want: Vec<u32> = (0..N).map(|i| i + 2).collect();
+    assert_eq!(read(fx.c), want);
+}
+
+#[test]
+fn event_orders_non_blocking_streams() {
+    if !in_child() {
+        for seed in ["0", "7", "12345"] {
+            let (st, err) = child("event_orders_non_blocking_streams", &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(!err.contains("race"), "seed {seed}: {err}");
+        }
+        return;
+    }
+    producer_consumer(stream(1), stream(1), true);
+}
+
+#[test]
+fn race_without_event_is_caught() {
+    if !in_child() {
+        for seed in ["0", "3"] {
+            let (st, err) = child("race_without_event_is_caught", &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(
+                err.contains("data race") && err.contains("inc_u32"),
+                "seed {seed}: {err}"
+            );
+        }
+        return;
+    }
+    let fx = fixture();
+    let (s1, s2) = (stream(1), stream(1));
+    inc(fx.f, fx.b, fx.a, s1);
+    inc(fx.f, fx.c, fx.b, s2);
+    // SAFETY: valid handles.
+    unsafe {
+        cuStreamSynchronize(s1);
+        cuStreamSynchronize(s2);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    }
+}
+
+#[test]
+fn legacy_stream_orders_blocking_streams() {
+    if !in_child() {
+        let (st, err) = child("legacy_stream_orders_blocking_streams", &[("DEVTENSOR_EMU_SEED", "11")]);
+        assert!(st.success(), "{err}");
+        assert!(!err.contains("race"), "{err}");
+        return;
+    }
+    // Blocking stream → legacy: implicit synchronisation.
+    producer_consumer(stream(0), null_mut(), false);
+    // Legacy → blocking stream.
+    producer_consumer(CU_STREAM_LEGACY as Handle, stream(0), false);
+    // Per-thread default stream ↔ legacy.
+    producer_consumer(CU_STREAM_PER_THREAD as Handle, null_mut(), false);
+    // Same stream.
+    let s = stream(1);
+    producer_consumer(s, s, false);
+}
+
+#[test]
+fn legacy_stream_does_not_order_non_blocking_streams() {
+    if !in_child() {
+        let (st, err) = child("legacy_stream_does_not_order_non_blocking_streams", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("data race"), "{err}");
+        return;
+    }
+    let fx = fixture();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    inc(fx.f, fx.b, fx.a, s);
+    inc(fx.f, fx.c, fx.b, null_mut());
+    // SAFETY: valid handles.
+    unsafe {
+        cuStreamSynchronize(s);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    }
+}
+
+#[test]
+fn use_after_async_free_in_unordered_stream() {
+    if !in_child() {
+        let (st, err) = child("use_after_async_free_in_unordered_stream", &[]);
+        assert!(st.success(), "{err}");
+        // Either a race with the stream-ordered allocation/free, or (if the
+        // free ran first) a read of freed memory.
+        assert!(
+            err.contains("data race") || err.contains("freed by cuMemFreeAsync"),
+            "{err}"
+        );
+        return;
+    }
+    let fx = fixture();
+    let (s1, s2) = (stream(1), stream(1));
+    // SAFETY: valid handles and out-pointers.
+    unsafe {
+        let mut d = 0u64;
+        assert_eq!(cuMemAllocAsync(&mut d, 4 * N as usize, s1), CUDA_SUCCESS);
+        inc(fx.f, d, fx.a, s1);
+        assert_eq!(cuMemFreeAsync(d, s1), CUDA_SUCCESS);
+        inc(fx.f, fx.c, d, s2);
+        cuStreamSynchronize(s1);
+        cuStreamSynchronize(s2);
+        let rc = cuCtxSynchronize();
+        assert!(
+            rc == CUDA_ERROR_LAUNCH_FAILED || rc == CUDA_ERROR_ILLEGAL_ADDRESS,
+            "{rc}"
+        );
+    }
+}
+
+#[test]
+fn host_sync_orders_later_work() {
+    // Synchronising the producer's stream on the host orders everything the
+    // host enqueues afterwards: no race.
+    let fx = fixture();
+    let (s1, s2) = (stream(1), stream(1));
+    inc(fx.f, fx.b, fx.a, s1);
+    // SAFETY: valid handles.
+    unsafe { assert_eq!(cuStreamSynchronize(s1), CUDA_SUCCESS) };
+    inc(fx.f, fx.c, fx.b, s2);
+    // SAFETY: valid handles.
+    unsafe { assert_eq!(cuStreamSynchronize(s2), CUDA_SUCCESS, "{:?}", last_error_message()) };
+    assert_eq!(read(fx.c), (0..N).map(|i| i + 2).collect::<Vec<_>>());
+}
+
+#[test]
+fn events() {
+    setup();
+    let s = stream(1);
+    // SAFETY: valid handles and out-pointers.
+    unsafe {
+        let (mut a, mut b, mut nt) = (null_mut(), null_mut(), null_mut());
+        assert_eq!(cuEventCreate(&mut a, 0), CUDA_SUCCESS);
+        assert_eq!(cuEventCreate(&mut b, 0), CUDA_SUCCESS);
+        assert_eq!(cuEventCreate(&mut nt, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+        let mut ms = -1f32;
+        // group__CUDA__EVENT: never recorded → CUDA_SUCCESS from cuEventQuery,
+        // CUDA_ERROR_INVALID_HANDLE from cuEventElapsedTime.
+        assert_eq!(cuEventQuery(a), CUDA_SUCCESS);
+        assert_eq!(cuEventSynchronize(a), CUDA_SUCCESS);
+        assert_eq!(cuEventElapsedTime_v2(&mut ms, a, b), CUDA_ERROR_INVALID_HANDLE);
+        assert_eq!(cuEventRecord(a, s), CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(nt, s), CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(b, s), CUDA_SUCCESS);
+        assert_eq!(cuEventSynchronize(b), CUDA_SUCCESS);
+        assert_eq!(cuEventQuery(a), CUDA_SUCCESS);
+        assert_eq!(cuStreamQuery(s), CUDA_SUCCESS);
+        assert_eq!(cuEventElapsedTime_v2(&mut ms, a, b), CUDA_SUCCESS);
+        assert!(ms >= 0.0);
+        assert_eq!(cuEventElapsedTime(&mut ms, a, b), CUDA_SUCCESS);
+        assert_eq!(
+            cuEventElapsedTime_v2(&mut ms, a, nt),
+            CUDA_ERROR_INVALID_HANDLE,
+            "DISABLE_TIMING"
+        );
+        assert_eq!(cuEventElapsedTime_v2(null_mut(), a, b), CUDA_ERROR_INVALID_VALUE);
+        // An event of device 1 cannot be recorded on a stream of device 0.
+        let mut c1 = null_mut();
+        assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), CUDA_SUCCESS);
+        assert_eq!(cuCtxPushCurrent_v2(c1), CUDA_SUCCESS);
+        let mut e1 = null_mut();
+        assert_eq!(cuEventCreate(&mut e1, 0), CUDA_SUCCESS);
+        assert_eq!(cuCtxPopCurrent_v2(null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuEventRecord(e1, s), CUDA_ERROR_INVALID_HANDLE);
+        // Destroying an event with a pending record is allowed.
+        assert_eq!(cuEventRecord(a, s), CUDA_SUCCESS);
+        assert_eq!(cuEventDestroy_v2(a), CUDA_SUCCESS);
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+    }
+}
+
+#[test]
+fn many_streams_stress() {
+    // Copies through a chain of streams joined by events, with random delays.
+    if !in_child() {
+        let (st, err) = child("many_streams_stress", &[("DEVTENSOR_EMU_SEED", "99")]);
+        assert!(st.success(), "{err}");
+        return;
+    }
+    let fx = fixture();
+    let streams: Vec<Handle> = (0..6).map(|_| stream(1)).collect();
+    let bufs = [fx.a, fx.b, fx.c];
+    for (i, &s) in streams.iter().enumerate() {
+        if i > 0 {
+            let mut e = null_mut();
+            // SAFETY: valid handles.
+            unsafe {
+                assert_eq!(cuEventCreate(&mut e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+                assert_eq!(cuEventRecord(e, streams[i - 1]), CUDA_SUCCESS);
+                assert_eq!(cuStreamWaitEvent(s, e, 0), CUDA_SUCCESS);
+                assert_eq!(cuEventDestroy_v2(e), CUDA_SUCCESS);
+            }
+        }
+        inc(fx.f, bufs[(i + 1) % 3], bufs[i % 3], s);
+    }
+    // SAFETY: valid handles.
+    unsafe { assert_eq!(cuStreamSynchronize(*streams.last().unwrap()), CUDA_SUCCESS) };
+    // 6 increments along a → b → c → a → b → c → a.
+    assert_eq!(read(fx.a), (0..N).map(|i| i + 6).collect::<Vec<_>>());
+    let _ = CU_MEMORYTYPE_DEVICE;
+}
