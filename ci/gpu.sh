@@ -77,19 +77,26 @@ fi
 
 echo "==> devtensor info";            $CLI info | tee "$log/info.txt"
 # shellcheck disable=SC2086
-echo "==> kernels";                   $CLI kernels --check $KERNEL_CHECK | tee "$log/kernels.txt"
+echo "==> kernels";                   $CLI kernels --check $KERNEL_CHECK | tee "$log/kernels.txt"; kernels_rc=${PIPESTATUS[0]}
 echo "==> Rust tests (GPU required)"; run_rust_tests 2>&1 | tee "$log/rust.txt"; rust_rc=${PIPESTATUS[0]}
 
 sanitizer="not available"
+sanitizer_failed=0
 if [ "$BACKEND" = cuda ] && command -v compute-sanitizer >/dev/null; then
   bin=$(gpu_test_bin)
   if [ -n "$bin" ]; then
-    echo "==> compute-sanitizer memcheck $bin"
-    if compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --test-threads=1 >"$log/sanitizer.txt" 2>&1; then
-      sanitizer="clean ($(grep -c '^test .* ok$' "$log/sanitizer.txt") tests)"
-    else
-      sanitizer="FAILED (see the log below)"
-    fi
+    # memcheck: out-of-bounds and misaligned accesses, leaks; racecheck: shared-memory
+    # hazards (the tiled transposes); synccheck: barriers in divergent code.
+    sanitizer=""
+    for tool in memcheck racecheck synccheck; do
+      echo "==> compute-sanitizer $tool $bin"
+      if compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" --test-threads=1 >>"$log/sanitizer.txt" 2>&1; then
+        sanitizer="$sanitizer $tool: clean;"
+      else
+        sanitizer="$sanitizer $tool: FAILED (see the log below);"
+        sanitizer_failed=1
+      fi
+    done
   fi
 fi
 
@@ -114,7 +121,8 @@ $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
   echo "- device: $gpu, driver $driver"
   echo "- Rust tests: $(grep -E '^test result:|Summary' "$log/rust.txt" | tail -n 3 | tr '\n' ' ') (exit $rust_rc)"
   echo "- Python tests: $(tail -n 1 "$log/python.txt") (exit $py_rc)"
-  echo "- compute-sanitizer memcheck: $sanitizer"
+  echo "- kernels --check: exit $kernels_rc"
+  echo "- compute-sanitizer:$sanitizer"
   echo
   echo '## devtensor info'; echo '```'; cat "$log/info.txt"; echo '```'
   echo '## Kernels'; echo '```'; cat "$log/kernels.txt"; echo '```'
@@ -124,4 +132,4 @@ $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
   [ -f "$log/sanitizer.txt" ] && { echo '## compute-sanitizer'; echo '```'; tail -n 20 "$log/sanitizer.txt"; echo '```'; }
 } > "$report"
 echo "report: $report"
-[ "$rust_rc" = 0 ] && [ "$py_rc" = 0 ]
+[ "$rust_rc" = 0 ] && [ "$py_rc" = 0 ] && [ "$kernels_rc" = 0 ] && [ "$sanitizer_failed" = 0 ]

@@ -31,6 +31,7 @@ NEED=(
   "pytest|import pytest"
   "mypy|import mypy.stubtest"
   "numpy|import numpy"
+  "ml_dtypes|import ml_dtypes"
   "torch|import torch"
   "jax[cpu]|import jax, jaxlib"
   "apache-tvm-ffi|import tvm_ffi"
@@ -53,7 +54,7 @@ else
 fi
 "$PY" - <<'EOF'
 import importlib
-for name in ["numpy", "torch", "jax", "tvm_ffi", "pytest", "mypy"]:
+for name in ["numpy", "ml_dtypes", "torch", "jax", "tvm_ffi", "pytest", "mypy"]:
     try:
         m = importlib.import_module(name)
         print(f"  {name:8} {getattr(m, '__version__', '?')}")

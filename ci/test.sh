@@ -57,6 +57,7 @@ cargo clippy --all-targets --locked --no-default-features -- -D warnings
 cargo clippy --all-targets --locked --features python -- -D warnings
 cargo clippy --all-targets --locked --no-default-features --features rocm -- -D warnings
 cargo clippy --all-targets --locked --features python,rocm -- -D warnings
+cargo clippy --all-targets --locked -p devtensor-emu -- -D warnings
 
 step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
@@ -87,7 +88,15 @@ cargo run --locked --quiet -- kernels --check --arch sm_80 --arch sm_90
 
 step "caching pool under valgrind (CPU-backed)"
 command -v valgrind >/dev/null || { SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"; $SUDO apt-get install -y -qq valgrind >/dev/null; }
-pool_bin=$(cargo test --locked --no-run --test caching_alloc 2>&1 | grep -o 'target/debug/deps/caching_alloc-[a-z0-9]*' | head -n 1)
+# The binary's path from cargo itself, so that CARGO_TARGET_DIR (or a build.target-dir) is honoured.
+pool_bin=$(cargo test --locked --no-run --test caching_alloc --message-format=json | "$VENV/bin/python" -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "caching_alloc":
+        print(m["executable"])
+')
+[ -x "$pool_bin" ] || { echo "cargo test --no-run did not report the caching_alloc test binary"; exit 1; }
 if DEVTENSOR_STRESS_ITERS=2000 valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
      "$pool_bin" --test-threads=1 >"$CACHE/valgrind.log" 2>&1; then
   grep -E "^test result" "$CACHE/valgrind.log"
@@ -100,6 +109,42 @@ fi
 
 step "Python package: stubtest and the interop suite (numpy, torch, jax, tvm_ffi)"
 VENV="$VENV" bash ci/python_test.sh
+
+# --- CUDA on the emulated driver (emu/): the real host code and the real NVRTC kernels -------
+step "emu: the emulated driver's own tests (PTX forms, driver rules, broken programs it must catch)"
+cargo test --locked --release -p devtensor-emu 2>&1 | tee "$CACHE/emu-test.log"
+grep -E "^test result:" "$CACHE/emu-test.log" | awk '{p+=$4; f+=$6} END {printf "emu test summary: %d passed, %d failed\n", p, f}'
+
+emu_start=$(date +%s)
+# shellcheck source=ci/emu.sh
+source ci/emu.sh   # builds emu/, puts libcuda.so.1 + the NVRTC shim first on the loader path
+export DEVTENSOR_EMU_MEMORY=${DEVTENSOR_EMU_MEMORY:-6G}
+
+step "CUDA on the emulated driver: devtensor info"
+cargo run --locked --quiet -- info
+
+for seed in 1 2; do
+  step "CUDA on the emulated driver, seed $seed: cargo test (the GPU suite and every CUDA branch), DEVTENSOR_REQUIRE_GPU=1"
+  if [ "$seed" = 1 ]; then tests=(); else tests=(--test gpu_cuda); fi
+  DEVTENSOR_EMU_SEED=$seed cargo test --locked --no-fail-fast "${tests[@]}" 2>&1 | tee "$CACHE/emu-cuda-$seed.log"
+  grep -E "^test result:" "$CACHE/emu-cuda-$seed.log" | awk -v s="$seed" '{p+=$4; f+=$6} END {printf "cargo test on the emulator (seed %s) summary: %d passed, %d failed\n", s, p, f}'
+  if grep -E "^SKIP" "$CACHE/emu-cuda-$seed.log"; then echo "a CUDA test skipped on the emulator"; exit 1; fi
+done
+
+step "CUDA on the emulated driver: devtensor bench --device cuda:0 --quick (launch metrics, not timings)"
+cargo run --locked --quiet -- bench --device cuda:0 --quick
+
+step "CUDA on the emulated driver: the Python package's own CUDA tests (pytest -m cuda)"
+set +e
+"$VENV/bin/python" -m pytest tests/python -m cuda -v -p no:cacheprovider
+rc=$?
+set -e
+case $rc in
+  0) ;;
+  5) echo "pytest -m cuda collected no tests" >&2; exit 1 ;;
+  *) echo "pytest -m cuda failed ($rc)" >&2; exit "$rc" ;;
+esac
+echo "emulated CUDA steps took $(( $(date +%s) - emu_start )) s"
 
 echo
 echo "ci/test.sh: all checks passed"

@@ -79,6 +79,26 @@ pub enum Error {
         /// The tensor's number of dimensions.
         ndim: usize,
     },
+    /// More dimensions than a tensor may have ([`MAX_NDIM`](crate::layout::MAX_NDIM),
+    /// the DLPack import limit too, so every tensor can be exchanged).
+    #[error("{ndim} dimensions requested, but a tensor has at most {max}")]
+    TooManyDimensions {
+        /// The number of dimensions asked for.
+        ndim: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A fork()ed child touched GPU state inherited from its parent, which the
+    /// driver does not carry across fork (as torch: "cannot re-initialize CUDA
+    /// in a forked subprocess").
+    #[error(
+        "cannot re-initialize {backend} in a forked subprocess: the parent initialized it before fork(); \
+         use the 'spawn' or 'forkserver' start method, or touch {backend} only after forking"
+    )]
+    ForkedChild {
+        /// The backend the parent had initialized.
+        backend: Backend,
+    },
     /// An index outside `-size..size`.
     #[error("index {index} out of range for dimension {dim} of size {size}")]
     IndexOutOfRange {

@@ -15,6 +15,14 @@ pub type Strides = SmallVec<[isize; 6]>;
 /// Most dimensions a tensor may have (the DLPack import limit as well).
 pub const MAX_NDIM: usize = 64;
 
+/// `Err(TooManyDimensions)` when a tensor of `ndim` dimensions would pass [`MAX_NDIM`].
+pub fn check_ndim(ndim: usize) -> Result<()> {
+    if ndim > MAX_NDIM {
+        return Err(Error::TooManyDimensions { ndim, max: MAX_NDIM });
+    }
+    Ok(())
+}
+
 /// Number of elements, `Err(Overflow)` when it does not fit `isize`.
 pub fn numel(shape: &[usize]) -> Result<usize> {
     let n = shape

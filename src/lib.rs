@@ -8,6 +8,7 @@ pub mod device;
 pub mod dlpack;
 pub mod dtype;
 pub mod error;
+pub mod fork;
 pub mod layout;
 pub mod scalar;
 pub mod stream;

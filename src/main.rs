@@ -23,6 +23,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    if matches!(args.command, Command::Bench(_)) && cli::bench_emulated::report_path().is_none() {
+        // On the emulated driver the bench prints the emulator's launch metrics, which it
+        // writes where this variable points; a real driver ignores it.
+        let path = std::env::temp_dir().join(format!("devtensor-emu-report-{}.jsonl", std::process::id()));
+        // SAFETY: the first statement of main after parsing: no other thread exists yet
+        // to read the environment concurrently.
+        unsafe { std::env::set_var("DEVTENSOR_EMU_REPORT", path) };
+    }
     match args.command {
         Command::Info => {
             cli::info::run();

@@ -1,6 +1,9 @@
 //! Scalars → the raw bytes of one element of any dtype (native byte order),
-//! for fills. Float8 values are rounded to nearest-even as ml_dtypes does;
-//! out-of-range values become ±inf where the format has one, else NaN.
+//! for fills. Float8 values are converted as ml_dtypes and torch convert them:
+//! rounded to float32 first, then to nearest-even in the format; out-of-range
+//! values become ±inf where the format has one, else NaN. A complex value with
+//! a non-zero imaginary part is refused by every real and integer dtype (torch
+//! refuses it too), never silently truncated; a bool takes its truth value.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -53,6 +56,12 @@ impl Scalar {
         }
         let f = self.real();
         let imag = if let Scalar::Complex(_, i) = self { i } else { 0.0 };
+        if imag != 0.0 && !dtype.is_complex() && dtype != DType::Bool {
+            return Err(Error::InvalidScalar {
+                dtype,
+                reason: COMPLEX_INTO_REAL,
+            });
+        }
         Ok(match dtype {
             DType::Bool => vec![u8::from(f != 0.0 || imag != 0.0)],
             DType::I8 => int!(i8)?,
@@ -79,6 +88,10 @@ impl Scalar {
     }
 }
 
+/// The reason of the error for a complex value with a non-zero imaginary part
+/// stored in a real or integer dtype.
+pub const COMPLEX_INTO_REAL: &str = "a complex value with a non-zero imaginary part needs a complex dtype";
+
 /// How a float8 format spends its top exponent and its sign.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Special {
@@ -90,8 +103,9 @@ enum Special {
     Fnuz,
 }
 
-/// Encodes `v` in a float8 format.
+/// Encodes `v` in a float8 format (through float32, as ml_dtypes and torch do).
 fn float8(dtype: DType, v: f64) -> Result<u8> {
+    let v = f64::from(v as f32);
     let (e_bits, m_bits, bias, special) = match dtype {
         DType::F8E3M4 => (3, 4, 3, Special::Ieee),
         DType::F8E4M3 => (4, 3, 7, Special::Ieee),
@@ -164,13 +178,23 @@ fn float8(dtype: DType, v: f64) -> Result<u8> {
     Ok(sign | ((e_field as u8) << m_bits) | m as u8)
 }
 
-/// E8M0 (a power-of-two scale): no sign, no zero; 0xff is NaN.
+/// E8M0 (a power-of-two scale, 2^(e - 127)): no sign, no zero; 0xff is NaN.
+/// From the float32 bits, as ml_dtypes and torch: the exponent field, plus one
+/// when the mantissa is at least half (more than half for float32 subnormals,
+/// whose implicit bit is 0), so 1.5 → 2 and 3 → 4; past 2^127 that is 0xff,
+/// NaN. Zero, negatives, infinities and NaN are NaN (no encoding for them).
 fn e8m0(v: f64) -> u8 {
-    if v.is_nan() || v <= 0.0 || v.is_infinite() {
+    let f = v as f32;
+    if f.is_nan() || f.is_infinite() || f <= 0.0 {
         return 0xff;
     }
-    let e = v.log2().round() as i32 + 127;
-    e.clamp(0, 254) as u8
+    let bits = f.to_bits();
+    let exponent = (bits >> 23) & 0xff; // < 255: not inf or NaN
+    let half = bits & 0x40_0000 != 0;
+    let below_half = bits & 0x3f_ffff != 0;
+    let implicit_one = exponent > 0;
+    let up = half && (below_half || implicit_one);
+    (exponent + u32::from(up)) as u8
 }
 
 fn round_half_even(x: f64) -> i64 {
@@ -220,6 +244,70 @@ mod tests {
         assert_eq!(f8(DType::F8E4M3Fn, 1.0625), 0x38);
         assert_eq!(f8(DType::F8E4M3Fn, 1.1875), 0x3a);
         assert_eq!(f8(DType::F8E8M0Fnu, 0.25), 125);
+    }
+
+    #[test]
+    fn e8m0_rounds_and_overflows_as_ml_dtypes() {
+        // Values from ml_dtypes 0.6 (`np.array(v).astype(float8_e8m0fnu)`).
+        let cases: &[(f64, u8)] = &[
+            (1.0, 127),
+            (1.41, 127), // below 1.5: down (not the geometric midpoint √2)
+            (1.49, 127),
+            (1.5, 128), // half: up
+            (0.75, 127),
+            (0.7, 126),
+            (3.0, 129),
+            (6.0, 130),
+            (2f64.powi(127), 254),
+            (1.49 * 2f64.powi(127), 254),
+            (1.5 * 2f64.powi(127), 255), // overflows to NaN
+            (2f64.powi(128), 255),
+            (2f64.powi(-127), 0),
+            (1.49 * 2f64.powi(-127), 1), // float32 subnormal: anything above 2^-127 rounds up
+            (0.99 * 2f64.powi(-127), 0),
+            (2f64.powi(-149), 0),
+            (1e-300, 255), // zero in float32
+            (0.0, 255),
+            (-1.0, 255),
+            (f64::INFINITY, 255),
+            (f64::NAN, 255),
+        ];
+        for &(v, want) in cases {
+            assert_eq!(f8(DType::F8E8M0Fnu, v), want, "{v:e}");
+        }
+    }
+
+    #[test]
+    fn float8_goes_through_float32_as_ml_dtypes() {
+        // 1.0625 + 2^-40 is above the e4m3fn midpoint of 1.0 and 1.125 in f64,
+        // but rounds to the midpoint in f32, then to even: 1.0 (0x38).
+        assert_eq!(f8(DType::F8E4M3Fn, 1.0625 + 2f64.powi(-40)), 0x38);
+    }
+
+    #[test]
+    fn complex_values_need_a_complex_dtype() {
+        for d in [DType::I32, DType::U8, DType::F32, DType::F16, DType::F8E4M3Fn] {
+            assert!(
+                matches!(
+                    Scalar::Complex(1.0, 2.0).to_bytes(d),
+                    Err(Error::InvalidScalar {
+                        reason: COMPLEX_INTO_REAL,
+                        ..
+                    })
+                ),
+                "{d}"
+            );
+        }
+        // A zero imaginary part loses nothing, a bool takes the truth value (as torch).
+        assert_eq!(Scalar::Complex(0.0, 2.0).to_bytes(DType::Bool).unwrap(), [1]);
+        assert_eq!(
+            Scalar::Complex(2.0, 0.0).to_bytes(DType::F32).unwrap(),
+            2f32.to_ne_bytes()
+        );
+        assert_eq!(
+            Scalar::Complex(1.0, -2.0).to_bytes(DType::C64).unwrap(),
+            [1f32.to_ne_bytes(), (-2f32).to_ne_bytes()].concat()
+        );
     }
 
     #[test]

@@ -191,6 +191,7 @@ impl Tensor {
 
     /// Uninitialised C-contiguous tensor from a given allocator.
     pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        layout::check_ndim(shape.len())?;
         let n = layout::numel(shape)?;
         let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow {
             what: "allocation size",
@@ -400,6 +401,7 @@ impl Tensor {
     /// (elements from the start of the storage), as torch's `as_strided`;
     /// `Err` when any element would fall outside the storage.
     pub fn as_strided(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
+        layout::check_ndim(shape.len())?;
         let e = self.dtype.size();
         let start = offset.checked_mul(e).ok_or(Error::Overflow { what: "view offset" })?;
         if let Some((lo, hi)) = layout::byte_range(shape, strides, e)? {
@@ -420,6 +422,7 @@ impl Tensor {
 
     /// Inserts a size-1 dimension at `dim` (`-ndim-1 ..= ndim`).
     pub fn unsqueeze(&self, dim: isize) -> Result<Tensor> {
+        layout::check_ndim(self.ndim() + 1)?;
         let d = layout::normalize_dim(dim, self.ndim() + 1)?;
         // The stride of a size-1 dim is never used to address; pick torch's choice.
         let stride = if d < self.ndim() {
@@ -459,6 +462,7 @@ impl Tensor {
     /// Broadcasts to `shape` (stride 0 on expanded dims; `-1` keeps a size;
     /// new leading dims allowed), as torch's `expand`.
     pub fn expand(&self, shape: &[isize]) -> Result<Tensor> {
+        layout::check_ndim(shape.len())?;
         if shape.len() < self.ndim() {
             return Err(Error::InvalidLayout("expand cannot remove dimensions"));
         }
@@ -495,6 +499,7 @@ impl Tensor {
     /// A view with `shape` (one `-1` inferred) when the strides allow it, else
     /// `Err(InvalidLayout)` (torch's `view`).
     pub fn view(&self, shape: &[isize]) -> Result<Tensor> {
+        layout::check_ndim(shape.len())?;
         let new_shape = layout::infer_shape(shape, self.numel())?;
         let strides = layout::view_strides(&self.shape, &self.strides, &new_shape).ok_or(Error::InvalidLayout(
             "view is not possible with these strides: use reshape",
@@ -504,6 +509,7 @@ impl Tensor {
 
     /// A view with `shape` when possible, otherwise a contiguous copy (torch's `reshape`).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
+        layout::check_ndim(shape.len())?;
         let new_shape = layout::infer_shape(shape, self.numel())?;
         match layout::view_strides(&self.shape, &self.strides, &new_shape) {
             Some(strides) => Ok(self.with_layout(new_shape, strides, self.offset)),

@@ -13,6 +13,7 @@ gpu_suite! {
     host: Device::CudaHost,
     managed: |i| Some(Device::CudaManaged(i)),
     stream: devtensor::backend::cuda::stream::CudaStream,
+    default_stream: devtensor::backend::cuda::stream::CudaStream::legacy,
     copy_on_stream: devtensor::backend::cuda::copy::copy_on_stream,
     handoff: devtensor::backend::cuda::stream::handoff,
     current_device: devtensor::backend::cuda::context::current_device,
@@ -32,4 +33,72 @@ fn dlpack_streams_map_to_cuda_handles() {
         assert!(CudaStream::from_dlpack(0, Some(-1)).unwrap().is_none());
         assert!(CudaStream::from_dlpack(0, Some(0)).is_err());
     }
+}
+
+/// A fork()ed child of a process that initialized CUDA gets a typed error from
+/// every CUDA entry point, never a call into the inherited driver state (which
+/// can hang), and its CPU copies still run in parallel.
+#[cfg(target_os = "linux")]
+#[test]
+fn forked_child_gets_a_typed_error_for_inherited_cuda() {
+    if !ready("forked_child_gets_a_typed_error_for_inherited_cuda") {
+        return;
+    }
+    // Allocations and plain copies only (no kernel): what the child inherits is
+    // a driver initialized with a context, an allocation and a copy.
+    let parent = Tensor::from_slice(&[1.5f32; 1000], &[1000])
+        .unwrap()
+        .to(dev(0))
+        .unwrap();
+    // A freed block the caching pool keeps: the child must not be served from it.
+    drop(Tensor::empty(&[4], DType::F32, dev(0)).unwrap());
+    // SAFETY: the child only calls devtensor, then `_exit`s without unwinding
+    // into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let child = || {
+            let forked = |r: devtensor::Result<Tensor>| {
+                matches!(
+                    r,
+                    Err(devtensor::Error::ForkedChild {
+                        backend: devtensor::Backend::Cuda
+                    })
+                )
+            };
+            let cpu = Tensor::zeros(&[2048, 2048], DType::F32, Device::Cpu).unwrap();
+            forked(Tensor::empty(&[4], DType::F32, dev(0)))
+                && forked(parent.to(Device::Cpu))
+                && devtensor::backend::cuda::context::current_device().is_err()
+                && cpu.transpose(0, 1).unwrap().contiguous().is_ok()
+        };
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(false);
+        // SAFETY: ends the child at once; the inherited tensor is leaked, not
+        // freed through the parent's context.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let start = std::time::Instant::now();
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            // SAFETY: our own child, which hangs.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            panic!("the forked child hung touching CUDA");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status:#x}"
+    );
+    // The parent's CUDA is unaffected.
+    assert_eq!(parent.to_vec::<f32>().unwrap(), vec![1.5; 1000]);
 }

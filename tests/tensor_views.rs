@@ -145,3 +145,38 @@ fn shape_overflow_is_an_error_not_a_panic() {
     let err = Tensor::empty(&[1 << 62], DType::F64, Device::Cpu).unwrap_err();
     assert!(matches!(err, Error::Overflow { .. }));
 }
+
+#[test]
+fn no_tensor_has_more_dimensions_than_dlpack_import_accepts() {
+    use devtensor::layout::MAX_NDIM;
+    let too_many = |r: devtensor::Result<Tensor>| matches!(r, Err(Error::TooManyDimensions { ndim, max: MAX_NDIM }) if ndim == MAX_NDIM + 1);
+    let ones = vec![1usize; MAX_NDIM + 1];
+    let ones_i = vec![1isize; MAX_NDIM + 1];
+    // Creation.
+    assert!(too_many(Tensor::empty(&ones, DType::F32, Device::Cpu)));
+    assert!(too_many(Tensor::zeros(&ones, DType::F32, Device::Cpu)));
+    assert!(too_many(Tensor::from_slice(&[1i32], &ones)));
+    // The limit itself is fine, and exchanges.
+    let full = Tensor::zeros(&ones[..MAX_NDIM], DType::F32, Device::Cpu).unwrap();
+    let dl = full.to_dlpack_versioned(Default::default());
+    // SAFETY: a live export, imported once (the import owns it).
+    let back = unsafe { devtensor::from_dlpack_versioned(dl) }.unwrap();
+    assert_eq!(back.ndim(), MAX_NDIM);
+    // Views that add dimensions.
+    assert!(too_many(full.unsqueeze(0)));
+    assert!(too_many(full.reshape(&ones_i)));
+    assert!(too_many(full.view(&ones_i)));
+    assert!(too_many(full.expand(&ones_i)));
+    assert!(too_many(full.as_strided(&ones, &ones_i, 0)));
+    let small = arange(&[2, 3]);
+    assert!(too_many(
+        small.reshape(&[&[2isize, 3][..], &ones_i[..MAX_NDIM - 1]].concat())
+    ));
+    // Views that keep the count are untouched.
+    assert_eq!(
+        full.permute(&(0..MAX_NDIM as isize).rev().collect::<Vec<_>>())
+            .unwrap()
+            .ndim(),
+        MAX_NDIM
+    );
+}

@@ -2,7 +2,7 @@
 # Checked against the built module by `python -m mypy.stubtest devtensor._devtensor`.
 import sys
 from collections.abc import Sequence
-from typing import Any, ClassVar, Optional, SupportsIndex, Union, final
+from typing import Any, ClassVar, Optional, SupportsComplex, SupportsFloat, SupportsIndex, Union, final
 
 from typing_extensions import CapsuleType
 
@@ -19,8 +19,9 @@ _DTypeLike = Union[str, object]
 # "cpu", "cuda", "cuda:N", "cuda_host", "cuda_managed:N", "rocm:N", "rocm_host",
 # a (device_type, device_id) pair as __dlpack_device__ returns, or a torch.device.
 _DeviceLike = Union[str, tuple[int, int], object]
-# A Python scalar used to fill a tensor.
-_Scalar = Union[bool, int, float, complex]
+# A fill value: a Python or NumPy scalar, or a 0-d NumPy array or torch tensor
+# (taken as the scalar it holds).
+_Scalar = Union[bool, int, float, complex, SupportsIndex, SupportsFloat, SupportsComplex]
 # One item of a basic index.
 _IndexItem = Union[SupportsIndex, slice, EllipsisType, None]
 _Index = Union[_IndexItem, tuple[_IndexItem, ...]]

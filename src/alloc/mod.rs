@@ -161,6 +161,8 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
 
 /// The allocator devtensor uses for `device` unless told otherwise.
 pub fn default_allocator(device: Device) -> Result<Arc<dyn NDAlloc>> {
+    // A forked child must not reuse its parent's GPU pool (or driver).
+    crate::fork::check(device.backend())?;
     match device {
         Device::Cpu => Ok(CpuAlloc::shared()),
         #[cfg(feature = "cuda")]

@@ -5,7 +5,7 @@
 
 use std::ffi::c_void;
 
-use super::launch::{KernelCall, copy_call, fill_call};
+use super::launch::{KernelCall, copy_call, fill_call, split_for_32bit};
 use crate::copy::plan::{BaseAddrs, CopyPlan, PlanKind, PlanOptions, plan_copy, plan_fill};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -83,23 +83,29 @@ pub trait GpuRuntime {
 /// views the plan was made from, valid for the plan's spans, and not freed
 /// before the work on `stream` completes.
 pub unsafe fn run_plan<R: GpuRuntime>(plan: &CopyPlan, dst: u64, src: u64, stream: &R::Stream) -> Result<()> {
-    let mut dst_base = dst.wrapping_add_signed(plan.dst_offset as i64);
-    let mut src_base = src.wrapping_add_signed(plan.src_offset as i64);
+    let dst_base = dst.wrapping_add_signed(plan.dst_offset as i64);
+    let src_base = src.wrapping_add_signed(plan.src_offset as i64);
     let ordinal = R::stream_ordinal(stream);
     match plan.kind {
         PlanKind::Empty => Ok(()),
         // SAFETY: both ranges are valid device-accessible memory (caller's contract).
         PlanKind::Memcpy => unsafe { R::memcpy(ordinal, dst_base, src_base, plan.bytes(), stream) },
         _ => {
-            let mut call = copy_call(plan)?;
-            let mut params = [
-                (&raw mut src_base).cast::<c_void>(),
-                (&raw mut dst_base).cast(),
-                call.args_ptr(),
-            ];
-            // SAFETY: every copy kernel takes `(const u8* src, u8* dst, Args)`, and
-            // every index it forms lies inside the plan's spans.
-            unsafe { R::launch(ordinal, &call, &mut params, stream) }
+            // Past 2^31 elements (or offsets): one launch per 32-bit piece.
+            for piece in split_for_32bit(plan) {
+                let mut call = copy_call(&piece)?;
+                let mut src_base = src.wrapping_add_signed(piece.src_offset as i64);
+                let mut dst_base = dst.wrapping_add_signed(piece.dst_offset as i64);
+                let mut params = [
+                    (&raw mut src_base).cast::<c_void>(),
+                    (&raw mut dst_base).cast(),
+                    call.args_ptr(),
+                ];
+                // SAFETY: every copy kernel takes `(const u8* src, u8* dst, Args)`, and
+                // every index it forms lies inside the piece's part of the plan's spans.
+                unsafe { R::launch(ordinal, &call, &mut params, stream)? };
+            }
+            Ok(())
         }
     }
 }
@@ -305,23 +311,36 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
     if plan.kind == PlanKind::Empty {
         return Ok(());
     }
-    let Some((mut call, mut wide)) = fill_call(&plan, value)? else {
-        // Rare: fill through a broadcast host tensor and the general copy path.
-        let src = Tensor::empty(&[1], dst.dtype(), Device::Cpu)?;
-        src.fill_bytes(value)?;
+    let base = (dst.data_ptr() as usize).wrapping_add_signed(plan.dst_offset);
+    let misaligned = plan.dims.iter().fold(base, |g, d| g | d.dst.unsigned_abs()) % plan.elem_size != 0;
+    if misaligned {
+        // A foreign view whose elements are not naturally aligned (DLPack's
+        // byte_offset allows it): the fill kernel's element stores would fault, so
+        // copy from one aligned device element, broadcast; the copy planner splits
+        // the elements into aligned units.
+        let one = Tensor::empty(&[1], dst.dtype(), R::device_memory(ordinal))?;
+        fill_tensor::<R>(&one, value)?;
         let shape: Vec<isize> = dst.shape().iter().map(|&d| d as isize).collect();
-        let b = src.reshape(&vec![1; shape.len()])?.expand(&shape)?;
-        return copy_tensor::<R>(dst, &b);
-    };
-    let mut base = (dst.data_ptr() as u64).wrapping_add_signed(plan.dst_offset as i64);
-    let mut params = [
-        (&raw mut base).cast::<c_void>(),
-        wide.as_mut_ptr().cast(),
-        call.args_ptr(),
-    ];
-    // SAFETY: params match `fill_eE(u8*, T, StridedArgs)` (the value is read as
-    // `elem_size` bytes from `wide`); every index lies inside the view.
-    unsafe { R::launch(ordinal, &call, &mut params, &stream)? };
+        let src = one.reshape(&vec![1; shape.len()])?.expand(&shape)?;
+        return copy_tensor::<R>(dst, &src);
+    }
+    // Every size runs on the device: past 2^31 elements, one launch per 32-bit piece.
+    for piece in split_for_32bit(&plan) {
+        let Some((mut call, mut wide)) = fill_call(&piece, value)? else {
+            return Err(Error::InvalidLayout(
+                "a fill value of 1 to 16 bytes over at most 16 dims",
+            ));
+        };
+        let mut base = (dst.data_ptr() as u64).wrapping_add_signed(piece.dst_offset as i64);
+        let mut params = [
+            (&raw mut base).cast::<c_void>(),
+            wide.as_mut_ptr().cast(),
+            call.args_ptr(),
+        ];
+        // SAFETY: params match `fill_eE(u8*, T, StridedArgs)` (the value is read as
+        // `elem_size` bytes from `wide`); every index lies inside the view.
+        unsafe { R::launch(ordinal, &call, &mut params, &stream)? };
+    }
     if dst.device().is_host_accessible() {
         R::synchronize(&stream)?;
     }

@@ -119,6 +119,78 @@ fn fits_i32(numel: usize, dims: &[(usize, i64, i64)]) -> bool {
     numel <= i32::MAX as usize && reach(|d| d.1) <= i32::MAX as i128 && reach(|d| d.2) <= i32::MAX as i128
 }
 
+/// The largest element count and element reach the 32-bit kernels address.
+const I32_LIMIT: i128 = i32::MAX as i128;
+
+/// Splits a plan the 32-bit kernels cannot address in one launch into pieces
+/// they can, along its outermost dims (`kernels/strided_copy.cu`'s contract:
+/// the host splits big problems), so tensors past 2^31 elements keep the tiled
+/// and vectorised kernels. Each piece's offsets are relative to the caller's
+/// pointers, as the whole plan's are. A plan that fits comes back alone.
+pub fn split_for_32bit(plan: &CopyPlan) -> Vec<CopyPlan> {
+    split_with_limit(plan, I32_LIMIT)
+}
+
+fn split_with_limit(plan: &CopyPlan, limit: i128) -> Vec<CopyPlan> {
+    let fits = |p: &CopyPlan| {
+        let dims = unit_dims(p);
+        let reach = |f: fn(&(usize, i64, i64)) -> i64| -> i128 {
+            dims.iter().map(|d| (d.0 as i128 - 1) * i128::from(f(d)).abs()).sum()
+        };
+        (p.numel as i128) <= limit && reach(|d| d.1) <= limit && reach(|d| d.2) <= limit
+    };
+    if matches!(plan.kind, PlanKind::Empty | PlanKind::Memcpy) || fits(plan) || plan.dims.is_empty() {
+        return vec![plan.clone()];
+    }
+    let e = plan.elem_size as isize;
+    let last = plan.dims.len() - 1;
+    let outer = plan.dims[last];
+    let inner = &plan.dims[..last];
+    let inner_numel: usize = inner.iter().map(|d| d.len).product();
+    let inner_reach = |f: fn(&crate::copy::plan::PlanDim) -> isize| -> i128 {
+        inner
+            .iter()
+            .map(|d| (d.len as i128 - 1) * (f(d) / e).abs() as i128)
+            .sum()
+    };
+    // How many indices of the outer dim one piece can take.
+    let mut chunk = limit / inner_numel.max(1) as i128;
+    for (reach, stride) in [
+        (inner_reach(|d| d.src), outer.src / e),
+        (inner_reach(|d| d.dst), outer.dst / e),
+    ] {
+        if stride != 0 {
+            chunk = chunk.min((limit - reach).max(0) / (stride.abs() as i128) + 1);
+        }
+    }
+    let chunk = chunk.clamp(1, outer.len as i128) as usize;
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    while start < outer.len {
+        let len = chunk.min(outer.len - start);
+        let mut piece = plan.clone();
+        piece.src_offset += start as isize * outer.src;
+        piece.dst_offset += start as isize * outer.dst;
+        piece.numel = inner_numel * len;
+        if len == 1 && last > 0 {
+            piece.dims.pop();
+            if piece.kind == (PlanKind::Transpose { src_fast: last }) {
+                piece.kind = PlanKind::General;
+            }
+        } else {
+            piece.dims[last].len = len;
+        }
+        // A single outer index may still be too big: split its own outer dim.
+        if len == 1 && last > 0 {
+            pieces.extend(split_with_limit(&piece, limit));
+        } else {
+            pieces.push(piece);
+        }
+        start += len;
+    }
+    pieces
+}
+
 fn strided_args(numel: usize, dims: &[(usize, i64, i64)]) -> StridedArgs {
     let mut a = StridedArgs {
         numel: numel as u32,
@@ -271,6 +343,77 @@ mod tests {
         // StridedArgs64: u64, i32 (+4 pad), 3 arrays of 16 eight-byte values.
         assert_eq!(std::mem::size_of::<StridedArgs64>(), 16 + 16 * 8 * 3);
         assert_eq!(std::mem::offset_of!(TransposeArgs, batch), 24);
+    }
+
+    /// Every (src, dst) byte-offset pair a plan moves, in a canonical order.
+    fn pairs(p: &CopyPlan) -> Vec<(isize, isize)> {
+        let mut out = Vec::new();
+        let mut idx = vec![0usize; p.dims.len()];
+        for _ in 0..p.numel {
+            let (mut s, mut d) = (p.src_offset, p.dst_offset);
+            for (i, dim) in idx.iter().zip(&p.dims) {
+                s += *i as isize * dim.src;
+                d += *i as isize * dim.dst;
+            }
+            out.push((s, d));
+            for (i, dim) in idx.iter_mut().zip(&p.dims) {
+                *i += 1;
+                if *i < dim.len {
+                    break;
+                }
+                *i = 0;
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn split_pieces_cover_the_plan_exactly_and_each_fits() {
+        use crate::copy::plan::PlanDim;
+        let shapes: [&[(usize, isize, isize)]; 5] = [
+            &[(40, 4, 4), (30, 160, 160)],
+            &[(7, 4, 4), (5, -28, 28), (9, 140, 140)],
+            &[(3000, 4, 4)],
+            &[(50, 0, 4), (60, 4, 200)],
+            &[(33, 4, 240), (60, 132, 4), (3, 7920, 7920)],
+        ];
+        for (n, dims) in shapes.iter().enumerate() {
+            let numel = dims.iter().map(|d| d.0).product();
+            let plan = CopyPlan {
+                kind: if n == 4 {
+                    PlanKind::Transpose { src_fast: 1 }
+                } else {
+                    PlanKind::General
+                },
+                elem_size: 4,
+                dims: dims.iter().map(|&(len, src, dst)| PlanDim { len, src, dst }).collect(),
+                src_offset: 4 * 4 * 5,
+                dst_offset: 0,
+                numel,
+                src_span: (0, 0),
+                dst_span: (0, 0),
+            };
+            for limit in [100i128, 999, 1 << 20] {
+                let pieces = split_with_limit(&plan, limit);
+                let mut all: Vec<_> = pieces.iter().flat_map(pairs).collect();
+                all.sort_unstable();
+                assert_eq!(all, pairs(&plan), "shape {n}, limit {limit}");
+                for p in &pieces {
+                    let dims = unit_dims(p);
+                    let reach = |f: fn(&(usize, i64, i64)) -> i64| -> i128 {
+                        dims.iter().map(|d| (d.0 as i128 - 1) * i128::from(f(d)).abs()).sum()
+                    };
+                    assert!(
+                        (p.numel as i128) <= limit && reach(|d| d.1) <= limit && reach(|d| d.2) <= limit,
+                        "shape {n}, limit {limit}: a piece does not fit: {p:?}"
+                    );
+                }
+                if limit == 1 << 20 {
+                    assert_eq!(pieces.len(), 1, "a plan that fits is not split");
+                }
+            }
+        }
     }
 
     #[test]

@@ -80,44 +80,50 @@ pub fn cpu_status() -> BackendStatus {
 /// The CUDA probe's answer (cached after the first call).
 pub fn cuda_status() -> &'static BackendStatus {
     static STATUS: OnceLock<BackendStatus> = OnceLock::new();
-    STATUS.get_or_init(|| {
-        #[cfg(feature = "cuda")]
-        {
-            cuda::probe()
+    // A usable backend's driver is initialized in this process from here on (fork safety).
+    STATUS.get_or_init(|| crate::fork::initialized(probe_cuda()))
+}
+
+fn probe_cuda() -> BackendStatus {
+    #[cfg(feature = "cuda")]
+    {
+        cuda::probe()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        BackendStatus {
+            backend: Backend::Cuda,
+            versions: Vec::new(),
+            devices: Vec::new(),
+            unavailable: Some(
+                "built without the `cuda` feature: rebuild with `--features cuda` (on by default)".to_owned(),
+            ),
         }
-        #[cfg(not(feature = "cuda"))]
-        {
-            BackendStatus {
-                backend: Backend::Cuda,
-                versions: Vec::new(),
-                devices: Vec::new(),
-                unavailable: Some(
-                    "built without the `cuda` feature: rebuild with `--features cuda` (on by default)".to_owned(),
-                ),
-            }
-        }
-    })
+    }
 }
 
 /// The ROCm probe's answer (cached after the first call).
 pub fn rocm_status() -> &'static BackendStatus {
     static STATUS: OnceLock<BackendStatus> = OnceLock::new();
-    STATUS.get_or_init(|| {
-        #[cfg(feature = "rocm")]
-        {
-            rocm::probe()
+    // A usable backend's driver is initialized in this process from here on (fork safety).
+    STATUS.get_or_init(|| crate::fork::initialized(probe_rocm()))
+}
+
+fn probe_rocm() -> BackendStatus {
+    #[cfg(feature = "rocm")]
+    {
+        rocm::probe()
+    }
+    #[cfg(not(feature = "rocm"))]
+    {
+        BackendStatus {
+            backend: Backend::Rocm,
+            versions: Vec::new(),
+            devices: Vec::new(),
+            unavailable: Some(
+                "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`"
+                    .to_owned(),
+            ),
         }
-        #[cfg(not(feature = "rocm"))]
-        {
-            BackendStatus {
-                backend: Backend::Rocm,
-                versions: Vec::new(),
-                devices: Vec::new(),
-                unavailable: Some(
-                    "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`"
-                        .to_owned(),
-                ),
-            }
-        }
-    })
+    }
 }

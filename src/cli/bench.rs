@@ -75,6 +75,9 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
         }
         return Ok(());
     }
+    if super::bench_emulated::is_emulated(device) {
+        return run_emulated(device, &matrix);
+    }
     let min_time = Duration::from_millis(if args.quick { 100 } else { 400 });
     let bar = progress(matrix.len(), args.json);
     let mut rows = Vec::new();
@@ -110,6 +113,60 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
     Ok(())
 }
 
+/// On the emulated driver: one copy per pattern and its launch metrics, no timings.
+#[cfg(feature = "cuda")]
+fn run_emulated(device: devtensor::Device, matrix: &[Pattern]) -> devtensor::Result<()> {
+    use super::bench_emulated::{metrics_of, report_path};
+    let Some(path) = report_path() else {
+        return Err(devtensor::Error::InvalidLayout("DEVTENSOR_EMU_REPORT is not set"));
+    };
+    let devtensor::Device::Cuda(ordinal) = device else {
+        return Err(devtensor::Error::UnsupportedDevice { op: "bench", device });
+    };
+    let stream = devtensor::backend::cuda::stream::CudaStream::legacy(ordinal);
+    println!(
+        "strided copy on {device}: EMULATED driver (emu/): timings are meaningless there; these are the\n\
+         emulator's per-launch metrics, as Nsight Compute counts them (sector efficiency = bytes the\n\
+         lanes asked for / bytes of the 32-byte sectors moved; conflicts = extra shared wavefronts)"
+    );
+    println!(
+        "{:<40} {:>8} {:>8} {:>10} {:>10}  kernels",
+        "pattern", "ld eff", "st eff", "conflicts", "instr/elem"
+    );
+    for p in matrix {
+        let dtype = gpu::dtype_of(p.elem_size)?;
+        let buf = devtensor::Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
+        let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
+        let dst = devtensor::Tensor::empty(&p.shape, dtype, device)?;
+        stream.synchronize()?;
+        let m = metrics_of(&path, || {
+            dst.copy_from(&view)?;
+            stream.synchronize()
+        })?;
+        let mut kernels = m.kernels.clone();
+        kernels.dedup();
+        println!(
+            "{:<40} {:>7.1}% {:>7.1}% {:>10} {:>10.1}  {}",
+            p.name,
+            100.0 * m.load_efficiency(),
+            100.0 * m.store_efficiency(),
+            m.bank_conflicts,
+            m.lane_instructions as f64 / p.numel().max(1) as f64,
+            if kernels.is_empty() {
+                "(DMA: no kernel)".to_owned()
+            } else {
+                kernels.join(",")
+            }
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_emulated(device: devtensor::Device, _matrix: &[Pattern]) -> devtensor::Result<()> {
+    Err(devtensor::Error::UnsupportedDevice { op: "bench", device })
+}
+
 fn print_table(device: &str, rows: &[Row]) {
     println!("strided copy on {device}: GB/s = (read + write) bytes / time; memcpy = same-size contiguous copy");
     println!(
@@ -131,7 +188,7 @@ mod gpu {
 
     use super::{Pattern, Row};
 
-    fn dtype_of(elem: usize) -> devtensor::Result<DType> {
+    pub(super) fn dtype_of(elem: usize) -> devtensor::Result<DType> {
         Ok(match elem {
             1 => DType::U8,
             2 => DType::U16,

@@ -1,5 +1,6 @@
 //! Sub-commands of the `devtensor` binary.
 
 pub mod bench;
+pub mod bench_emulated;
 pub mod info;
 pub mod kernels;

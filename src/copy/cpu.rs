@@ -246,14 +246,15 @@ fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
         f(0, total);
         return;
     }
-    let threads = rayon::current_num_threads();
-    if threads < 2 {
+    // Our own pool, made again in a fork()ed child (crate::fork).
+    let Some(pool) = crate::fork::copy_pool().filter(|p| p.current_num_threads() >= 2) else {
         f(0, total);
         return;
-    }
+    };
+    let threads = pool.current_num_threads();
     let n = (bytes / PAR_CHUNK_BYTES).clamp(threads, threads * 64).min(total);
     let split = |c: usize| ((total as u128 * c as u128) / n as u128) as usize;
-    (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1)));
+    pool.install(|| (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1))));
 }
 
 /// Walks the flat index range `[w0, w1)` of `outer × inner_len`

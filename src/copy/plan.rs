@@ -333,6 +333,20 @@ pub fn plan_copy(
     bases: BaseAddrs,
     opts: PlanOptions,
 ) -> Result<CopyPlan> {
+    plan(shape, dst_strides, src_strides, elem_size, bases, opts, true)
+}
+
+/// [`plan_copy`]; `split_misaligned`: whether elements not naturally aligned
+/// may become several aligned units (not for fills, whose value is one element).
+fn plan(
+    shape: &[usize],
+    dst_strides: &[isize],
+    src_strides: &[isize],
+    elem_size: usize,
+    bases: BaseAddrs,
+    opts: PlanOptions,
+    split_misaligned: bool,
+) -> Result<CopyPlan> {
     check_lengths(shape, dst_strides)?;
     check_lengths(shape, src_strides)?;
     if elem_size == 0 {
@@ -468,6 +482,39 @@ pub fn plan_copy(
             plan.numel = plan.numel * elem_size / w;
         }
     }
+    // 4b. GPU kernels access an element with its natural alignment, but a foreign
+    //     buffer may place it anywhere (a complex128 at any 8-byte boundary through
+    //     DLPack's byte_offset): split elements into the largest aligned unit.
+    if opts.require_alignment && split_misaligned {
+        let src_base = bases.src.wrapping_add_signed(plan.src_offset);
+        let dst_base = bases.dst.wrapping_add_signed(plan.dst_offset);
+        let bits = dims.iter().fold(elem | src_base | dst_base, |g, d| {
+            g | d.src.unsigned_abs() | d.dst.unsigned_abs()
+        });
+        let unit = 1usize << bits.trailing_zeros();
+        if unit < elem {
+            let u = unit as isize;
+            let parts = elem / unit;
+            match dims.first_mut() {
+                // The old innermost dim was contiguous: the units extend it.
+                Some(d0) if d0.src == elem as isize && d0.dst == elem as isize => {
+                    d0.len *= parts;
+                    d0.src = u;
+                    d0.dst = u;
+                }
+                _ => dims.insert(
+                    0,
+                    PlanDim {
+                        len: parts,
+                        src: u,
+                        dst: u,
+                    },
+                ),
+            }
+            plan.numel *= parts;
+            elem = unit;
+        }
+    }
     plan.elem_size = elem;
     let e = elem as isize;
     if dims.is_empty() {
@@ -506,13 +553,14 @@ pub fn plan_fill(
     opts: PlanOptions,
 ) -> Result<CopyPlan> {
     let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
-    plan_copy(
+    plan(
         shape,
         dst_strides,
         &zeros,
         elem_size,
         BaseAddrs { dst: dst_addr, src: 0 },
         opts,
+        false,
     )
 }
 
@@ -535,7 +583,7 @@ mod tests {
     }
 
     fn plan(shape: &[usize], dst: &[isize], src: &[isize], e: usize) -> CopyPlan {
-        plan_copy(shape, dst, src, e, BaseAddrs::default(), PlanOptions::GPU).unwrap()
+        super::plan_copy(shape, dst, src, e, BaseAddrs::default(), PlanOptions::GPU).unwrap()
     }
 
     #[test]
@@ -688,6 +736,51 @@ mod tests {
         );
         let p = plan_fill(&[3, 4], &[4, 1], 2, 0, PlanOptions::CPU).unwrap();
         assert_eq!(p.kind, PlanKind::Fill);
+    }
+
+    #[test]
+    fn gpu_plans_split_misaligned_elements_into_aligned_units() {
+        // complex128 (16 bytes) at an 8-byte boundary: 8-byte units, twice as many.
+        let bases = BaseAddrs {
+            dst: 4096,
+            src: 4096 + 8,
+        };
+        let p = plan_copy(&[10, 3], &[3, 1], &[1, 10], 16, bases, PlanOptions::GPU).unwrap();
+        assert_eq!(p.elem_size, 8);
+        assert_eq!(p.numel, 60);
+        assert_eq!(p.dims[0], PlanDim { len: 2, src: 8, dst: 8 });
+        // Contiguous rows: the units extend the row instead of adding a dim.
+        let p = plan_copy(&[4, 5], &[5, 1], &[6, 1], 16, bases, PlanOptions::GPU).unwrap();
+        assert_eq!(p.elem_size, 8);
+        assert_eq!(
+            p.dims[0],
+            PlanDim {
+                len: 10,
+                src: 8,
+                dst: 8
+            }
+        );
+        // A 2-byte-aligned float32 view: 2-byte units.
+        let odd = BaseAddrs {
+            dst: 4096,
+            src: 4096 + 2,
+        };
+        let p = plan_copy(&[7], &[1], &[3], 4, odd, PlanOptions::GPU).unwrap();
+        assert_eq!(p.elem_size, 2);
+        assert_eq!(p.numel, 14);
+        // Aligned: nothing changes; the CPU planner never splits.
+        let p = plan_copy(
+            &[10, 3],
+            &[3, 1],
+            &[1, 10],
+            16,
+            BaseAddrs { dst: 0, src: 16 },
+            PlanOptions::GPU,
+        )
+        .unwrap();
+        assert_eq!(p.elem_size, 16);
+        let p = plan_copy(&[10, 3], &[3, 1], &[1, 10], 16, bases, PlanOptions::CPU).unwrap();
+        assert_eq!(p.elem_size, 16);
     }
 
     #[test]

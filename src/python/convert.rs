@@ -9,7 +9,7 @@ use crate::dtype::DType;
 use crate::error::Error;
 use crate::layout::Shape;
 use crate::python::errors::to_py;
-use crate::scalar::Scalar;
+use crate::scalar::{COMPLEX_INTO_REAL, Scalar};
 
 /// An int or a sequence of non-negative ints.
 pub(crate) struct ShapeArg(pub Shape);
@@ -121,39 +121,105 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
     }
 }
 
-/// The dtype torch's `full` infers from a Python scalar.
+/// The dtype torch's `full` infers from a fill value (a Python scalar, a NumPy
+/// scalar or a 0-d array or tensor, by the kind of number it holds).
 pub(crate) fn infer_dtype(value: &Bound<'_, PyAny>) -> PyResult<DType> {
-    if value.is_instance_of::<PyBool>() {
-        Ok(DType::Bool)
-    } else if value.is_instance_of::<PyInt>() {
-        Ok(DType::I64)
-    } else if value.is_instance_of::<PyFloat>() {
-        Ok(DType::F32)
-    } else if value.is_instance_of::<PyComplex>() {
-        Ok(DType::C64)
-    } else {
-        Err(PyTypeError::new_err("fill_value must be a bool, int, float or complex"))
-    }
+    Ok(match scalar(value)? {
+        Scalar::Bool(_) => DType::Bool,
+        Scalar::Int(_) => DType::I64,
+        Scalar::Float(_) => DType::F32,
+        Scalar::Complex(..) => DType::C64,
+    })
 }
 
-/// A Python scalar (bool, int or any `__index__` object, float, complex, or
-/// anything with `__float__`, such as NumPy scalars).
+/// A fill value: a Python bool, int (or any `__index__` object), float or
+/// complex; a NumPy scalar (`np.complex64` and `np.clongdouble` keep their
+/// imaginary part: they are not `complex` subclasses); or a 0-d NumPy array or
+/// torch tensor, taken as the scalar it holds (as torch's `fill_` does).
 pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
-    if value.is_instance_of::<PyBool>() {
-        return Ok(Scalar::Bool(value.is_truthy()?));
+    // Exact Python scalars first: the common case costs no attribute lookup.
+    if let Some(s) = python_scalar(value)? {
+        return Ok(s);
     }
-    if let Ok(c) = value.cast::<PyComplex>() {
-        return Ok(Scalar::Complex(c.real(), c.imag()));
+    if value.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err("fill value must be a number, not a str"));
     }
-    if value.is_instance_of::<PyInt>() || value.hasattr("__index__")? {
+    let py = value.py();
+    // NumPy scalars, 0-d arrays, 0-d torch tensors: `.item()` gives the Python
+    // scalar (NumPy's long double kinds give themselves back: handled below).
+    if let Ok(ndim) = value.getattr(pyo3::intern!(py, "ndim")) {
+        let ndim: usize = ndim.extract().unwrap_or(usize::MAX);
+        if ndim != 0 {
+            return Err(PyValueError::new_err(format!(
+                "a fill value must be a scalar or hold one (0 dimensions), not {ndim} dimensions"
+            )));
+        }
+        if let Ok(item) = value.call_method0(pyo3::intern!(py, "item"))
+            && let Some(s) = python_scalar(&item)?
+        {
+            return Ok(s);
+        }
+        // The kind of number from the NumPy dtype: complex, float, integer or bool.
+        if let Ok(kind) = value
+            .getattr(pyo3::intern!(py, "dtype"))
+            .and_then(|d| d.getattr(pyo3::intern!(py, "kind")))
+            .and_then(|k| k.extract::<String>())
+        {
+            match kind.as_str() {
+                "c" => return complex(value),
+                "f" => return float(value),
+                _ => {}
+            }
+        }
+    }
+    // Anything else that says what number it is.
+    if value.hasattr(pyo3::intern!(py, "__index__"))? {
         return value
             .extract::<i128>()
             .map(Scalar::Int)
             .map_err(|_| PyOverflowError::new_err("integer fill value out of range"));
     }
-    if value.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err("fill value must be a number, not a str"));
+    if value.hasattr(pyo3::intern!(py, "__float__"))? {
+        return float(value);
     }
+    if value.hasattr(pyo3::intern!(py, "__complex__"))? {
+        return complex(value);
+    }
+    Err(PyTypeError::new_err(format!(
+        "fill value must be a number, not {}",
+        value.get_type()
+    )))
+}
+
+/// Python's bool, int, float and complex (and their subclasses); `None` for others.
+fn python_scalar(value: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
+    if value.is_instance_of::<PyBool>() {
+        return Ok(Some(Scalar::Bool(value.is_truthy()?)));
+    }
+    if value.is_instance_of::<PyInt>() {
+        return value
+            .extract::<i128>()
+            .map(|i| Some(Scalar::Int(i)))
+            .map_err(|_| PyOverflowError::new_err("integer fill value out of range"));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        return Ok(Some(Scalar::Float(f.value())));
+    }
+    if let Ok(c) = value.cast::<PyComplex>() {
+        return Ok(Some(Scalar::Complex(c.real(), c.imag())));
+    }
+    Ok(None)
+}
+
+/// `complex(value)`, through `__complex__`.
+fn complex(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
+    let c = value.py().get_type::<PyComplex>().call1((value,))?;
+    let c = c.cast::<PyComplex>()?;
+    Ok(Scalar::Complex(c.real(), c.imag()))
+}
+
+/// `float(value)`, through `__float__`.
+fn float(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     value
         .extract::<f64>()
         .map(Scalar::Float)
@@ -162,14 +228,14 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
 
 /// The raw bytes of `value` as one element of `dtype` (native byte order).
 pub(crate) fn scalar_bytes(value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<Vec<u8>> {
-    let s = scalar(value)?;
-    s.to_bytes(dtype).map_err(|e| match (e, s) {
-        (
-            Error::InvalidScalar {
-                reason: "out of range", ..
-            },
-            _,
-        ) => PyOverflowError::new_err(format!("value does not fit {dtype}")),
-        (e, _) => to_py(e),
+    scalar(value)?.to_bytes(dtype).map_err(|e| match e {
+        Error::InvalidScalar {
+            reason: "out of range", ..
+        } => PyOverflowError::new_err(format!("value does not fit {dtype}")),
+        Error::InvalidScalar {
+            reason: COMPLEX_INTO_REAL,
+            ..
+        } => PyTypeError::new_err(format!("cannot store a complex value in {dtype}: {COMPLEX_INTO_REAL}")),
+        e => to_py(e),
     })
 }

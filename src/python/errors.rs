@@ -13,9 +13,10 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         Error::DLPack(_) | Error::UnsupportedDType { .. } | Error::ReadOnly => PyBufferError::new_err(msg),
         Error::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
         Error::UnknownDTypeName(_) | Error::DTypeMismatch { .. } => PyTypeError::new_err(msg),
-        Error::BackendUnavailable { .. } | Error::Driver { .. } | Error::KernelCompile { .. } => {
-            PyRuntimeError::new_err(msg)
-        }
+        Error::BackendUnavailable { .. }
+        | Error::Driver { .. }
+        | Error::KernelCompile { .. }
+        | Error::ForkedChild { .. } => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
 }

@@ -4,16 +4,15 @@
 //! No panic and no Python exception crosses these C functions except the ones
 //! the header asks for (a set Python error with a -1 return).
 
-use std::collections::HashMap;
 use std::ffi::{CString, c_int, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::{self, NonNull};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyType};
+use pyo3::types::{PyCapsule, PyType, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{
@@ -101,7 +100,7 @@ unsafe extern "C" fn allocator(
         Ok(Err(e)) => {
             let kind = match e {
                 crate::Error::OutOfMemory { .. } => "MemoryError",
-                crate::Error::BackendUnavailable { .. } => "RuntimeError",
+                crate::Error::BackendUnavailable { .. } | crate::Error::ForkedChild { .. } => "RuntimeError",
                 _ => "ValueError",
             };
             set_error(set, error_ctx, kind, &e.to_string());
@@ -209,34 +208,73 @@ unsafe extern "C" fn current_work_stream(_device_type: DLDeviceType, _device_id:
     0
 }
 
+/// Most producer types whose answer [`lookup`] remembers. A program sees a few
+/// producer types; one that makes a class per call (an adapter pattern) churns
+/// through entries instead of growing the cache.
+const LOOKUP_CACHE_MAX: usize = 64;
+
+/// One remembered answer: a weak reference to the type (the cache never keeps
+/// a type, or whatever its methods capture, alive) and its table's address.
+struct Entry {
+    /// The type's address when cached: a quick filter, confirmed through `ty`.
+    key: usize,
+    ty: Py<PyWeakrefReference>,
+    addr: Option<usize>,
+}
+
 /// The exchange API of `x`'s type, when it has a usable v1 table. The answer
-/// is cached per type (a miss costs an AttributeError otherwise); the cache
-/// holds a reference to each type so an address is never reused under it.
-pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
+/// is cached per type (a miss costs an AttributeError otherwise). Entries hold
+/// the type weakly and are matched by identity through the weak reference, so
+/// a dead type's address reused by a new type is never mistaken for it; at
+/// most [`LOOKUP_CACHE_MAX`] entries are kept, dead ones dropped first.
+pub(crate) fn lookup<'a>(x: &'a Bound<'_, PyAny>) -> Option<&'a DLPackExchangeAPI> {
     // Tables stored as addresses: the raw pointers inside are not Sync.
-    type Cache = HashMap<usize, (Py<PyType>, Option<usize>)>;
-    static CACHE: OnceLock<Mutex<Cache>> = OnceLock::new();
+    static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    let py = x.py();
     let ty = x.get_type();
     let key = ty.as_ptr() as usize;
-    let cache = CACHE.get_or_init(Default::default);
-    let hit = cache
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
-        .map(|(_, api)| *api);
+    let is_ty = |e: &Entry| e.key == key && e.ty.bind(py).upgrade().is_some_and(|t| t.is(&ty));
+    let hit = {
+        let cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+        cache.iter().find(|e| is_ty(e)).map(|e| e.addr)
+    };
     let addr = match hit {
         Some(addr) => addr,
         None => {
             let addr = read_table(&ty).map(|api| api as *const DLPackExchangeAPI as usize);
-            cache
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(key, (ty.unbind(), addr));
+            if let Ok(weak) = PyWeakrefReference::new(&ty) {
+                let evicted = {
+                    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+                    // Dead types first, then the oldest entry.
+                    let mut evicted: Vec<Entry> = Vec::new();
+                    if cache.len() >= LOOKUP_CACHE_MAX {
+                        let (live, dead): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut *cache)
+                            .into_iter()
+                            .partition(|e| e.ty.bind(py).upgrade().is_some());
+                        *cache = live;
+                        evicted = dead;
+                        if cache.len() >= LOOKUP_CACHE_MAX {
+                            evicted.push(cache.remove(0));
+                        }
+                    }
+                    // A dead type that had this address.
+                    if let Some(i) = cache.iter().position(|e| e.key == key) {
+                        evicted.push(cache.remove(i));
+                    }
+                    cache.push(Entry {
+                        key,
+                        ty: weak.unbind(),
+                        addr,
+                    });
+                    evicted
+                };
+                drop(evicted); // decrefs outside the lock
+            }
             addr
         }
     };
-    // SAFETY: the address came from `read_table`: a live, immutable table of a
-    // type the cache keeps alive.
+    // SAFETY: the address came from `read_table` for `x`'s type, which `x` keeps
+    // alive for the duration of the caller's borrow; the table is immutable.
     addr.map(|a| unsafe { &*(a as *const DLPackExchangeAPI) })
 }
 
@@ -244,7 +282,7 @@ fn read_table(ty: &Bound<'_, PyType>) -> Option<&'static DLPackExchangeAPI> {
     let attr = ty.getattr(pyo3::intern!(ty.py(), "__dlpack_c_exchange_api__")).ok()?;
     let cap = attr.cast::<PyCapsule>().ok()?;
     // SAFETY: a capsule with this name points at a DLPackExchangeAPI that lives
-    // as long as the producer's type (kept alive by the cache), per the header.
+    // as long as the producer's type, per the header.
     unsafe {
         if pyffi::PyCapsule_IsValid(cap.as_ptr(), CAPSULE_NAME.as_ptr()) != 1 {
             return None;

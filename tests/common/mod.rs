@@ -38,3 +38,9 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// True when the backend's devices are the emulated driver's (emu/): their
+/// names end in "(emulated)". Tests use it only to size work, never to skip.
+pub fn emulated(status: &BackendStatus) -> bool {
+    status.devices.iter().any(|d| d.name.ends_with("(emulated)"))
+}

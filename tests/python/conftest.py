@@ -31,7 +31,10 @@ def _flag(name):
 
 
 # Fail instead of skip when the device is missing (GPU CI runners set these).
-_REQUIRE = {"gpu": ("DEVTENSOR_REQUIRE_GPU", _flag("DEVTENSOR_REQUIRE_GPU")), "rocm": ("DEVTENSOR_REQUIRE_ROCM", _flag("DEVTENSOR_REQUIRE_ROCM"))}
+_REQUIRE = {
+    "gpu": ("DEVTENSOR_REQUIRE_GPU", _flag("DEVTENSOR_REQUIRE_GPU")),
+    "cuda": ("DEVTENSOR_REQUIRE_GPU", _flag("DEVTENSOR_REQUIRE_GPU")),
+    "rocm": ("DEVTENSOR_REQUIRE_ROCM", _flag("DEVTENSOR_REQUIRE_ROCM"))}
 
 
 def pytest_configure(config):
@@ -54,6 +57,18 @@ def _cuda_status():
     return True, ""
 
 
+def _devtensor_cuda_status():
+    """(available, reason) for the `cuda` marker: a CUDA device devtensor itself can use
+    (a real GPU, or the emulated driver of emu/ in CI); no torch or cupy needed."""
+    import devtensor
+
+    try:
+        devtensor.empty((1,), device="cuda:0")
+    except Exception as e:  # noqa: BLE001 - the reason is what the skip prints
+        return False, f"no CUDA device for devtensor ({type(e).__name__}: {e})"
+    return True, ""
+
+
 def _rocm_status():
     try:
         import torch
@@ -68,7 +83,7 @@ _MUST_FAIL = {}
 
 
 def pytest_collection_modifyitems(config, items):
-    checks = {"gpu": _cuda_status, "rocm": _rocm_status}
+    checks = {"gpu": _cuda_status, "cuda": _devtensor_cuda_status, "rocm": _rocm_status}
     status = {}
     for item in items:
         for name, check in checks.items():

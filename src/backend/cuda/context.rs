@@ -24,6 +24,8 @@ pub struct Gpu {
     pub ctx: sys::CUcontext,
     /// `sm_XY` of the device.
     pub arch: String,
+    /// The largest pitch `cuMemcpy2D` accepts (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`).
+    pub max_pitch: usize,
 }
 
 // SAFETY: CUdevice is an integer and CUcontext a driver handle that the CUDA
@@ -37,6 +39,7 @@ impl Gpu {
     /// drops, which puts the caller's context back: torch and CuPy read their
     /// "current device" from the current context, so ours must not leak into it.
     pub fn bind(&self) -> Result<Current> {
+        crate::fork::check(Backend::Cuda)?;
         let mut prev: sys::CUcontext = std::ptr::null_mut();
         // SAFETY: `prev` is a valid out-pointer.
         check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut prev) })?;
@@ -75,6 +78,7 @@ pub fn current_device() -> Result<Option<u32>> {
     if !cuda_status().is_available() {
         return Ok(None); // cudarc would panic on a missing libcuda
     }
+    crate::fork::check(Backend::Cuda)?;
     let mut ctx: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the probe initialised the driver.
     check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
@@ -125,6 +129,7 @@ pub fn check_alloc(call: &'static str, rc: CUresult, device: Device, requested: 
 
 /// The GPU with this ordinal, its context retained on first use.
 pub fn device(ordinal: u32) -> Result<&'static Gpu> {
+    crate::fork::check(Backend::Cuda)?;
     let status = cuda_status();
     if !status.is_available() {
         return Err(Error::BackendUnavailable {
@@ -155,11 +160,21 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
     check("cuDevicePrimaryCtxRetain", unsafe {
         sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
     })?;
+    let mut max_pitch = 0;
+    // SAFETY: `dev` came from cuDeviceGet; `max_pitch` is a valid out-pointer.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(
+            &mut max_pitch,
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH,
+            dev,
+        )
+    })?;
     let gpu: &'static Gpu = Box::leak(Box::new(Gpu {
         ordinal,
         dev,
         ctx,
         arch: info.arch.clone(),
+        max_pitch: usize::try_from(max_pitch).unwrap_or(0),
     }));
     gpus.insert(ordinal, gpu);
     Ok(gpu)

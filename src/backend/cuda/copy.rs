@@ -107,6 +107,12 @@ impl GpuRuntime for Cuda {
         height: usize,
         stream: &CudaStream,
     ) -> Result<bool> {
+        // Pitches past the device's limit are refused with CUDA_ERROR_INVALID_VALUE
+        // (cuMemcpy2D's documentation): the caller's kernel path takes those.
+        let gpu = device(ordinal)?;
+        if dst_pitch > gpu.max_pitch || src_pitch > gpu.max_pitch {
+            return Ok(false);
+        }
         let copy = sys::CUDA_MEMCPY2D {
             srcXInBytes: 0,
             srcY: 0,
@@ -125,7 +131,7 @@ impl GpuRuntime for Cuda {
             WidthInBytes: width,
             Height: height,
         };
-        let _current = device(ordinal)?.bind()?;
+        let _current = gpu.bind()?;
         // SAFETY: both pitched regions are valid (caller's contract).
         check("cuMemcpy2DAsync", unsafe {
             sys::cuMemcpy2DAsync_v2(&copy, stream.raw())

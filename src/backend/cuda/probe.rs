@@ -14,6 +14,14 @@ use crate::device::Backend;
 
 const NO_DRIVER: &str = "libcuda.so not found: install the NVIDIA driver (or add its directory to LD_LIBRARY_PATH)";
 
+/// `cuDriverGetVersion` as the probe read it (1000 × major + 10 × minor).
+static DRIVER_VERSION: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+
+/// The driver's CUDA version (e.g. 12080 for 12.8); 0 before a successful probe.
+pub fn driver_version() -> i32 {
+    DRIVER_VERSION.get().copied().unwrap_or(0)
+}
+
 /// Probes the driver, NVRTC and every device.
 pub(crate) fn probe() -> BackendStatus {
     let mut status = BackendStatus {
@@ -43,6 +51,7 @@ fn probe_driver(status: &mut BackendStatus) -> Result<(), String> {
     // SAFETY: the library is present; `version` is a valid out-pointer.
     let rc = unsafe { sys::cuDriverGetVersion(&mut version) };
     if rc == sys::CUresult::CUDA_SUCCESS {
+        let _ = DRIVER_VERSION.set(version);
         status
             .versions
             .push(("driver", format!("{}.{}", version / 1000, (version % 1000) / 10)));

@@ -185,10 +185,16 @@ impl CudaEvent {
     pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32> {
         let _current = device(self.ordinal)?.bind()?;
         let mut ms = 0f32;
+        // cuEventElapsedTime_v2 appeared with the 12.8 driver: an older one lacks the
+        // symbol (cudarc would panic on the lookup), and has the original function.
+        let elapsed: unsafe fn(*mut f32, sys::CUevent, sys::CUevent) -> sys::CUresult =
+            if super::probe::driver_version() >= 12080 {
+                sys::cuEventElapsedTime_v2
+            } else {
+                sys::cuEventElapsedTime
+            };
         // SAFETY: both are timing events that have completed.
-        check("cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime_v2(&mut ms, self.raw, end.raw)
-        })?;
+        check("cuEventElapsedTime", unsafe { elapsed(&mut ms, self.raw, end.raw) })?;
         Ok(ms)
     }
 }

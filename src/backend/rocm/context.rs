@@ -26,6 +26,7 @@ impl Gpu {
     /// guard drops, which puts the caller's device back: torch on ROCm reads its
     /// current device from `hipGetDevice`, so ours must not leak into it.
     pub fn bind(&self) -> Result<Current> {
+        crate::fork::check(Backend::Rocm)?;
         let mut prev: c_int = 0;
         // SAFETY: `prev` is a valid out-pointer.
         check("hipGetDevice", unsafe { ffi::hipGetDevice(&mut prev) })?;
@@ -68,6 +69,7 @@ pub fn current_device() -> Result<Option<u32>> {
     if !rocm_status().is_available() {
         return Ok(None);
     }
+    crate::fork::check(Backend::Rocm)?;
     let mut d: c_int = 0;
     // SAFETY: a valid out-pointer.
     check("hipGetDevice", unsafe { ffi::hipGetDevice(&mut d) })?;
@@ -124,6 +126,7 @@ pub fn check_alloc(call: &'static str, rc: Status, device: Device, requested: us
 
 /// The GPU with this ordinal.
 pub fn device(ordinal: u32) -> Result<&'static Gpu> {
+    crate::fork::check(Backend::Rocm)?;
     static GPUS: OnceLock<Vec<Gpu>> = OnceLock::new();
     let status = rocm_status();
     if !status.is_available() {

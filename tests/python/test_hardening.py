@@ -1,0 +1,312 @@
+"""Issue 15, items 1-4: what a hostile test pass found.
+
+* the exchange-API cache of `from_dlpack` must not keep producer types (and what
+  their methods capture) alive;
+* fill values: NumPy complex scalars, complex into real dtypes, 0-d arrays and
+  tensors, and every float8 encoding against ml_dtypes over a dense sample;
+* one dimension limit (64, DLPack import's) for creation, views and indexing;
+* fork safety: a fork()ed child copies in parallel after its parent did, and a
+  child touching CUDA state inherited from its parent gets a clear error.
+"""
+
+import ctypes
+import gc
+import multiprocessing
+import weakref
+
+import pytest
+
+import devtensor
+from conftest import FLOAT8_NAMES
+
+np = pytest.importorskip("numpy")
+
+MAX_NDIM = 64
+
+
+def raw(t):
+    """The bytes of a C-contiguous CPU tensor."""
+    assert t.is_contiguous()
+    return ctypes.string_at(t.data_ptr, t.nbytes) if t.nbytes else b""
+
+
+def arr(t):
+    return np.from_dlpack(t)
+
+
+# --------------------------------------------------------------------------------------
+# 1. The exchange-API cache holds producer types weakly and is bounded
+# --------------------------------------------------------------------------------------
+
+
+def _wrapper_class(payload):
+    """A fresh adapter class per call whose methods capture `payload` (a NumPy array)."""
+
+    class Wrapper:
+        def __dlpack__(self, **kwargs):
+            return payload.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return payload.__dlpack_device__()
+
+    return Wrapper
+
+
+def test_exchange_cache_does_not_keep_20000_wrapper_classes_alive():
+    payload = np.arange(4, dtype=np.float32)
+    classes = []
+    for _ in range(20_000):
+        cls = _wrapper_class(payload)
+        t = devtensor.from_dlpack(cls())
+        assert t.shape == (4,)
+        classes.append(weakref.ref(cls))
+        del cls, t
+    gc.collect()
+    alive = sum(1 for r in classes if r() is not None)
+    assert alive == 0, f"{alive} of 20000 producer classes are still alive"
+
+
+def test_exchange_cache_frees_an_array_captured_by_a_producer_type():
+    big = np.ones(1 << 21, dtype=np.float32)  # 8 MiB
+    ref = weakref.ref(big)
+    cls = _wrapper_class(big)
+    t = devtensor.from_dlpack(cls())
+    assert t.nbytes == 8 << 20
+    del t, cls, big
+    gc.collect()
+    assert ref() is None, "the 8 MiB array is kept alive by from_dlpack's cache"
+
+
+def test_exchange_cache_still_finds_tables_after_churn():
+    # Our own type has a table: it is found, and the answer stays right while
+    # thousands of other types come and go.
+    src = devtensor.full(3, 2.0)
+    for i in range(300):
+        devtensor.from_dlpack(_wrapper_class(np.zeros(1))())
+        if i % 50 == 0:
+            back = devtensor.from_dlpack(src)
+            assert back.data_ptr == src.data_ptr
+
+
+# --------------------------------------------------------------------------------------
+# 2. Scalars
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, dtype",
+    [
+        (np.complex64(1 - 2j), "complex64"),
+        (np.complex128(1 - 2j), "complex128"),
+        (np.clongdouble(1 - 2j), "complex128"),
+    ],
+)
+def test_numpy_complex_scalars_keep_their_imaginary_part(value, dtype):
+    t = devtensor.full(3, value, dtype=dtype)
+    np.testing.assert_array_equal(arr(t), np.full(3, 1 - 2j, dtype=dtype))
+    t = devtensor.zeros(3, dtype=dtype)
+    t.fill_(value)
+    np.testing.assert_array_equal(arr(t), np.full(3, 1 - 2j, dtype=dtype))
+    # Inferred: complex, as for a Python complex.
+    assert devtensor.full(2, value).dtype == "complex64"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16", "int32", "uint8", "float8_e4m3fn"])
+@pytest.mark.parametrize("value", [1 + 2j, np.complex64(1 + 2j), np.clongdouble(0.5j)])
+def test_complex_into_real_dtype_is_type_error(dtype, value):
+    with pytest.raises(TypeError, match="complex"):
+        devtensor.full(2, value, dtype=dtype)
+    with pytest.raises(TypeError, match="complex"):
+        devtensor.zeros(2, dtype=dtype).fill_(value)
+
+
+def test_complex_with_zero_imaginary_part_and_bools_as_torch():
+    np.testing.assert_array_equal(arr(devtensor.full(2, 2 + 0j, dtype="float32")), [2.0, 2.0])
+    np.testing.assert_array_equal(arr(devtensor.full(2, np.complex64(3), dtype="int32")), [3, 3])
+    np.testing.assert_array_equal(arr(devtensor.full(2, 2j, dtype="bool")), [True, True])
+
+
+@pytest.mark.parametrize(
+    "value, want, inferred",
+    [
+        (np.array(2.5), 2.5, "float32"),
+        (np.array(7), 7, "int64"),
+        (np.array(True), True, "bool"),
+        (np.array(1 + 1j, dtype=np.complex64), 1 + 1j, "complex64"),
+        (np.float32(0.25), 0.25, "float32"),
+        (np.int8(-3), -3, "int64"),
+        (np.bool_(True), True, "bool"),
+        (np.longdouble(1.5), 1.5, "float32"),
+    ],
+)
+def test_0d_arrays_and_numpy_scalars_are_fill_values(value, want, inferred):
+    t = devtensor.full(3, value)
+    assert t.dtype == inferred
+    np.testing.assert_array_equal(arr(t), np.full(3, want, dtype=inferred))
+    dtype = "complex128" if isinstance(want, complex) else "float64"
+    t = devtensor.zeros(3, dtype=dtype)
+    assert t.fill_(value) is t
+    np.testing.assert_array_equal(arr(t), np.full(3, want, dtype=dtype))
+
+
+def test_0d_torch_tensors_are_fill_values():
+    torch = pytest.importorskip("torch")
+    t = devtensor.zeros(3, dtype="float32")
+    t.fill_(torch.tensor(1.5))
+    np.testing.assert_array_equal(arr(t), [1.5] * 3)
+    assert devtensor.full(2, torch.tensor(3)).dtype == "int64"
+    c = devtensor.full(2, torch.tensor(1 - 1j, dtype=torch.complex64), dtype="complex64")
+    np.testing.assert_array_equal(arr(c), [1 - 1j] * 2)
+    with pytest.raises(ValueError, match="dimensions"):
+        t.fill_(torch.tensor([1.0]))
+
+
+def test_arrays_with_dimensions_are_not_fill_values():
+    with pytest.raises(ValueError, match="dimensions"):
+        devtensor.zeros(3).fill_(np.array([1.0]))
+    with pytest.raises(ValueError, match="dimensions"):
+        devtensor.full(3, np.ones((2, 2)))
+
+
+def _dense_sample(np_type):
+    """Every finite value of the format, the midpoints between neighbours and
+    their nearest float32 and float64 neighbours, overflow, specials, and
+    log-uniform random values, with both signs."""
+    codes = np.arange(256, dtype=np.uint8).view(np_type).astype(np.float64)
+    finite = np.unique(np.abs(codes[np.isfinite(codes)]))
+    mids = (finite[:-1] + finite[1:]) / 2
+    top = finite[-1]
+    over = top * np.array([1.01, 1.03, 1.0625, 1.1, 1.125, 1.25, 1.5, 1.75, 2, 4, 1e3])
+    base = np.concatenate([finite, mids, over, [top + (top - finite[-2]) / 2]])
+    with np.errstate(over="ignore"):
+        f32 = base.astype(np.float32)
+    near = np.concatenate(
+        [
+            np.nextafter(f32, np.float32(np.inf)).astype(np.float64),
+            np.nextafter(f32, np.float32(0)).astype(np.float64),
+            np.nextafter(base, np.inf),
+            np.nextafter(base, 0),
+        ]
+    )
+    rng = np.random.default_rng(15)
+    lo = np.log2(finite[finite > 0][0]) - 3
+    rand = 2.0 ** rng.uniform(lo, np.log2(top) + 1, 3000)
+    tiny = [1e-300, 2.0**-149, 2.0**-150, 1e-45, 2.0**-126, 2.0**-127 * 1.5]
+    pos = np.concatenate([base, near, rand, tiny])
+    pos = pos[np.isfinite(pos)]
+    return list(np.concatenate([pos, -pos])) + [0.0, -0.0, np.inf, -np.inf, np.nan, 1e300, -1e300]
+
+
+@pytest.mark.parametrize("name", FLOAT8_NAMES)
+def test_every_float8_encoding_matches_ml_dtypes_densely(name):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    np_type = getattr(ml_dtypes, name, None)
+    if np_type is None:
+        pytest.skip(f"ml_dtypes has no {name}")
+    mismatches = []
+    sample = _dense_sample(np_type)
+    assert len(sample) > 5000
+    for v in sample:
+        with np.errstate(all="ignore"):
+            want = int(np.array(v, dtype=np.float64).astype(np_type).view(np.uint8))
+        want_nan = bool(np.isnan(np.array(want, dtype=np.uint8).view(np_type).astype(np.float64)))
+        got = raw(devtensor.full((), float(v), dtype=name))[0]
+        got_nan = bool(np.isnan(np.array(got, dtype=np.uint8).view(np_type).astype(np.float64)))
+        if (got_nan, want_nan) == (True, True) or got == want:
+            continue
+        mismatches.append((float(v), hex(got), hex(want)))
+    assert not mismatches, f"{len(mismatches)} of {len(sample)} differ, e.g. (value, ours, ml_dtypes): {mismatches[:8]}"
+
+
+# --------------------------------------------------------------------------------------
+# 3. One dimension limit: 64, the DLPack import limit
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [devtensor.empty, devtensor.zeros, devtensor.ones])
+def test_creation_refuses_more_than_64_dims(make):
+    with pytest.raises(ValueError, match="at most 64"):
+        make((1,) * (MAX_NDIM + 1))
+    with pytest.raises(ValueError, match="at most 64"):
+        devtensor.full((1,) * (MAX_NDIM + 1), 1.0)
+
+
+def test_views_and_indexing_refuse_more_than_64_dims():
+    t = devtensor.zeros((1,) * MAX_NDIM)
+    back = devtensor.from_dlpack(t.__dlpack__(max_version=(1, 0)))  # the limit itself exchanges
+    assert back.ndim == MAX_NDIM
+    assert arr(t).ndim == MAX_NDIM
+    with pytest.raises(ValueError, match="at most 64"):
+        t[None]
+    with pytest.raises(ValueError, match="at most 64"):
+        devtensor.zeros(())[(None,) * (MAX_NDIM + 1)]
+    assert devtensor.zeros(())[(None,) * MAX_NDIM].ndim == MAX_NDIM
+    with pytest.raises(ValueError, match="at most 64"):
+        t.reshape((1,) * (MAX_NDIM + 1))
+    with pytest.raises(ValueError, match="at most 64"):
+        devtensor.zeros(6).reshape((2, 3) + (1,) * (MAX_NDIM - 1))
+
+
+# --------------------------------------------------------------------------------------
+# 4. Fork safety
+# --------------------------------------------------------------------------------------
+
+BIG = (2048, 2048)  # 16 MiB of float32: copies run on the thread pool
+
+
+def _parallel_copies_ok():
+    src = devtensor.full(BIG, 1.5)
+    out = src.transpose(0, 1).contiguous().clone()
+    return bool((arr(out) == 1.5).all())
+
+
+def _child_copies(queue):
+    queue.put(_parallel_copies_ok())
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # 3.12+: fork() of a threaded process
+def test_forked_child_copies_in_parallel_after_the_parent_did():
+    assert _parallel_copies_ok()  # the parent's pool threads exist now
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_child_copies, args=(queue,))
+    p.start()
+    p.join(timeout=60)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        pytest.fail("the forked child hung in its first parallel copy")
+    assert p.exitcode == 0
+    assert queue.get(timeout=5) is True
+    assert _parallel_copies_ok()  # and the parent's pool still works
+
+
+def _child_touches_cuda(queue):
+    try:
+        devtensor.empty(4, device="cuda:0")
+    except RuntimeError as e:
+        queue.put(str(e))
+    else:
+        queue.put(None)
+    queue.put(_parallel_copies_ok())  # the CPU still works in that child
+
+
+@pytest.mark.cuda
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_forked_child_touching_inherited_cuda_gets_an_error_not_a_hang():
+    # CUDA initialized in the parent: a context, an allocation, a copy.
+    t = devtensor.from_dlpack(np.full(4, 1.5, dtype=np.float32)).to("cuda:0")
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_child_touches_cuda, args=(queue,))
+    p.start()
+    p.join(timeout=60)
+    if p.is_alive():
+        p.kill()
+        p.join()
+        pytest.fail("the forked child hung touching CUDA")
+    assert p.exitcode == 0
+    msg = queue.get(timeout=5)
+    assert msg is not None and "forked subprocess" in msg, msg
+    assert queue.get(timeout=5) is True
+    np.testing.assert_array_equal(arr(t.to("cpu")), [1.5] * 4)  # the parent's CUDA is unaffected
