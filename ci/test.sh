@@ -125,8 +125,10 @@ cargo run --locked --quiet -- info
 
 for seed in 1 2; do
   step "CUDA on the emulated driver, seed $seed: cargo test (the GPU suite and every CUDA branch), DEVTENSOR_REQUIRE_GPU=1"
-  if [ "$seed" = 1 ]; then tests=(); else tests=(--test gpu_cuda); fi
-  DEVTENSOR_EMU_SEED=$seed cargo test --locked --no-fail-fast "${tests[@]}" 2>&1 | tee "$CACHE/emu-cuda-$seed.log"
+  # Seed 2 repeats the GPU suite but its 2^31-element test (2 x 10^10 lane-instructions, about
+  # two minutes of the interpreter on CI's two cores): its index math does not depend on timing.
+  if [ "$seed" = 1 ]; then tests=(); filter=(); else tests=(--test gpu_cuda); filter=(-- --skip index_math_beyond_2_pow_31_elements); fi
+  DEVTENSOR_EMU_SEED=$seed cargo test --locked --no-fail-fast "${tests[@]}" "${filter[@]}" 2>&1 | tee "$CACHE/emu-cuda-$seed.log"
   grep -E "^test result:" "$CACHE/emu-cuda-$seed.log" | awk -v s="$seed" '{p+=$4; f+=$6} END {printf "cargo test on the emulator (seed %s) summary: %d passed, %d failed\n", s, p, f}'
   if grep -E "^SKIP" "$CACHE/emu-cuda-$seed.log"; then echo "a CUDA test skipped on the emulator"; exit 1; fi
 done
