@@ -134,10 +134,7 @@ fn run_emulated(device: devtensor::Device, matrix: &[Pattern]) -> devtensor::Res
         "pattern", "ld eff", "st eff", "conflicts", "instr/elem"
     );
     for p in matrix {
-        let dtype = gpu::dtype_of(p.elem_size)?;
-        let buf = devtensor::Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
-        let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
-        let dst = devtensor::Tensor::empty(&p.shape, dtype, device)?;
+        let (view, dst) = gpu::materialize(p, device)?;
         stream.synchronize()?;
         let m = metrics_of(&path, || {
             dst.copy_from(&view)?;
@@ -251,14 +248,32 @@ mod gpu {
         }
     }
 
+    /// The pattern's source view on `device` and a destination for it. Element
+    /// sizes without a dtype of their own (3, 12 bytes, ...) become an inner
+    /// dim of bytes, which the planner coalesces as it would the wider element.
+    pub(super) fn materialize(p: &Pattern, device: Device) -> devtensor::Result<(Tensor, Tensor)> {
+        if let Ok(dtype) = dtype_of(p.elem_size) {
+            let buf = Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
+            let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
+            return Ok((view, Tensor::empty(&p.shape, dtype, device)?));
+        }
+        let e = p.elem_size;
+        let buf = Tensor::zeros(&[p.src_alloc_elems * e], DType::U8, device)?;
+        let mut shape = p.shape.clone();
+        shape.push(e);
+        let mut strides: Vec<isize> = p.src_strides.iter().map(|&s| s * e as isize).collect();
+        strides.push(1);
+        let view = buf.as_strided(&shape, &strides, p.src_offset * e)?;
+        Ok((view, Tensor::empty(&shape, DType::U8, device)?))
+    }
+
     pub(super) fn measure(p: &Pattern, device: Device, quick: bool) -> devtensor::Result<Row> {
-        let dtype = dtype_of(p.elem_size)?;
-        let buf = Tensor::zeros(&[p.src_alloc_elems], dtype, device)?;
-        let view = buf.as_strided(&p.shape, &p.src_strides, p.src_offset)?;
-        let dst = Tensor::empty(&p.shape, dtype, device)?;
+        let dtype = dtype_of(p.elem_size).unwrap_or(DType::U8);
+        let (view, dst) = materialize(p, device)?;
         let secs = time(device, quick, || dst.copy_from(&view))?;
-        let flat_src = Tensor::zeros(&[p.numel()], dtype, device)?;
-        let flat_dst = Tensor::empty(&[p.numel()], dtype, device)?;
+        let flat = p.numel() * p.elem_size / dtype.size();
+        let flat_src = Tensor::zeros(&[flat], dtype, device)?;
+        let flat_dst = Tensor::empty(&[flat], dtype, device)?;
         let base = time(device, quick, || flat_dst.copy_from(&flat_src))?;
         let bytes = p.bytes_moved() as f64;
         Ok(Row {
