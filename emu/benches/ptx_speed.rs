@@ -7,8 +7,7 @@
 //!     cargo bench -p devtensor-emu --bench ptx_speed
 
 #[path = "../tests/ptx_support/mod.rs"]
-#[allow(dead_code)]
-mod ptx_support;
+mod ptx_support; // (the module allows its own dead code)
 
 use std::time::Instant;
 
