@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use super::ir::{Init, Inst, Mem, NO_GUARD, Op, SHARED_WINDOW, Space, Special};
-use super::metrics::{RangeSet, bank_conflicts, first_overlap, sectors};
+use super::metrics::{RangeSet, bank_conflicts, first_overlap, sectors, used_bytes};
 use super::{Access, FaultKind, Kernel, KernelError, Launch, LaunchStats};
 
 const NONE: u32 = u32::MAX;
@@ -718,7 +718,7 @@ impl<'k, 'l> Worker<'k, 'l> {
             };
         }
         let sec = sectors(addr, em);
-        let bytes = em.count_ones() as u64 * size;
+        let bytes = used_bytes(addr, em, size);
         if load {
             self.stats.global_load_requests += 1;
             self.stats.global_load_sectors += sec;

@@ -4,6 +4,18 @@
 /// Distinct 32-byte sectors among the active lanes' accesses. Every access is
 /// aligned to its width (≤ 16 bytes, checked before), so each lies in one sector.
 pub fn sectors(addr: &[u64; 32], m: u32) -> u64 {
+    distinct(addr, m, 5)
+}
+
+/// Bytes the active lanes use, each counted once (Nsight's "bytes used" of a
+/// request: lanes reading the same element share it). The accesses of one
+/// instruction have one width and are aligned to it, so two are equal or disjoint.
+pub fn used_bytes(addr: &[u64; 32], m: u32, width: u64) -> u64 {
+    distinct(addr, m, 0) * width
+}
+
+/// Distinct values of `addr >> shift` among the active lanes.
+fn distinct(addr: &[u64; 32], m: u32, shift: u32) -> u64 {
     let mut prev = u64::MAX;
     let mut sorted = true;
     let mut n = 0;
@@ -11,7 +23,7 @@ pub fn sectors(addr: &[u64; 32], m: u32) -> u64 {
     while mm != 0 {
         let l = mm.trailing_zeros() as usize;
         mm &= mm - 1;
-        let s = addr[l] >> 5;
+        let s = addr[l] >> shift;
         if prev != u64::MAX && s < prev {
             sorted = false;
             break;
@@ -30,7 +42,7 @@ pub fn sectors(addr: &[u64; 32], m: u32) -> u64 {
     while mm != 0 {
         let l = mm.trailing_zeros() as usize;
         mm &= mm - 1;
-        v[k] = addr[l] >> 5;
+        v[k] = addr[l] >> shift;
         k += 1;
     }
     let v = &mut v[..k];
@@ -160,6 +172,21 @@ pub fn first_overlap(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn used_bytes_count_shared_elements_once() {
+        let mut addr = [0u64; 32];
+        // Every lane reads the same 4-byte element: 4 bytes used, one sector.
+        addr.iter_mut().for_each(|a| *a = 4096);
+        assert_eq!(super::used_bytes(&addr, u32::MAX, 4), 4);
+        assert_eq!(super::sectors(&addr, u32::MAX), 1);
+        // Consecutive elements: 128 bytes in 4 sectors (100 % utilisation).
+        addr.iter_mut().enumerate().for_each(|(i, a)| *a = 4096 + 4 * i as u64);
+        assert_eq!(super::used_bytes(&addr, u32::MAX, 4), 128);
+        assert_eq!(super::sectors(&addr, u32::MAX), 4);
+        // Half the lanes active.
+        assert_eq!(super::used_bytes(&addr, 0xffff, 4), 64);
+    }
+
     use super::*;
 
     fn addrs(f: impl Fn(u64) -> u64) -> [u64; 32] {

@@ -106,7 +106,8 @@ pub struct LaunchStats {
     /// 32-byte sectors the requests touched.
     pub global_load_sectors: u64,
     pub global_store_sectors: u64,
-    /// Bytes the lanes asked for (sector efficiency = bytes / (sectors * 32)).
+    /// Bytes the lanes used, each byte once per request (sector efficiency =
+    /// bytes / (sectors * 32), as Nsight Compute's sector utilisation).
     pub global_load_bytes: u64,
     pub global_store_bytes: u64,
     pub shared_requests: u64,
