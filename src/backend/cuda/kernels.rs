@@ -28,7 +28,9 @@ pub fn module(target: &str) -> Result<(Arc<Vec<u8>>, Origin)> {
             (Output::Ptx, "ptx")
         };
         let options = options(target);
-        let file = format!("{}.{ext}", key(&format!("{version:?}"), &options, target));
+        // The driver's version is part of the key: what loads depends on it too.
+        let compiler = format!("{version:?} driver {}", super::probe::driver_version());
+        let file = format!("{}.{ext}", key(&compiler, &options, target));
         disk_cached(&file, || nvrtc::compile(SOURCE_NAME, SOURCE, &options, out))
     })
 }

@@ -41,24 +41,32 @@ struct Api {
     path: String,
 }
 
-fn candidates() -> Vec<PathBuf> {
+/// NVRTC sonames in the order to try for a driver of CUDA version `driver`
+/// (0: unknown). A cubin from NVRTC 13 needs a CUDA 13 driver (r580+): under an
+/// older driver NVRTC 12 comes first, so the kernels it compiles can load.
+fn sonames(driver: i32) -> [&'static str; 3] {
+    if driver > 0 && driver < 13000 {
+        ["libnvrtc.so.12", "libnvrtc.so.13", "libnvrtc.so"]
+    } else {
+        ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"]
+    }
+}
+
+fn candidates(driver: i32) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if let Some(p) = std::env::var_os("DEVTENSOR_NVRTC").map(PathBuf::from) {
         if p.is_dir() {
-            for name in ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"] {
+            for name in sonames(driver) {
                 out.push(p.join(name));
             }
         } else {
             out.push(p);
         }
     }
-    for name in [
-        "libnvrtc.so.13",
-        "libnvrtc.so.12",
-        "libnvrtc.so",
-        "nvrtc64_130_0.dll",
-        "nvrtc64_120_0.dll",
-    ] {
+    for name in sonames(driver) {
+        out.push(PathBuf::from(name));
+    }
+    for name in ["nvrtc64_130_0.dll", "nvrtc64_120_0.dll"] {
         out.push(PathBuf::from(name));
     }
     out
@@ -66,7 +74,7 @@ fn candidates() -> Vec<PathBuf> {
 
 fn load() -> std::result::Result<Api, String> {
     let mut tried = Vec::new();
-    for path in candidates() {
+    for path in candidates(super::probe::driver_version()) {
         // SAFETY: loading NVRTC runs its (side-effect free) initialisers only.
         let Ok(lib) = (unsafe { Library::new(&path) }) else {
             tried.push(path.display().to_string());
@@ -209,4 +217,25 @@ fn read(
     // SAFETY: `buf` holds the `n` bytes NVRTC reported.
     check(api, unsafe { get(prog, buf.as_mut_ptr().cast()) }, call)?;
     Ok(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_driver_gets_nvrtc_12_first() {
+        assert_eq!(sonames(12080)[0], "libnvrtc.so.12");
+        assert_eq!(sonames(13000)[0], "libnvrtc.so.13");
+        assert_eq!(sonames(0)[0], "libnvrtc.so.13", "no driver: the newest compiler");
+        let names: Vec<String> = candidates(12040)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        let (p12, p13) = (
+            names.iter().position(|n| n == "libnvrtc.so.12").unwrap(),
+            names.iter().position(|n| n == "libnvrtc.so.13").unwrap(),
+        );
+        assert!(p12 < p13, "{names:?}");
+    }
 }

@@ -30,15 +30,17 @@ pub(crate) fn probe() -> BackendStatus {
         devices: Vec::new(),
         unavailable: None,
     };
-    match super::nvrtc::version() {
-        Ok(((major, minor), path)) => status.versions.push(("nvrtc", format!("{major}.{minor} ({path})"))),
-        Err(e) => status.versions.push(("nvrtc", format!("not found: {e}"))),
-    }
+    // The driver first: which NVRTC to load depends on its version.
     match catch_unwind(AssertUnwindSafe(|| probe_driver(&mut status))) {
         Ok(Ok(())) => {}
         Ok(Err(reason)) => status.unavailable = Some(reason),
         Err(_) => status.unavailable = Some("the CUDA driver library is incomplete (a symbol is missing)".to_owned()),
     }
+    let nvrtc = match super::nvrtc::version() {
+        Ok(((major, minor), path)) => format!("{major}.{minor} ({path})"),
+        Err(e) => format!("not found: {e}"),
+    };
+    status.versions.insert(0, ("nvrtc", nvrtc));
     status
 }
 
