@@ -132,61 +132,57 @@ pub fn split_for_32bit(plan: &CopyPlan) -> Vec<CopyPlan> {
 }
 
 fn split_with_limit(plan: &CopyPlan, limit: i128) -> Vec<CopyPlan> {
-    let fits = |p: &CopyPlan| {
-        let dims = unit_dims(p);
-        let reach = |f: fn(&(usize, i64, i64)) -> i64| -> i128 {
-            dims.iter().map(|d| (d.0 as i128 - 1) * i128::from(f(d)).abs()).sum()
-        };
-        (p.numel as i128) <= limit && reach(|d| d.1) <= limit && reach(|d| d.2) <= limit
-    };
-    if matches!(plan.kind, PlanKind::Empty | PlanKind::Memcpy) || fits(plan) || plan.dims.is_empty() {
+    if matches!(plan.kind, PlanKind::Empty | PlanKind::Memcpy) {
         return vec![plan.clone()];
     }
     let e = plan.elem_size as isize;
-    let last = plan.dims.len() - 1;
-    let outer = plan.dims[last];
-    let inner = &plan.dims[..last];
-    let inner_numel: usize = inner.iter().map(|d| d.len).product();
-    let inner_reach = |f: fn(&crate::copy::plan::PlanDim) -> isize| -> i128 {
-        inner
-            .iter()
-            .map(|d| (d.len as i128 - 1) * (f(d) / e).abs() as i128)
-            .sum()
+    // Per dim: (len, |src|, |dst|) in elements.
+    let dims: Vec<(i128, i128, i128)> = plan
+        .dims
+        .iter()
+        .map(|d| (d.len as i128, (d.src / e).abs() as i128, (d.dst / e).abs() as i128))
+        .collect();
+    let numel: i128 = dims.iter().map(|d| d.0).product();
+    let reach = |f: fn(&(i128, i128, i128)) -> i128| -> i128 { dims.iter().map(|d| (d.0 - 1) * f(d)).sum() };
+    let (src_reach, dst_reach) = (reach(|d| d.1), reach(|d| d.2));
+    if numel <= limit && src_reach <= limit && dst_reach <= limit {
+        return vec![plan.clone()];
+    }
+    // Split the dim that reaches furthest (or, when only the count is too big,
+    // the outermost): every other dim keeps its extent, so a transpose stays a
+    // tiled transpose and a gather keeps its vector width.
+    let longest = if src_reach > limit || dst_reach > limit {
+        (0..dims.len())
+            .filter(|&i| dims[i].0 > 1)
+            .max_by_key(|&i| (dims[i].0 - 1) * dims[i].1.max(dims[i].2))
+    } else {
+        (0..dims.len()).rev().find(|&i| dims[i].0 > 1)
     };
-    // How many indices of the outer dim one piece can take.
-    let mut chunk = limit / inner_numel.max(1) as i128;
-    for (reach, stride) in [
-        (inner_reach(|d| d.src), outer.src / e),
-        (inner_reach(|d| d.dst), outer.dst / e),
-    ] {
+    let Some(k) = longest else {
+        return vec![plan.clone()]; // all dims 1: one element, which always fits
+    };
+    let (len, s, d) = dims[k];
+    let (other_numel, other_src, other_dst) = (numel / len, src_reach - (len - 1) * s, dst_reach - (len - 1) * d);
+    let mut chunk = limit / other_numel.max(1);
+    for (other, stride) in [(other_src, s), (other_dst, d)] {
         if stride != 0 {
-            chunk = chunk.min((limit - reach).max(0) / (stride.abs() as i128) + 1);
+            chunk = chunk.min((limit - other).max(0) / stride + 1);
         }
     }
-    let chunk = chunk.clamp(1, outer.len as i128) as usize;
+    // Always make progress; a piece still too big is split again below.
+    let chunk = chunk.clamp(1, (len / 2).max(1)) as usize;
+    let outer = plan.dims[k];
     let mut pieces = Vec::new();
     let mut start = 0;
     while start < outer.len {
-        let len = chunk.min(outer.len - start);
+        let n = chunk.min(outer.len - start);
         let mut piece = plan.clone();
         piece.src_offset += start as isize * outer.src;
         piece.dst_offset += start as isize * outer.dst;
-        piece.numel = inner_numel * len;
-        if len == 1 && last > 0 {
-            piece.dims.pop();
-            if piece.kind == (PlanKind::Transpose { src_fast: last }) {
-                piece.kind = PlanKind::General;
-            }
-        } else {
-            piece.dims[last].len = len;
-        }
-        // A single outer index may still be too big: split its own outer dim.
-        if len == 1 && last > 0 {
-            pieces.extend(split_with_limit(&piece, limit));
-        } else {
-            pieces.push(piece);
-        }
-        start += len;
+        piece.numel = plan.numel / outer.len * n;
+        piece.dims[k].len = n; // a dim of 1 is harmless to the kernels
+        pieces.extend(split_with_limit(&piece, limit));
+        start += n;
     }
     pieces
 }
@@ -412,7 +408,25 @@ mod tests {
                 if limit == 1 << 20 {
                     assert_eq!(pieces.len(), 1, "a plan that fits is not split");
                 }
+                assert!(
+                    pieces.iter().all(|p| p.kind == plan.kind),
+                    "pieces keep the plan's kind"
+                );
             }
+        }
+    }
+
+    #[test]
+    fn a_transpose_past_2_pow_31_stays_tiled_in_few_pieces() {
+        // dst [2^21, 1024] f32 from its transpose: 2^31 elements, the source's
+        // fast dim 2^21 elements apart in the destination's fast dim.
+        let n = 1usize << 21;
+        let plan = plan(&[n, 1024], &[1024, 1], &[1, n as isize], 4);
+        assert!(matches!(plan.kind, PlanKind::Transpose { .. }), "{plan:?}");
+        let pieces = split_for_32bit(&plan);
+        assert!(pieces.len() <= 4, "{} pieces", pieces.len());
+        for p in &pieces {
+            assert_eq!(copy_call(p).unwrap().name, "transpose_tiled_e4");
         }
     }
 
