@@ -103,8 +103,13 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Prints an error message to stderr and keeps it for [`last_error_message`].
 pub(crate) fn report_message(call: &str, message: &str) {
-    eprintln!("devtensor-emu: {call}: {message}");
-    *lock(&LAST_MESSAGE) = Some(format!("{call}: {message}"));
+    // Many messages already begin with the call that made them.
+    let line = match message.strip_prefix(call).and_then(|m| m.strip_prefix(": ")) {
+        Some(_) => message.to_owned(),
+        None => format!("{call}: {message}"),
+    };
+    eprintln!("devtensor-emu: {line}");
+    *lock(&LAST_MESSAGE) = Some(line);
 }
 
 /// The last error message printed (for tests).
