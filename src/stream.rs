@@ -13,6 +13,8 @@ impl StreamHandle {
     pub const CUDA_LEGACY: StreamHandle = StreamHandle(1);
     /// CUDA's per-thread default stream (`cudaStreamPerThread`, DLPack value 2).
     pub const CUDA_PER_THREAD: StreamHandle = StreamHandle(2);
+    /// HIP's null (default) stream (DLPack value 0 or `None` on ROCm).
+    pub const ROCM_DEFAULT: StreamHandle = StreamHandle(0);
 }
 
 /// A raw device event handle (`CUevent` / `hipEvent_t` as an integer), owned

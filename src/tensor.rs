@@ -30,9 +30,14 @@ pub(crate) enum Owner {
         /// Other streams the memory was used on (`record_stream`).
         used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
     },
-    /// Memory owned by a DLPack producer; dropping the guard calls its deleter once.
+    /// Memory owned by a DLPack producer; dropping the guard calls its deleter
+    /// once: at once, or, when device work queued on `used_on` streams may
+    /// still use the memory, once that work is done (`dlpack::deferred`).
     Foreign {
-        _guard: crate::dlpack::import::ForeignOwner,
+        /// The producer's deleter; taken by `Drop`.
+        guard: Option<crate::dlpack::import::ForeignOwner>,
+        /// Streams device work touching the memory was queued on.
+        used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
     },
 }
 
@@ -56,6 +61,9 @@ unsafe impl Sync for Storage {}
 impl Storage {
     /// Allocates `size` bytes with `alloc`, ordered on `stream`.
     pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+        // Foreign deleters whose device work has finished run now (a cheap
+        // atomic load when none wait).
+        crate::dlpack::deferred::poll();
         let allocation = alloc.allocate(size, crate::alloc::CPU_ALIGNMENT, stream)?;
         let device = alloc.device();
         Ok(Storage {
@@ -72,18 +80,47 @@ impl Storage {
     }
 
     /// Marks the memory as used on `stream` as well (torch's `record_stream`):
-    /// a stream-aware pool will not reuse it elsewhere before that work is done.
+    /// a stream-aware pool will not reuse it elsewhere before that work is done,
+    /// and a foreign (DLPack-imported) owner's deleter waits for that work.
+    /// `stream` must stay a live stream of the storage's device until the
+    /// storage is freed; one destroyed before then makes the free fall back to a
+    /// device synchronize.
     pub fn record_stream(&self, stream: StreamHandle) {
-        if let Owner::Alloc {
-            stream: own, used_on, ..
-        } = &self.owner
-            && *own != Some(stream)
-        {
-            let mut used = used_on.lock().unwrap_or_else(|p| p.into_inner());
-            if !used.contains(&stream) {
-                used.push(stream);
-            }
+        let used_on = match &self.owner {
+            Owner::Alloc {
+                stream: own, used_on, ..
+            } if *own != Some(stream) => used_on,
+            Owner::Foreign { used_on, .. } => used_on,
+            Owner::Alloc { .. } => return,
+        };
+        let mut used = used_on.lock().unwrap_or_else(|p| p.into_inner());
+        if !used.contains(&stream) {
+            used.push(stream);
         }
+    }
+
+    /// Notes that work queued on `stream`, the device's default stream (the
+    /// one blocking copies and fills run on), may still use the memory. Memory
+    /// our pool allocated on the default stream needs nothing (the pool reuses
+    /// it on that stream, in order); foreign memory and memory allocated on
+    /// another stream record it.
+    pub(crate) fn record_default_stream(&self, stream: StreamHandle) {
+        match &self.owner {
+            Owner::Alloc { stream: None, .. } => {}
+            _ => self.record_stream(stream),
+        }
+    }
+
+    /// The streams work on this memory may be queued on: the one it was
+    /// allocated on and those recorded.
+    pub fn streams(&self) -> SmallVec<[StreamHandle; 2]> {
+        let (own, used_on) = match &self.owner {
+            Owner::Alloc { stream, used_on, .. } => (*stream, used_on),
+            Owner::Foreign { used_on, .. } => (None, used_on),
+        };
+        let mut all: SmallVec<[StreamHandle; 2]> = own.into_iter().collect();
+        all.extend(used_on.lock().unwrap_or_else(|p| p.into_inner()).iter().copied());
+        all
     }
 
     /// Wraps foreign memory (DLPack import).
@@ -97,7 +134,10 @@ impl Storage {
             ptr,
             len,
             device,
-            owner: Owner::Foreign { _guard: owner },
+            owner: Owner::Foreign {
+                guard: Some(owner),
+                used_on: Mutex::new(SmallVec::new()),
+            },
         }
     }
 
@@ -142,7 +182,14 @@ impl Drop for Storage {
                     }
                 }
             }
-            Owner::Foreign { .. } => {} // the guard's own Drop calls the deleter
+            Owner::Foreign { guard, used_on } => {
+                let used = std::mem::take(used_on.get_mut().unwrap_or_else(|p| p.into_inner()));
+                if let Some(guard) = guard.take() {
+                    // The guard's own Drop calls the deleter: now, or once the
+                    // device work recorded on `used` is done.
+                    crate::dlpack::deferred::release_after(self.device, &used, guard);
+                }
+            }
         }
     }
 }
@@ -652,8 +699,24 @@ impl Tensor {
     }
 }
 
+/// Notes on `t`'s storage that its backend's default stream (where blocking
+/// copies and fills run, without a host sync for device memory) may use it:
+/// a foreign owner's deleter then waits for that work instead of running
+/// while a copy still reads (see `Storage::record_default_stream`).
+fn note_default_stream(t: &Tensor) {
+    let stream = match t.device() {
+        Device::Cuda(_) => StreamHandle::CUDA_LEGACY,
+        Device::Rocm(_) => StreamHandle::ROCM_DEFAULT,
+        // Host-accessible memory: the backend synchronises before returning.
+        _ => return,
+    };
+    t.storage.record_default_stream(stream);
+}
+
 /// A copy where at least one side is not host memory: the backend's job.
 fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
+    note_default_stream(dst);
+    note_default_stream(src);
     #[cfg(feature = "cuda")]
     if [dst.device(), src.device()]
         .iter()
@@ -680,6 +743,7 @@ fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
 
 /// A fill of device memory: the backend's job.
 fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
+    note_default_stream(dst);
     #[cfg(feature = "cuda")]
     if dst.device().backend() == crate::device::Backend::Cuda {
         return crate::backend::cuda::copy::fill_tensor(dst, value);

@@ -130,6 +130,7 @@ fn read_only_and_copied_flags() {
         is_copied: true,
         minor_version: 1,
         as_host: false,
+        stream: None,
     });
     // SAFETY: `m` is live; then consumed once.
     unsafe {

@@ -39,6 +39,7 @@ __all__ = [
     "empty_cache",
     "_live_exports",
     "_live_cpu_allocations",
+    "_drain_deleters",
 ]
 
 __version__: str
@@ -122,3 +123,6 @@ def _live_exports() -> int:
 
 def _live_cpu_allocations() -> int:
     """Live CPU allocations made by devtensor."""
+
+def _drain_deleters() -> int:
+    """Runs the deleters of imported tensors still waiting for device work; the number run."""

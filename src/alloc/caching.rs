@@ -99,11 +99,53 @@ impl PoolConfig {
                 "limit_mb" => c.limit = mb,
                 "disable" if n != 0 => return Ok(None),
                 "disable" => {}
+                // Not a pool setting: read by `staging_bytes`.
+                "staging_mb" => {}
                 _ => return Err(Error::InvalidLayout("unknown DEVTENSOR_ALLOC_CONF key")),
             }
         }
         Ok(Some(c))
     }
+}
+
+/// Default bound of the pinned host memory host↔device copies stage through.
+pub const DEFAULT_STAGING_BYTES: usize = 16 * MIB;
+
+/// The most pinned host memory host↔device copies of pageable or strided host
+/// views stage through (a ring of two slots of half that size each):
+/// `staging_mb:N` in `DEVTENSOR_ALLOC_CONF`, [`DEFAULT_STAGING_BYTES`] without it.
+/// Read once per process.
+pub fn staging_bytes() -> Result<usize> {
+    static BYTES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let conf = || std::env::var("DEVTENSOR_ALLOC_CONF").ok();
+    match BYTES.get_or_init(|| conf().map_or(Ok(DEFAULT_STAGING_BYTES), |s| parse_staging(&s)).ok()) {
+        Some(b) => Ok(*b),
+        // A bad value: its error again (the variable is read once; the error is not `Clone`).
+        None => parse_staging(&conf().unwrap_or_default())
+            .and(Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is invalid"))),
+    }
+}
+
+/// The `staging_mb` entry of a `DEVTENSOR_ALLOC_CONF` value, in bytes (at least 1 MiB).
+pub fn parse_staging(conf: &str) -> Result<usize> {
+    let mut bytes = DEFAULT_STAGING_BYTES;
+    for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if let Some((key, value)) = item.split_once(':')
+            && key.trim() == "staging_mb"
+        {
+            let n: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            if n == 0 {
+                return Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is at least 1"));
+            }
+            bytes = n.checked_mul(MIB).ok_or(Error::Overflow {
+                what: "DEVTENSOR_ALLOC_CONF",
+            })?;
+        }
+    }
+    Ok(bytes)
 }
 
 /// Pool figures, as `torch.cuda.memory_stats` reports them.
@@ -731,11 +773,21 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
         }
         let (index, id) = (a.token >> 32, (a.token & 0xffff_ffff) as u32);
         let mut events: Events = SmallVec::new();
+        let mut synced = false;
         for &s in used_on {
-            // An event that cannot be recorded leaves no order to keep: the
-            // driver has failed, and the block is handed back as it is.
-            if let Ok(Some(ev)) = self.raw.record_event(s) {
-                events.push(Arc::new(ev));
+            match self.raw.record_event(s) {
+                Ok(Some(ev)) => events.push(Arc::new(ev)),
+                Ok(None) => {}
+                // The stream cannot be recorded on: its owner destroyed it (a
+                // DLPack consumer's stream, say; the driver answers
+                // CUDA_ERROR_INVALID_HANDLE) while its work may still be queued.
+                // Wait for all the device's work instead, once; a device that
+                // cannot even synchronise has failed, and the block goes back as it is.
+                Err(_) if !synced => {
+                    synced = true;
+                    let _ = self.raw.synchronize_device();
+                }
+                Err(_) => {}
             }
         }
         let other = if index == 0 { None } else { Some(self.pool(index)) };
@@ -768,6 +820,14 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
 
     fn release_event(&self, event: EventHandle) {
         self.raw.release_event(event)
+    }
+
+    fn event_done(&self, event: EventHandle) -> Result<bool> {
+        self.raw.event_done(event)
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        self.raw.synchronize_device()
     }
 }
 
@@ -819,5 +879,11 @@ mod tests {
         assert!(PoolConfig::parse("disable:1").unwrap().is_none());
         assert!(PoolConfig::parse("bogus:1").is_err());
         assert!(PoolConfig::parse("limit_mb:x").is_err());
+        // The staging bound shares the variable without being a pool setting.
+        assert_eq!(PoolConfig::parse("staging_mb:4").unwrap(), Some(PoolConfig::default()));
+        assert_eq!(parse_staging("limit_mb:64, staging_mb:4").unwrap(), 4 * MIB);
+        assert_eq!(parse_staging("").unwrap(), DEFAULT_STAGING_BYTES);
+        assert!(parse_staging("staging_mb:0").is_err());
+        assert!(parse_staging("staging_mb:x").is_err());
     }
 }

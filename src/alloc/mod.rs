@@ -10,7 +10,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-pub use caching::{CachingAlloc, MemoryStats, PoolConfig};
+pub use caching::{CachingAlloc, DEFAULT_STAGING_BYTES, MemoryStats, PoolConfig, parse_staging, staging_bytes};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) use per_device::PerDevice;
@@ -156,6 +156,20 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     /// Releases an event from [`NDAlloc::record_event`].
     fn release_event(&self, event: EventHandle) {
         let _ = event;
+    }
+
+    /// True when the work `event` (from [`NDAlloc::record_event`]) captured is
+    /// done; never blocks.
+    fn event_done(&self, event: EventHandle) -> Result<bool> {
+        let _ = event;
+        Ok(true)
+    }
+
+    /// Blocks the host until all work queued on the device (every stream,
+    /// destroyed ones included) is done: the fallback when a stream recorded
+    /// on memory can no longer be recorded on.
+    fn synchronize_device(&self) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -1,14 +1,22 @@
 //! GPU copies, written once for every GPU runtime: planned on the host by the
-//! shared planner, then one DMA or one kernel launch; host↔device copies
-//! stage through pinned memory and permute on the GPU. A runtime (CUDA, HIP)
-//! supplies the handful of calls in [`GpuRuntime`].
+//! shared planner, then one DMA or one kernel launch. Host↔device copies of
+//! contiguous pageable memory are one DMA (the driver stages it); other
+//! pageable or strided host views go through a bounded, reused ring of pinned
+//! chunks (`staging_mb` in `DEVTENSOR_ALLOC_CONF`): the CPU gathers (scatters)
+//! one chunk while the DMA of the other runs, and the GPU permutes. Copies
+//! between GPUs run on a stream with peer access where the devices allow it,
+//! ordered with both GPUs' work by events. A runtime (CUDA, HIP) supplies the
+//! handful of calls in [`GpuRuntime`].
 
 use std::ffi::c_void;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::launch::{KernelCall, copy_call, fill_call, split_for_32bit};
 use crate::copy::plan::{BaseAddrs, CopyPlan, PlanKind, PlanOptions, plan_copy, plan_fill};
 use crate::device::Device;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::layout;
 use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
@@ -16,6 +24,8 @@ use crate::tensor::Tensor;
 pub trait GpuRuntime {
     /// Its stream type.
     type Stream;
+    /// Its event type (destroyed on drop).
+    type Event;
 
     /// `Some(Some(i))` for device or managed memory of GPU `i`, `Some(None)`
     /// for its pinned host memory (reachable from every GPU), `None` otherwise.
@@ -66,13 +76,33 @@ pub trait GpuRuntime {
     /// argument addresses device-accessible memory large enough for the launch.
     unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &Self::Stream) -> Result<()>;
 
-    /// Copies `bytes` contiguous bytes from GPU `src_ordinal` to GPU `dst_ordinal`
-    /// and waits for it.
+    /// Records the current end of `stream`'s work in a new event.
+    fn record(stream: &Self::Stream) -> Result<Self::Event>;
+    /// Blocks the host until the work `event` recorded is done.
+    fn wait_host(event: &Self::Event) -> Result<()>;
+    /// Work enqueued on `producer` so far happens before work later enqueued on
+    /// `consumer` (an event, waited on by the device; the streams may belong to
+    /// different GPUs).
+    fn handoff(producer: &Self::Stream, consumer: &Self::Stream) -> Result<()>;
+
+    /// Makes GPU `peer`'s memory accessible to kernels and copies running on
+    /// GPU `ordinal`, once per pair; `Ok(false)` where the devices cannot.
+    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool>;
+
+    /// Enqueues a copy of `bytes` contiguous bytes from device memory of GPU
+    /// `src_ordinal` to device memory of GPU `dst_ordinal` on `stream`.
     ///
     /// # Safety
     ///
-    /// Both ranges are live device memory of their GPUs.
-    unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()>;
+    /// Both ranges are live device memory of their GPUs until the work is done.
+    unsafe fn peer_copy(
+        dst_ordinal: u32,
+        dst: u64,
+        src_ordinal: u32,
+        src: u64,
+        bytes: usize,
+        stream: &Self::Stream,
+    ) -> Result<()>;
 }
 
 /// Runs a planned copy between two device-accessible addresses.
@@ -229,17 +259,12 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
                 _ => unsafe { try_memcpy_2d::<R>(&plan, dp, sp, &stream)? },
             };
             if !done {
-                // A permutation across the bus: DMA a contiguous copy, permute on the GPU.
+                // A permutation across the bus: pinned chunks gathered (scattered)
+                // by the CPU, DMA'd whole, permuted on the GPU.
                 return if src.device() == R::pinned_host() {
-                    let packed = src.contiguous()?; // CPU engine, pinned → pinned
-                    let staged = Tensor::empty(src.shape(), src.dtype(), R::device_memory(ordinal))?;
-                    copy_tensor::<R>(&staged, &packed)?;
-                    copy_tensor::<R>(dst, &staged)
+                    staged_host_to_device::<R>(dst, src, ordinal)
                 } else {
-                    let packed = src.contiguous()?; // GPU kernel
-                    let staged = Tensor::empty(dst.shape(), dst.dtype(), R::pinned_host())?;
-                    copy_tensor::<R>(&staged, &packed)?;
-                    dst.copy_from(&staged) // CPU engine scatter
+                    staged_device_to_host::<R>(dst, src, ordinal)
                 };
             }
             if dst.device().is_host_accessible() || src.device().is_host_accessible() {
@@ -247,20 +272,7 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
             }
             Ok(())
         }
-        // Peer: gather contiguous on the source GPU, copy across, scatter.
-        (Some(Some(d)), Some(Some(s))) => {
-            let src_c = src.contiguous()?;
-            let staged = Tensor::empty(dst.shape(), dst.dtype(), R::device_memory(d))?;
-            // Finish the gather before the peer copy reads it, and the destination
-            // GPU's earlier work before the copy (on the source GPU's stream, not
-            // ordered with the destination's) writes `staged`, a block its pool
-            // may have handed back while a kernel still used it.
-            R::synchronize(&R::default_stream(s))?;
-            R::synchronize(&R::default_stream(d))?;
-            // SAFETY: both buffers hold `nbytes` contiguous bytes on their GPUs.
-            unsafe { R::peer_copy(d, staged.data_ptr() as u64, s, src_c.data_ptr() as u64, src_c.nbytes())? };
-            copy_tensor::<R>(dst, &staged)
-        }
+        (Some(Some(d)), Some(Some(s))) => peer_copy_tensor::<R>(dst, d, src, s),
         (Some(_), Some(_)) => unreachable!("the first arm takes every pair with pinned memory"),
         // Another runtime's device memory: through a host tensor.
         (Some(_), None) if !src.device().is_host_accessible() => copy_tensor::<R>(dst, &src.to(Device::Cpu)?),
@@ -269,23 +281,415 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
             copy_tensor::<R>(&host, src)?;
             dst.copy_from(&host)
         }
-        // Host (pageable) → device.
-        (Some(_), None) => {
-            let staged = Tensor::empty(src.shape(), src.dtype(), R::pinned_host())?;
-            staged.copy_from(src)?; // parallel CPU gather into pinned memory
-            copy_tensor::<R>(dst, &staged)
+        // Host-accessible memory on both sides: the CPU engine.
+        (Some(_), None) if dst.device().is_host_accessible() => dst.copy_from(src),
+        (None, Some(_)) if src.device().is_host_accessible() => dst.copy_from(src),
+        // Host (pageable) → device memory.
+        (Some(d), None) => {
+            let ordinal = d.unwrap_or(0);
+            if src.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
+                return direct_dma::<R>(dst, src, ordinal);
+            }
+            staged_host_to_device::<R>(dst, src, ordinal)
         }
-        // Device → host (pageable).
-        (None, Some(_)) => {
-            let staged = Tensor::empty(dst.shape(), dst.dtype(), R::pinned_host())?;
-            copy_tensor::<R>(&staged, src)?; // GPU permute into pinned memory, synchronised
-            dst.copy_from(&staged)
+        // Device memory → host (pageable).
+        (None, Some(s)) => {
+            let ordinal = s.unwrap_or(0);
+            if dst.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
+                return direct_dma::<R>(dst, src, ordinal);
+            }
+            staged_device_to_host::<R>(dst, src, ordinal)
         }
         (None, None) => Err(Error::UnsupportedDevice {
             op: "GPU copy between host tensors",
             device: dst.device(),
         }),
     }
+}
+
+/// One DMA between contiguous pageable host memory and contiguous device
+/// memory (the driver stages pageable memory itself, a bounded buffer of its
+/// own), then a synchronisation: nothing pinned by devtensor.
+fn direct_dma<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+    if dst.nbytes() == 0 {
+        return Ok(());
+    }
+    let stream = R::default_stream(ordinal);
+    // SAFETY: both views are contiguous inside live storages of `nbytes` bytes
+    // from their start; the host range is ordinary memory the driver reads or
+    // writes before the synchronisation below returns, and the device range
+    // stays alive until then too.
+    unsafe {
+        R::memcpy(
+            ordinal,
+            dst.data_ptr() as u64,
+            src.data_ptr() as u64,
+            dst.nbytes(),
+            &stream,
+        )?
+    };
+    R::synchronize(&stream)
+}
+
+// ----- the pinned staging ring ----------------------------------------------------------
+
+/// One runtime's pinned staging memory: two slots of `slot` bytes, allocated
+/// on first use from its pinned pool and kept for reuse. The lock is held for
+/// a whole copy, so copies that stage take turns.
+struct Ring {
+    buf: Option<Tensor>,
+    slot: usize,
+}
+
+/// The ring of the runtime whose pinned memory is `pinned`.
+fn ring_of(pinned: Device) -> Result<Arc<Mutex<Ring>>> {
+    static RINGS: Mutex<Vec<(Device, Arc<Mutex<Ring>>)>> = Mutex::new(Vec::new());
+    let mut rings = RINGS.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, r)) = rings.iter().find(|(d, _)| *d == pinned) {
+        return Ok(r.clone());
+    }
+    // Two slots, each a multiple of 512 bytes (aligned for every element size).
+    let slot = (crate::alloc::staging_bytes()? / 2 / 512).max(1) * 512;
+    let r = Arc::new(Mutex::new(Ring { buf: None, slot }));
+    rings.push((pinned, r.clone()));
+    Ok(r)
+}
+
+/// How a tensor is cut into chunks of at most `slot` bytes, each a view: the
+/// leading dims `..k` take single indices, dim `k` a range of `step` indices,
+/// the dims after `k` are whole.
+struct Chunks {
+    k: usize,
+    step: usize,
+    per_lead: usize,
+    count: usize,
+}
+
+impl Chunks {
+    fn new(shape: &[usize], elem: usize, slot: usize) -> Chunks {
+        let total = shape.iter().product::<usize>() * elem;
+        if shape.is_empty() || total <= slot {
+            return Chunks {
+                k: 0,
+                step: shape.first().copied().unwrap_or(1).max(1),
+                per_lead: 1,
+                count: usize::from(total > 0),
+            };
+        }
+        // The first dim whose inner block (the dims after it) fits a slot.
+        let mut k = shape.len() - 1;
+        let mut inner = elem;
+        while k > 0 && inner * shape[k] <= slot {
+            inner *= shape[k];
+            k -= 1;
+        }
+        let step = (slot / inner).clamp(1, shape[k]);
+        let per_lead = shape[k].div_ceil(step);
+        let leads: usize = shape[..k].iter().product();
+        Chunks {
+            k,
+            step,
+            per_lead,
+            count: leads * per_lead,
+        }
+    }
+
+    /// Chunk `c` of `t` (which has the shape the chunks were made for).
+    fn view(&self, t: &Tensor, c: usize) -> Result<Tensor> {
+        if t.ndim() == 0 {
+            return Ok(t.clone());
+        }
+        let (mut lead, part) = (c / self.per_lead, c % self.per_lead);
+        let mut idx = vec![0usize; self.k];
+        for d in (0..self.k).rev() {
+            idx[d] = lead % t.shape()[d];
+            lead /= t.shape()[d];
+        }
+        let mut v = t.clone();
+        for &i in &idx {
+            v = v.select(0, i as isize)?;
+        }
+        let a = part * self.step;
+        let b = (a + self.step).min(v.shape()[0]);
+        v.slice(0, Some(a as isize), Some(b as isize), 1)
+    }
+}
+
+/// A contiguous staging area: the pinned slot or the device scratch, seen as
+/// the chunk's shape.
+struct Area {
+    addr: u64,
+    strides: Vec<isize>,
+}
+
+impl Area {
+    fn new(addr: u64, shape: &[usize]) -> Result<Area> {
+        Ok(Area {
+            addr,
+            strides: layout::contiguous_strides(shape)?.to_vec(),
+        })
+    }
+}
+
+/// Enqueues `area (contiguous) → view` when `to_view`, else `view → area`, on
+/// `stream`: one DMA, or a 2-D DMA, or a DMA through the device `scratch` and a
+/// kernel on the device side (`scratch` is allocated on first need).
+///
+/// # Safety
+///
+/// `area` is device-accessible (pinned) memory of the chunk's bytes, `view` a
+/// view of live device memory, both alive until the stream's work is done;
+/// work on `stream` runs in order, so one scratch serves every chunk.
+unsafe fn enqueue_chunk<R: GpuRuntime>(
+    view: &Tensor,
+    area: &Area,
+    to_view: bool,
+    scratch: &mut Option<Tensor>,
+    slot: usize,
+    ordinal: u32,
+    stream: &R::Stream,
+) -> Result<()> {
+    let e = view.dtype().size();
+    let vaddr = view.data_ptr() as u64;
+    let (dst_s, src_s, dst, src) = if to_view {
+        (view.strides(), &area.strides[..], vaddr, area.addr)
+    } else {
+        (&area.strides[..], view.strides(), area.addr, vaddr)
+    };
+    let bases = BaseAddrs {
+        dst: dst as usize,
+        src: src as usize,
+    };
+    let plan = plan_copy(view.shape(), dst_s, src_s, e, bases, PlanOptions::GPU)?;
+    let dma = match plan.kind {
+        PlanKind::Empty => true,
+        PlanKind::Memcpy => {
+            // SAFETY: both ranges are device-accessible and alive (caller's contract).
+            unsafe { run_plan::<R>(&plan, dst, src, stream)? };
+            true
+        }
+        // SAFETY: as above.
+        _ => unsafe { try_memcpy_2d::<R>(&plan, dst, src, stream)? },
+    };
+    if dma {
+        return Ok(());
+    }
+    // A permutation: DMA the contiguous bytes to or from the device scratch,
+    // permute there with a kernel (stream order keeps the scratch's uses apart).
+    let scratch = match scratch {
+        Some(t) => t,
+        None => scratch.insert(Tensor::empty(&[slot], DType::U8, R::device_memory(ordinal))?),
+    };
+    let s_addr = scratch.data_ptr() as u64;
+    let bytes = view.nbytes();
+    let via = |dst: u64, dst_s: &[isize], src: u64, src_s: &[isize]| -> Result<CopyPlan> {
+        let bases = BaseAddrs {
+            dst: dst as usize,
+            src: src as usize,
+        };
+        plan_copy(view.shape(), dst_s, src_s, e, bases, PlanOptions::GPU)
+    };
+    // SAFETY: (all three calls) the scratch holds `slot` ≥ `bytes` bytes of this
+    // GPU's memory; the other ranges as above.
+    unsafe {
+        if to_view {
+            R::memcpy(ordinal, s_addr, area.addr, bytes, stream)?;
+            let p = via(vaddr, view.strides(), s_addr, &area.strides)?;
+            run_plan::<R>(&p, vaddr, s_addr, stream)
+        } else {
+            let p = via(s_addr, &area.strides, vaddr, view.strides())?;
+            run_plan::<R>(&p, s_addr, vaddr, stream)?;
+            R::memcpy(ordinal, area.addr, s_addr, bytes, stream)
+        }
+    }
+}
+
+/// Locks the ring and makes sure its pinned memory is allocated.
+fn ring_buffer<R: GpuRuntime>(ring: &Mutex<Ring>) -> Result<(std::sync::MutexGuard<'_, Ring>, u64, usize)> {
+    let mut g = ring.lock().unwrap_or_else(PoisonError::into_inner);
+    let slot = g.slot;
+    let buf = match &g.buf {
+        Some(b) => b.data_ptr() as u64,
+        None => {
+            let b = Tensor::empty(&[2 * slot], DType::U8, R::pinned_host())?;
+            let addr = b.data_ptr() as u64;
+            g.buf = Some(b);
+            addr
+        }
+    };
+    Ok((g, buf, slot))
+}
+
+/// Host (any host-accessible memory, any layout) → device memory of GPU
+/// `ordinal` through the pinned ring: the CPU gathers chunk `c + 1` into one
+/// slot while the DMA of chunk `c` reads the other; a slot is refilled only
+/// after an event says its DMA is done.
+fn staged_host_to_device<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+    let ring = ring_of(R::pinned_host())?;
+    let (_guard, buf, slot) = ring_buffer::<R>(&ring)?;
+    let stream = R::default_stream(ordinal);
+    let e = dst.dtype().size();
+    let chunks = Chunks::new(dst.shape(), e, slot);
+    let mut scratch = None;
+    let mut done: [Option<R::Event>; 2] = [None, None];
+    for c in 0..chunks.count {
+        let j = c % 2;
+        if let Some(ev) = done[j].take() {
+            R::wait_host(&ev)?; // the DMA that read this slot (chunk c - 2)
+        }
+        let (dv, sv) = (chunks.view(dst, c)?, chunks.view(src, c)?);
+        let area = Area::new(buf + (j * slot) as u64, dv.shape())?;
+        // SAFETY: the slot holds `slot` ≥ the chunk's bytes, contiguous, and no
+        // DMA uses it (waited above); `sv` is a host-accessible view in bounds.
+        unsafe {
+            crate::copy::copy_strided(
+                area.addr as *mut u8,
+                &area.strides,
+                sv.data_ptr(),
+                sv.strides(),
+                sv.shape(),
+                e,
+            )?
+        };
+        // SAFETY: pinned slot and device view, both alive past the synchronisation below.
+        unsafe { enqueue_chunk::<R>(&dv, &area, true, &mut scratch, slot, ordinal, &stream)? };
+        if c + 2 < chunks.count {
+            done[j] = Some(R::record(&stream)?);
+        }
+    }
+    R::synchronize(&stream)
+}
+
+/// Device memory of GPU `ordinal` → host (any host-accessible memory, any
+/// layout) through the pinned ring: the DMA of chunk `c + 1` fills one slot
+/// while the CPU scatters chunk `c` from the other, after its event.
+fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+    let ring = ring_of(R::pinned_host())?;
+    let (_guard, buf, slot) = ring_buffer::<R>(&ring)?;
+    let stream = R::default_stream(ordinal);
+    let e = dst.dtype().size();
+    let chunks = Chunks::new(dst.shape(), e, slot);
+    let mut scratch = None;
+    // The chunk whose DMA is in flight, and the event that says it is done.
+    let mut pending: Option<(usize, Option<R::Event>)> = None;
+    let scatter = |c: usize, ev: Option<R::Event>| -> Result<()> {
+        match ev {
+            Some(ev) => R::wait_host(&ev)?,
+            None => R::synchronize(&stream)?,
+        }
+        let dv = chunks.view(dst, c)?;
+        let area = Area::new(buf + ((c % 2) * slot) as u64, dv.shape())?;
+        // SAFETY: the slot's DMA is done (waited above) and holds the chunk
+        // contiguously; `dv` is a writable host-accessible view in bounds.
+        unsafe {
+            crate::copy::copy_strided(
+                dv.data_ptr(),
+                dv.strides(),
+                area.addr as *const u8,
+                &area.strides,
+                dv.shape(),
+                e,
+            )
+        }
+    };
+    for c in 0..chunks.count {
+        let sv = chunks.view(src, c)?;
+        let area = Area::new(buf + ((c % 2) * slot) as u64, sv.shape())?;
+        // SAFETY: the slot was scattered by the host (chunk c - 2, below) before
+        // this DMA is enqueued; the device view and the slot outlive the work.
+        unsafe { enqueue_chunk::<R>(&sv, &area, false, &mut scratch, slot, ordinal, &stream)? };
+        let ev = if c + 1 < chunks.count {
+            Some(R::record(&stream)?)
+        } else {
+            None
+        };
+        if let Some((p, pev)) = pending.replace((c, ev)) {
+            scatter(p, pev)?;
+        }
+    }
+    if let Some((p, pev)) = pending {
+        scatter(p, pev)?;
+    }
+    R::synchronize(&stream)
+}
+
+// ----- between GPUs ---------------------------------------------------------------------
+
+/// GPU `s` → GPU `d` (`d != s`). With peer access (enabled once per pair) the
+/// copy runs on one GPU's default stream, reading or writing the other's memory
+/// directly (one DMA, or one kernel for any layout); without it, a contiguous
+/// gather on `s`, the driver's peer DMA, and a scatter on `d`. Either way it is
+/// ordered after both GPUs' earlier work and before their later work by events:
+/// no host synchronisation, no pinned staging.
+fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -> Result<()> {
+    let (ds, ss) = (R::default_stream(d), R::default_stream(s));
+    let device_pair = dst.device() == R::device_memory(d) && src.device() == R::device_memory(s);
+    let runner = if R::enable_peer_access(d, s)? {
+        Some((&ds, &ss))
+    } else if R::enable_peer_access(s, d)? {
+        Some((&ss, &ds))
+    } else {
+        None
+    };
+    if let Some((run, other)) = runner {
+        R::handoff(other, run)?;
+        let plan = plan_for(dst, src)?;
+        let (dp, sp) = (dst.data_ptr() as u64, src.data_ptr() as u64);
+        // SAFETY: both views lie in live memory of their GPUs; GPU `o` may access
+        // the other's memory (enabled above); the handoff back below keeps the
+        // other GPU's later work (frees and reuse included) after this copy.
+        unsafe {
+            if plan.kind == PlanKind::Memcpy && device_pair {
+                let at = |p: u64, off: isize| p.wrapping_add_signed(off as i64);
+                R::peer_copy(
+                    d,
+                    at(dp, plan.dst_offset),
+                    s,
+                    at(sp, plan.src_offset),
+                    plan.bytes(),
+                    run,
+                )?;
+            } else {
+                run_plan::<R>(&plan, dp, sp, run)?;
+            }
+        }
+        R::handoff(run, other)?;
+    } else {
+        // No peer access: gather on `s`, the driver's peer copy, scatter on `d`.
+        let src_c = if src.is_contiguous() {
+            src.clone()
+        } else {
+            src.contiguous()?
+        };
+        let tmp = if dst.is_contiguous() && dst.device() == R::device_memory(d) {
+            dst.clone()
+        } else {
+            Tensor::empty(dst.shape(), dst.dtype(), R::device_memory(d))?
+        };
+        R::handoff(&ds, &ss)?; // `tmp`'s earlier users on `d`
+        // SAFETY: both buffers hold `nbytes` contiguous bytes of device memory of
+        // their GPUs; `src_c` is freed on `s` after the copy (same stream) and
+        // `tmp` on `d` after the handoff below.
+        unsafe {
+            R::peer_copy(
+                d,
+                tmp.data_ptr() as u64,
+                s,
+                src_c.data_ptr() as u64,
+                src_c.nbytes(),
+                &ss,
+            )?
+        };
+        R::handoff(&ss, &ds)?;
+        if !Arc::ptr_eq(tmp.storage(), dst.storage()) {
+            copy_tensor::<R>(dst, &tmp)?;
+        }
+    }
+    if dst.device().is_host_accessible() || src.device().is_host_accessible() {
+        R::synchronize(&ds)?;
+        R::synchronize(&ss)?;
+    }
+    Ok(())
 }
 
 /// Fills a GPU tensor of runtime `R` with one raw element value.

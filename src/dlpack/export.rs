@@ -33,6 +33,20 @@ pub struct ExportOptions {
     /// consumer that asked for `dl_device=(kDLCPU, 0)`. Ignored for memory the
     /// host cannot read.
     pub as_host: bool,
+    /// The consumer's stream (`__dlpack__(stream=S)`), recorded on the storage
+    /// ([`Storage::record_stream`]): when the export's deleter drops the last
+    /// reference, the pool does not hand the memory to other work before what
+    /// the consumer queued on that stream is done. The caller orders the
+    /// producer's work before the stream (the DLPack handoff). The default
+    /// streams need not be given: our pool reuses memory on the legacy / null
+    /// stream, which waits for them.
+    ///
+    /// Contract: the stream stays a live stream of the tensor's device until
+    /// the memory is freed. One destroyed earlier is detected where the driver
+    /// reports it (`CUDA_ERROR_INVALID_HANDLE`), and the free then waits for
+    /// the whole device instead (`cuCtxSynchronize`); a real driver may not
+    /// detect a destroyed handle, so consumers should not destroy it early.
+    pub stream: Option<crate::stream::StreamHandle>,
 }
 
 impl Default for ExportOptions {
@@ -41,6 +55,7 @@ impl Default for ExportOptions {
             minor_version: DLPACK_MINOR_VERSION,
             is_copied: false,
             as_host: false,
+            stream: None,
         }
     }
 }
@@ -139,7 +154,11 @@ impl Dims {
 
 /// Boxes `managed` with the storage and the dims, then points the struct's
 /// descriptor and `manager_ctx` into the block.
-fn export<M: Managed>(t: &Tensor, managed: M, as_host: bool) -> *mut M {
+fn export<M: Managed>(t: &Tensor, managed: M, opts: ExportOptions) -> *mut M {
+    if let Some(s) = opts.stream {
+        t.storage().record_stream(s);
+    }
+    let as_host = opts.as_host;
     let n = t.ndim();
     let raw = Box::into_raw(Box::new(Exported {
         managed,
@@ -181,7 +200,7 @@ impl Tensor {
             flags,
             dl_tensor: describe(self, false, &mut [], &mut []),
         };
-        export(self, managed, opts.as_host)
+        export(self, managed, opts)
     }
 
     /// Exports as a legacy `DLManagedTensor` (the `"dltensor"` capsule kind).
@@ -190,8 +209,8 @@ impl Tensor {
         self.to_dlpack_legacy_with(ExportOptions::default())
     }
 
-    /// As [`Tensor::to_dlpack_legacy`]; of `opts` only `as_host` applies (the
-    /// legacy struct has no version or flags).
+    /// As [`Tensor::to_dlpack_legacy`]; of `opts` only `as_host` and `stream`
+    /// apply (the legacy struct has no version or flags).
     pub fn to_dlpack_legacy_with(&self, opts: ExportOptions) -> Result<*mut DLManagedTensor> {
         if self.is_read_only() {
             return Err(Error::ReadOnly);
@@ -201,7 +220,7 @@ impl Tensor {
             manager_ctx: std::ptr::null_mut(),
             deleter: Some(delete_legacy),
         };
-        Ok(export(self, managed, opts.as_host))
+        Ok(export(self, managed, opts))
     }
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The descriptor is untrusted; only the deleter is trusted. Every field is
 //! checked before use, and the producer's deleter runs exactly once on every
-//! path: when validation fails (before the error is returned) or when the last
-//! view of the imported tensor is dropped.
+//! path: when validation fails (before the error is returned), or when the
+//! last view of the imported tensor is dropped and the device work queued on
+//! it has finished (`deferred`).
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -20,6 +21,10 @@ pub(crate) enum ForeignOwner {
     Versioned(NonNull<DLManagedTensorVersioned>),
     Legacy(NonNull<DLManagedTensor>),
 }
+
+// SAFETY: the owner only carries the producer's pointer to its deleter, which
+// the DLPack spec allows to be called from any thread; nothing else is read.
+unsafe impl Send for ForeignOwner {}
 
 impl Drop for ForeignOwner {
     fn drop(&mut self) {

@@ -114,6 +114,16 @@ fn _live_exports() -> usize {
     crate::dlpack::live_exports()
 }
 
+/// Runs the deleters of imported tensors that wait for device work (after
+/// waiting for it); the number run. Registered with `atexit`, so none is left
+/// uncalled at exit; also for tests.
+#[pyfunction]
+fn _drain_deleters(py: Python<'_>) -> usize {
+    // Without the GIL: it may wait for the device, and a Python producer's
+    // deleter takes the GIL itself.
+    py.detach(crate::dlpack::drain_deleters)
+}
+
 /// Live CPU allocations made by devtensor (for leak tests).
 #[pyfunction]
 fn _live_cpu_allocations() -> usize {
@@ -171,5 +181,8 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
+    m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
+    let atexit = m.py().import("atexit")?;
+    atexit.call_method1("register", (m.getattr("_drain_deleters")?,))?;
     Ok(())
 }

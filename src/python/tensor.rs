@@ -10,6 +10,7 @@ use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
 use crate::python::convert::{DeviceArg, scalar_bytes};
 use crate::python::errors::to_py;
 use crate::python::{capsule, consumer, detach_if_large, exchange};
+use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
 /// An n-dimensional view of CPU or GPU memory that speaks DLPack.
@@ -69,15 +70,19 @@ fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<O
 
 /// Orders our pending device work before the consumer's: the DLPack rule
 /// (event on our stream, the consumer's stream waits; the host never blocks),
-/// or a full device sync when the host will read managed memory in place.
-fn order_for_consumer(device: Device, stream: Option<i64>, host_reads: bool) -> PyResult<()> {
+/// or, when the host will read managed memory in place, a host sync of every
+/// stream that used the memory (our default stream and those recorded on the
+/// storage: a consumer's writes on its own stream included).
+fn order_for_consumer(py: Python<'_>, t: &Tensor, stream: Option<i64>, host_reads: bool) -> PyResult<()> {
+    let device = t.device();
     #[cfg(feature = "cuda")]
     if let Device::Cuda(i) | Device::CudaManaged(i) = device {
-        use crate::backend::cuda::stream::{CudaStream, handoff};
-        let ours = CudaStream::legacy(i);
+        use crate::backend::cuda::stream::{CudaStream, handoff, synchronize_streams};
         if host_reads {
-            return ours.synchronize().map_err(to_py);
+            let streams = t.storage().streams();
+            return py.detach(|| synchronize_streams(i, &streams)).map_err(to_py);
         }
+        let ours = CudaStream::legacy(i);
         // SAFETY: a stream value > 2 is the consumer's live CUstream on this
         // device, which the DLPack protocol obliges it to pass.
         let theirs = unsafe { CudaStream::from_dlpack(i, stream) }.map_err(to_py)?;
@@ -87,11 +92,12 @@ fn order_for_consumer(device: Device, stream: Option<i64>, host_reads: bool) -> 
     }
     #[cfg(feature = "rocm")]
     if let Device::Rocm(i) = device {
-        use crate::backend::rocm::stream::{RocmStream, handoff};
-        let ours = RocmStream::default_stream(i);
+        use crate::backend::rocm::stream::{RocmStream, handoff, synchronize_streams};
         if host_reads {
-            return ours.synchronize().map_err(to_py);
+            let streams = t.storage().streams();
+            return py.detach(|| synchronize_streams(i, &streams)).map_err(to_py);
         }
+        let ours = RocmStream::default_stream(i);
         // SAFETY: a stream value > 2 is the consumer's live hipStream_t on this
         // device, which the DLPack protocol obliges it to pass.
         let theirs = unsafe { RocmStream::from_dlpack(i, stream) }.map_err(to_py)?;
@@ -99,7 +105,7 @@ fn order_for_consumer(device: Device, stream: Option<i64>, host_reads: bool) -> 
             handoff(&ours, &theirs).map_err(to_py)?;
         }
     }
-    let _ = (device, stream, host_reads);
+    let _ = (py, device, stream, host_reads);
     Ok(())
 }
 
@@ -356,11 +362,22 @@ impl PyTensor {
         };
         let is_copied = copied.is_some();
         let tensor = copied.as_ref().unwrap_or(&self.inner);
-        order_for_consumer(device, stream, as_host_view)?;
+        // The host reads managed memory in place when asked for (kDLCPU, 0),
+        // and when a host consumer (NumPy) imports it as kDLCUDAManaged: such
+        // consumers pass no stream.
+        let host_reads = as_host_view || (matches!(tensor.device(), Device::CudaManaged(_)) && stream.is_none());
+        order_for_consumer(py, tensor, stream, host_reads)?;
+        // The consumer's own stream (values > 2 are handles; the default
+        // streams are ordered with the pool's reuse already) is recorded on the
+        // storage: its queued work keeps the memory from reuse after the deleter.
+        let consumer_stream = stream
+            .filter(|&s| s > 2 && tensor.device() != Device::Cpu)
+            .map(|s| StreamHandle(s as usize));
         let opts = ExportOptions {
             minor_version: DLPACK_MINOR_VERSION,
             is_copied,
             as_host: as_host_view,
+            stream: consumer_stream,
         };
         match version {
             Some((major, minor)) if major >= 1 => {

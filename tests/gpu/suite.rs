@@ -446,6 +446,195 @@ macro_rules! gpu_suite {
             }
         }
 
+        /// The stream handle `record_stream` and `ExportOptions::stream` take.
+        fn handle_of(s: &$stream) -> devtensor::stream::StreamHandle {
+            devtensor::stream::StreamHandle(s.raw() as usize)
+        }
+
+        /// A consumer's own view of an export's memory, as a foreign framework's
+        /// tensor would be: it owns nothing (its descriptor's deleter only frees
+        /// the descriptor), so the export's deleter is the consumer's to call.
+        ///
+        /// # Safety
+        ///
+        /// `dl` is a live export.
+        unsafe fn alias_of(dl: *mut devtensor::dlpack::ffi::DLManagedTensorVersioned) -> Tensor {
+            use devtensor::dlpack::ffi::DLManagedTensorVersioned;
+            unsafe extern "C" fn free_descriptor(m: *mut DLManagedTensorVersioned) {
+                // SAFETY: made by `Box::into_raw` below, called once.
+                drop(unsafe { Box::from_raw(m) });
+            }
+            // SAFETY: `dl` is live (caller); the import copies shape and strides.
+            unsafe {
+                let view = Box::into_raw(Box::new(DLManagedTensorVersioned {
+                    version: (*dl).version,
+                    manager_ctx: std::ptr::null_mut(),
+                    deleter: Some(free_descriptor),
+                    flags: 0,
+                    dl_tensor: (*dl).dl_tensor,
+                }));
+                devtensor::dlpack::from_dlpack_versioned(view).unwrap()
+            }
+        }
+
+        #[test]
+        fn exports_keep_memory_from_reuse_until_the_consumer_stream_is_done() {
+            if !ready("exports_keep_memory_from_reuse_until_the_consumer_stream_is_done") {
+                return;
+            }
+            // The DLPack consumer (torch, CuPy) imports on its stream S, queues a read
+            // there and calls the deleter when its tensor dies, with the read still
+            // queued. The block goes back to the pool; the next allocation of its size,
+            // written at once on the default stream, must wait for S's work (the export
+            // records S on the storage), or the write races the read (the emulated
+            // driver's race detector reports it whatever the timing).
+            let consumer = <$stream>::new(0).unwrap();
+            let n = 1 << 16;
+            for round in 0..8u32 {
+                let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+                let t = Tensor::full(&[n], round, dev(0)).unwrap();
+                let dl = t.to_dlpack_versioned(devtensor::dlpack::ExportOptions {
+                    stream: Some(handle_of(&consumer)),
+                    ..Default::default()
+                });
+                drop(t);
+                // The DLPack handoff: our fills before the consumer's work.
+                $handoff(&$default_stream(0), &consumer).unwrap();
+                // SAFETY: `dl` is live until its deleter runs below.
+                let alias = unsafe { alias_of(dl) };
+                copy_on(&consumer, &out, &alias.flip(&[0]).unwrap());
+                drop(alias);
+                // SAFETY: a live export, freed once.
+                unsafe { ((*dl).deleter.unwrap())(dl) };
+                let again = Tensor::empty(&[n], DType::U32, dev(0)).unwrap();
+                again.fill(0xdead_beefu32).unwrap();
+                consumer.synchronize().unwrap();
+                assert_eq!(out.to_vec::<u32>().unwrap(), vec![round; n], "round {round}");
+                assert_eq!(again.to_vec::<u32>().unwrap(), vec![0xdead_beef; n]);
+            }
+            devtensor::dlpack::drain_deleters();
+        }
+
+        #[test]
+        fn a_destroyed_consumer_stream_falls_back_to_a_device_sync() {
+            if !ready("a_destroyed_consumer_stream_falls_back_to_a_device_sync") {
+                return;
+            }
+            // The consumer destroys its stream before the exported memory is freed:
+            // recording an event there fails (CUDA_ERROR_INVALID_HANDLE), and the free
+            // waits for the device instead of handing the block back unordered, or
+            // failing. The pool and the device keep working.
+            let n = 1 << 12;
+            let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+            let t = Tensor::full(&[n], 3u32, dev(0)).unwrap();
+            let consumer = <$stream>::new(0).unwrap();
+            let dl = t.to_dlpack_versioned(devtensor::dlpack::ExportOptions {
+                stream: Some(handle_of(&consumer)),
+                ..Default::default()
+            });
+            drop(t);
+            $handoff(&$default_stream(0), &consumer).unwrap();
+            // SAFETY: `dl` is live until its deleter runs below.
+            let alias = unsafe { alias_of(dl) };
+            copy_on(&consumer, &out, &alias);
+            drop(alias);
+            consumer.synchronize().unwrap();
+            drop(consumer);
+            // SAFETY: a live export, freed once.
+            unsafe { ((*dl).deleter.unwrap())(dl) };
+            let again = Tensor::full(&[n], 9u32, dev(0)).unwrap();
+            assert_eq!(again.to_vec::<u32>().unwrap(), vec![9; n]);
+            assert_eq!(out.to_vec::<u32>().unwrap(), vec![3; n]);
+            devtensor::dlpack::drain_deleters();
+        }
+
+        #[test]
+        fn imported_tensors_outlive_the_device_work_that_uses_them() {
+            if !ready("imported_tensors_outlive_the_device_work_that_uses_them") {
+                return;
+            }
+            use devtensor::dlpack::ffi::{DLManagedTensorVersioned, DLPackVersion};
+            use std::sync::Arc;
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            // A producer (torch, say) exports a tensor it wrote on its stream P; its
+            // deleter gives the block back to its caching allocator, which reuses it for
+            // its next op on P. Our copy_from / contiguous_copy (clone) / contiguous
+            // queue work on the default stream and return: dropping the import must not
+            // run the deleter before that work is done, or the producer's write races
+            // our read (the emulated driver reports it whatever the timing).
+            #[repr(C)]
+            struct Producer {
+                managed: DLManagedTensorVersioned,
+                shape: [i64; 1],
+                block: Tensor,
+                next_op: Tensor,
+                stream: Arc<$stream>,
+                ran: Arc<AtomicUsize>,
+            }
+            unsafe extern "C" fn release(m: *mut DLManagedTensorVersioned) {
+                // SAFETY: `m` starts a Box<Producer> (repr(C), managed first), freed once.
+                let p = unsafe { Box::from_raw(m.cast::<Producer>()) };
+                // The producer's allocator reuses the block for its next op on P
+                // (an error would be the race, reported by the test's later calls).
+                let _ = $copy_on(&p.block, &p.next_op, &*p.stream);
+                p.ran.fetch_add(1, Ordering::SeqCst);
+            }
+            let n = 1 << 16;
+            let producer = Arc::new(<$stream>::new(0).unwrap());
+            let ran = Arc::new(AtomicUsize::new(0));
+            let expected = arange_u32(n).to(dev(0)).unwrap();
+            let reversed: Vec<u32> = (0..n as u32).rev().collect();
+            let ops = ["copy_from", "contiguous_copy", "contiguous"];
+            for (i, op) in ops.iter().enumerate() {
+                let block = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+                let next_op = Tensor::full(&[n], 0xdead_beefu32, dev(0)).unwrap();
+                let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
+                $handoff(&$default_stream(0), &*producer).unwrap(); // the fills first
+                copy_on(&producer, &block, &expected);
+                // The producer's side of the DLPack handoff, to our default stream.
+                $handoff(&*producer, &$default_stream(0)).unwrap();
+                let dl = block.to_dlpack_versioned(Default::default());
+                // SAFETY: `dl` is a live export read once; the Producer owns the rest.
+                let imported = unsafe {
+                    let mut p = Box::new(Producer {
+                        managed: DLManagedTensorVersioned {
+                            version: DLPackVersion { major: 1, minor: 0 },
+                            manager_ctx: std::ptr::null_mut(),
+                            deleter: Some(release),
+                            flags: 0,
+                            dl_tensor: (*dl).dl_tensor,
+                        },
+                        shape: [n as i64],
+                        block: block.clone(),
+                        next_op,
+                        stream: producer.clone(),
+                        ran: ran.clone(),
+                    });
+                    p.managed.dl_tensor.shape = p.shape.as_mut_ptr();
+                    p.managed.dl_tensor.strides = std::ptr::null_mut();
+                    ((*dl).deleter.unwrap())(dl);
+                    devtensor::dlpack::from_dlpack_versioned(Box::into_raw(p).cast()).unwrap()
+                };
+                drop(block);
+                let flipped = imported.flip(&[0]).unwrap();
+                let result = match *op {
+                    "copy_from" => {
+                        out.copy_from(&flipped).unwrap();
+                        out
+                    }
+                    "contiguous_copy" => flipped.contiguous_copy().unwrap(),
+                    _ => flipped.contiguous().unwrap(),
+                };
+                drop((imported, flipped));
+                assert_eq!(result.to_vec::<u32>().unwrap(), reversed, "{op}");
+                producer.synchronize().unwrap();
+                assert!(ran.load(Ordering::SeqCst) <= i + 1, "a deleter ran twice");
+            }
+            devtensor::dlpack::drain_deleters();
+            producer.synchronize().unwrap();
+            assert_eq!(ran.load(Ordering::SeqCst), ops.len(), "every deleter ran once");
+        }
+
         #[test]
         #[serial_test::serial(gpu_memory)]
         fn out_of_memory_is_typed_and_the_pool_recovers() {
@@ -559,6 +748,31 @@ macro_rules! gpu_suite {
                 bytes2,
                 "contiguous() then copied back"
             );
+        }
+        #[test]
+        #[serial_test::serial(gpu_memory)]
+        fn rows_further_apart_than_the_max_pitch_still_copy() {
+            if !ready("rows_further_apart_than_the_max_pitch_still_copy") {
+                return;
+            }
+            // Two rows of pinned memory 2^31 + 64 bytes apart: past the pitch a 2-D DMA
+            // takes (CU_DEVICE_ATTRIBUTE_MAX_PITCH is 2^31 - 1 on current GPUs), which
+            // cuMemcpy2D refuses with CUDA_ERROR_INVALID_VALUE: the copy must take
+            // another path instead of failing.
+            let (pitch, w) = ((1usize << 31) + 64, 100usize);
+            let host = Tensor::empty(&[pitch + w], DType::U8, $host).unwrap();
+            let rows = host.as_strided(&[2, w], &[pitch as isize, 1], 0).unwrap();
+            let data: Vec<u8> = (0..2 * w).map(|i| (i * 7 % 251) as u8).collect();
+            rows.copy_from(&Tensor::from_slice(&data, &[2, w]).unwrap())
+                .unwrap();
+            let g = Tensor::zeros(&[2, w], DType::U8, dev(0)).unwrap();
+            g.copy_from(&rows).unwrap();
+            assert_eq!(g.to_vec::<u8>().unwrap(), data, "pinned rows -> device");
+            rows.fill(0u8).unwrap();
+            rows.copy_from(&g).unwrap();
+            assert_eq!(rows.to_vec::<u8>().unwrap(), data, "device -> pinned rows");
+            drop((rows, host));
+            devtensor::alloc::empty_cache($host).unwrap();
         }
     };
 }

@@ -55,12 +55,12 @@ def test_zeros_ones_full_on_cuda(dtype):
 @pytest.mark.parametrize(
     "make",
     [
-        lambda t: t.transpose(0, 1),
+        lambda t: t.transpose(1, 0),
         lambda t: t[1:, ::2],
         lambda t: t[2],
         lambda t: t[None, :, 1:],
         lambda t: t[::-1, ::-3],
-        lambda t: t.permute(1, 0)[3:, :4],
+        lambda t: t.transpose(1, 0)[3:, :4],
     ],
     ids=["T", "step", "row", "newaxis", "flip", "permute-slice"],
 )
@@ -213,3 +213,106 @@ def test_second_gpu():
     u = t.to("cuda:0")
     assert u.device == "cuda:0"
     np.testing.assert_array_equal(host(u), np.ones(4, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------------------
+# Streams of other libraries: a consumer's own stream, driven through the driver API
+# --------------------------------------------------------------------------------------
+
+
+class _Driver:
+    """The few CUDA driver calls a consumer with its own stream makes (CuPy, torch), by
+    ctypes into the driver devtensor loaded (the emulated one in CI)."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        vp, u64, sz, ui = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_uint
+        for name, args in {
+            "cuInit": [ui],
+            "cuDevicePrimaryCtxRetain": [ctypes.POINTER(vp), ctypes.c_int],
+            "cuCtxGetCurrent": [ctypes.POINTER(vp)],
+            "cuCtxSetCurrent": [vp],
+            "cuStreamCreate": [ctypes.POINTER(vp), ui],
+            "cuStreamSynchronize": [vp],
+            "cuStreamDestroy_v2": [vp],
+            "cuMemcpyDtoDAsync_v2": [u64, u64, sz, vp],
+            "cuMemsetD32Async": [u64, ui, sz, vp],
+        }.items():
+            getattr(self.lib, name).argtypes = args
+        self._check("cuInit", self.lib.cuInit(0))
+        ctx = vp()
+        self._check("cuDevicePrimaryCtxRetain", self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+        self.ctx = ctx
+
+    def call(self, name, *args):
+        prev = ctypes.c_void_p()
+        self._check("cuCtxGetCurrent", self.lib.cuCtxGetCurrent(ctypes.byref(prev)))
+        self._check("cuCtxSetCurrent", self.lib.cuCtxSetCurrent(self.ctx))
+        try:
+            self._check(name, getattr(self.lib, name)(*args))
+        finally:
+            self.lib.cuCtxSetCurrent(prev)
+
+    @staticmethod
+    def _check(name, rc):
+        if rc != 0:
+            raise RuntimeError(f"{name} failed with CUresult {rc}")
+
+    def stream(self):
+        s = ctypes.c_void_p()
+        self.call("cuStreamCreate", ctypes.byref(s), 1)  # CU_STREAM_NON_BLOCKING
+        return s.value
+
+
+@pytest.fixture
+def consumer_stream():
+    drv = _Driver()
+    s = drv.stream()
+    yield drv, s
+    drv.call("cuStreamSynchronize", s)
+    drv.call("cuStreamDestroy_v2", s)
+
+
+def test_export_keeps_memory_from_reuse_until_the_consumer_stream_is_done(consumer_stream):
+    # The consumer imports on its stream S, queues a read there, and drops the capsule (the
+    # deleter runs) with the read still queued. The block goes back to the pool; the next
+    # allocation of its size is written at once on our stream: it must wait for S's work,
+    # or the write races the read (the emulated driver's race detector reports it).
+    drv, s = consumer_stream
+    n = 1 << 14
+    for value in range(4):
+        out = devtensor.zeros(n, dtype="uint32", device="cuda")
+        t = devtensor.full(n, value, dtype="uint32", device="cuda")
+        cap = t.__dlpack__(stream=s, max_version=(1, 3))
+        drv.call("cuMemcpyDtoDAsync_v2", out.data_ptr, t.data_ptr, 4 * n, s)
+        del cap, t
+        again = devtensor.empty(n, dtype="uint32", device="cuda")
+        again.fill_(7)
+        drv.call("cuStreamSynchronize", s)
+        np.testing.assert_array_equal(host(out), np.full(n, value, dtype=np.uint32))
+        np.testing.assert_array_equal(host(again), np.full(n, 7, dtype=np.uint32))
+
+
+@pytest.mark.parametrize("how", ["numpy", "dl_device_cpu"])
+def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how):
+    # A CUDA consumer got the managed tensor on its stream S and wrote it there; then the
+    # host reads it in place: NumPy's import (no stream; kDLCUDAManaged) or
+    # dl_device=(kDLCPU, 0). Both must wait for S, not only for our default stream. The
+    # emulated driver race-checks device memory, not managed memory: S's work also writes
+    # a device buffer, which our stream writes after the host read; the driver reports
+    # that race unless the host read waited for S.
+    drv, s = consumer_stream
+    n = 1 << 12
+    m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
+    witness = devtensor.zeros(n, dtype="uint32", device="cuda")
+    del_me = m.__dlpack__(stream=s, max_version=(1, 3))
+    del del_me
+    drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
+    drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
+    a = np.from_dlpack(m) if how == "numpy" else np.from_dlpack(m, device="cpu")
+    assert a.ctypes.data == m.data_ptr, "read in place"
+    np.testing.assert_array_equal(a, np.full(n, 7, dtype=np.uint32))
+    witness.fill_(1)
+    m.fill_(1)
+    np.testing.assert_array_equal(host(witness), np.ones(n, dtype=np.uint32))
+    np.testing.assert_array_equal(host(m), np.ones(n, dtype=np.uint32))

@@ -18,8 +18,11 @@ use crate::stream::{EventHandle, StreamHandle};
 pub enum CudaMemory {
     /// `cuMemAlloc`: device memory, freed synchronously.
     Device,
-    /// `cuMemAllocAsync` on the device's default pool with its release
-    /// threshold raised, so freed memory stays cached in the pool.
+    /// `cuMemAllocFromPoolAsync` from a memory pool of devtensor's own
+    /// (`cuMemPoolCreate`) with its release threshold raised, so freed memory
+    /// stays cached there; the device's default pool, which CuPy, JAX and the
+    /// runtime's `cudaMallocAsync` share, is left as it is. A free is ordered
+    /// after the work of every stream recorded on the block.
     DeviceAsync,
     /// `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`.
     Managed,
@@ -34,6 +37,9 @@ pub struct CudaAlloc {
     gpu: &'static Gpu,
     memory: CudaMemory,
     counters: Counters,
+    /// The `CUmemoryPool` of [`CudaMemory::DeviceAsync`] (0 otherwise),
+    /// destroyed on drop.
+    mempool: usize,
 }
 
 impl CudaAlloc {
@@ -41,27 +47,46 @@ impl CudaAlloc {
     /// portable: the ordinal only picks the context used to allocate it).
     pub fn new(ordinal: u32, memory: CudaMemory) -> Result<CudaAlloc> {
         let gpu = device(ordinal)?;
+        let mut mempool = 0;
         if memory == CudaMemory::DeviceAsync {
             let _current = gpu.bind()?;
+            let props = sys::CUmemPoolProps {
+                allocType: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+                handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
+                location: sys::CUmemLocation {
+                    type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                    id: gpu.dev,
+                },
+                win32SecurityAttributes: std::ptr::null_mut(),
+                maxSize: 0,
+                usage: 0,
+                reserved: [0; 54],
+            };
             let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-            // SAFETY: `gpu.dev` is a valid device; `pool` a valid out-pointer.
-            check("cuDeviceGetDefaultMemPool", unsafe {
-                sys::cuDeviceGetDefaultMemPool(&mut pool, gpu.dev)
-            })?;
+            // SAFETY: `props` describes device memory of a valid device; `pool`
+            // is a valid out-pointer; the GPU's context is current.
+            check("cuMemPoolCreate", unsafe { sys::cuMemPoolCreate(&mut pool, &props) })?;
             let mut threshold = u64::MAX;
             // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` outlives the call.
-            check("cuMemPoolSetAttribute", unsafe {
+            let set = check("cuMemPoolSetAttribute", unsafe {
                 sys::cuMemPoolSetAttribute(
                     pool,
                     sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&raw mut threshold).cast::<c_void>(),
                 )
-            })?;
+            });
+            if let Err(e) = set {
+                // SAFETY: created above, nothing allocated from it.
+                unsafe { sys::cuMemPoolDestroy(pool) };
+                return Err(e);
+            }
+            mempool = pool as usize;
         }
         Ok(CudaAlloc {
             gpu,
             memory,
             counters: Counters::new(),
+            mempool,
         })
     }
 
@@ -112,7 +137,12 @@ unsafe impl NDAlloc for CudaAlloc {
                 let rc = unsafe {
                     match self.memory {
                         CudaMemory::Device => sys::cuMemAlloc_v2(&mut p, size),
-                        CudaMemory::DeviceAsync => sys::cuMemAllocAsync(&mut p, size, raw_stream(stream)),
+                        CudaMemory::DeviceAsync => sys::cuMemAllocFromPoolAsync(
+                            &mut p,
+                            size,
+                            self.mempool as sys::CUmemoryPool,
+                            raw_stream(stream),
+                        ),
                         _ => sys::cuMemAllocManaged(&mut p, size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32),
                     }
                 };
@@ -165,6 +195,30 @@ unsafe impl NDAlloc for CudaAlloc {
         self.counters.on_free(size);
     }
 
+    unsafe fn deallocate_after(&self, a: Allocation, stream: Option<StreamHandle>, used_on: &[StreamHandle]) {
+        if self.memory == CudaMemory::DeviceAsync && a.size != 0 {
+            // The free is stream-ordered on `stream` only: make it wait for the
+            // work of every other stream the block was used on.
+            for &s in used_on.iter().filter(|&&s| Some(s) != stream) {
+                let ordered = self.record_event(s).and_then(|ev| {
+                    ev.map_or(Ok(()), |ev| {
+                        let r = self.wait_event(stream, ev);
+                        self.release_event(ev);
+                        r
+                    })
+                });
+                if ordered.is_err() {
+                    // The stream is gone (its owner destroyed it) while its work may
+                    // still be queued: wait for all of the device's work instead.
+                    let _ = self.synchronize_device();
+                    break;
+                }
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.deallocate(a, stream) }
+    }
+
     fn stats(&self) -> AllocStats {
         self.counters.stats()
     }
@@ -198,6 +252,35 @@ unsafe impl NDAlloc for CudaAlloc {
         let _current = self.gpu.bind();
         // SAFETY: released once; CUDA defers the release while work is pending.
         let _ = unsafe { sys::cuEventDestroy_v2(event.0 as sys::CUevent) };
+    }
+
+    fn event_done(&self, event: EventHandle) -> Result<bool> {
+        let _current = self.gpu.bind()?;
+        // SAFETY: `event` came from `record_event` and is not yet released.
+        let rc = unsafe { sys::cuEventQuery(event.0 as sys::CUevent) };
+        if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", rc).map(|()| true)
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        let _current = self.gpu.bind()?;
+        // SAFETY: the GPU's context is current; waits for all its streams.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+}
+
+impl Drop for CudaAlloc {
+    fn drop(&mut self) {
+        if self.mempool != 0
+            && let Ok(_current) = self.gpu.bind()
+        {
+            // SAFETY: our own pool, destroyed once. Blocks still allocated from it
+            // or frees still queued keep its resources until they are done
+            // (cuMemPoolDestroy's documentation).
+            unsafe { sys::cuMemPoolDestroy(self.mempool as sys::CUmemoryPool) };
+        }
     }
 }
 

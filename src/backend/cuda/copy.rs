@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::sys;
 
 use super::context::{Gpu, check, device};
 use super::kernels;
-use super::stream::CudaStream;
+use super::stream::{CudaEvent, CudaStream};
 use crate::alloc::PerDevice;
 use crate::backend::gpu_copy::{self, GpuRuntime};
 use crate::backend::launch::KernelCall;
@@ -56,6 +56,7 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
 
 impl GpuRuntime for Cuda {
     type Stream = CudaStream;
+    type Event = CudaEvent;
 
     fn locate(d: Device) -> Option<Option<u32>> {
         match d {
@@ -161,12 +162,61 @@ impl GpuRuntime for Cuda {
         })
     }
 
-    unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()> {
+    fn record(stream: &CudaStream) -> Result<CudaEvent> {
+        let ev = CudaEvent::new(stream.ordinal(), false)?;
+        ev.record(stream)?;
+        Ok(ev)
+    }
+
+    fn wait_host(event: &CudaEvent) -> Result<()> {
+        event.synchronize()
+    }
+
+    fn handoff(producer: &CudaStream, consumer: &CudaStream) -> Result<()> {
+        super::stream::handoff(producer, consumer)
+    }
+
+    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
+        static ENABLED: Mutex<Vec<((u32, u32), bool)>> = Mutex::new(Vec::new());
+        let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == (ordinal, peer)) {
+            return Ok(ok);
+        }
+        let (gpu, other) = (device(ordinal)?, device(peer)?);
+        let mut can = 0;
+        // SAFETY: both are valid devices; `can` is a valid out-pointer.
+        check("cuDeviceCanAccessPeer", unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, gpu.dev, other.dev)
+        })?;
+        let ok = can != 0 && {
+            let _current = gpu.bind()?;
+            // SAFETY: `ordinal`'s context is current, `other.ctx` a live primary
+            // context of another device; flags must be 0. Another library sharing
+            // the primary context may have enabled it already: that is success.
+            let rc = unsafe { sys::cuCtxEnablePeerAccess(other.ctx, 0) };
+            if rc != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                check("cuCtxEnablePeerAccess", rc)?;
+            }
+            true
+        };
+        enabled.push(((ordinal, peer), ok));
+        Ok(ok)
+    }
+
+    unsafe fn peer_copy(
+        dst_ordinal: u32,
+        dst: u64,
+        src_ordinal: u32,
+        src: u64,
+        bytes: usize,
+        stream: &CudaStream,
+    ) -> Result<()> {
         let (dgpu, sgpu) = (device(dst_ordinal)?, device(src_ordinal)?);
-        let _current = sgpu.bind()?;
-        // SAFETY: both ranges are live device memory of their GPUs (caller's contract).
-        check("cuMemcpyPeer", unsafe {
-            sys::cuMemcpyPeer(dst, dgpu.ctx, src, sgpu.ctx, bytes)
+        let _current = device(stream.ordinal())?.bind()?;
+        // SAFETY: both ranges are live device memory of their GPUs until the
+        // stream's work is done (caller's contract); `stream` is live.
+        check("cuMemcpyPeerAsync", unsafe {
+            sys::cuMemcpyPeerAsync(dst, dgpu.ctx, src, sgpu.ctx, bytes, stream.raw())
         })
     }
 }

@@ -210,6 +210,28 @@ impl Drop for CudaEvent {
     }
 }
 
+/// Blocks the host until the work queued on GPU `ordinal`'s legacy default
+/// stream and on each of `streams` (a storage's streams, see
+/// `Storage::streams`) is done, so the host may read managed memory. A stream
+/// that cannot be synchronised (destroyed by its owner) makes it wait for the
+/// whole device instead.
+pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
+    CudaStream::legacy(ordinal).synchronize()?;
+    for s in streams {
+        if s.0 <= 2 {
+            continue; // 0 and 1 are the legacy stream; 2 is this thread's, which the legacy one waits for
+        }
+        // SAFETY: a recorded stream is a stream of this GPU's context (the
+        // `record_stream` contract); a destroyed one is answered with an error.
+        if unsafe { CudaStream::borrowed(ordinal, s.0) }.synchronize().is_err() {
+            let _current = device(ordinal)?.bind()?;
+            // SAFETY: the GPU's context is current.
+            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+        }
+    }
+    Ok(())
+}
+
 /// The DLPack handoff: work enqueued on `producer` so far happens before any
 /// work later enqueued on `consumer`. Nothing when they are the same stream.
 pub fn handoff(producer: &CudaStream, consumer: &CudaStream) -> Result<()> {

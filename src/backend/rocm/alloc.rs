@@ -167,6 +167,21 @@ unsafe impl NDAlloc for HipAlloc {
         // SAFETY: released once; HIP defers the release while work is pending.
         let _ = unsafe { ffi::hipEventDestroy(event.0 as ffi::Event) };
     }
+
+    fn event_done(&self, event: EventHandle) -> Result<bool> {
+        // SAFETY: `event` came from `record_event` and is not yet released.
+        let rc = unsafe { ffi::hipEventQuery(event.0 as ffi::Event) };
+        if rc == ffi::ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("hipEventQuery", rc).map(|()| true)
+    }
+
+    fn synchronize_device(&self) -> Result<()> {
+        let _current = self.gpu.bind()?;
+        // SAFETY: the GPU is current; waits for all its streams.
+        check("hipDeviceSynchronize", unsafe { ffi::hipDeviceSynchronize() })
+    }
 }
 
 /// The caching pool over device memory of a GPU, or over pinned host memory.

@@ -3,12 +3,12 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::context::{Gpu, check, device};
 use super::ffi;
 use super::kernels;
-use super::stream::RocmStream;
+use super::stream::{RocmEvent, RocmStream};
 use crate::alloc::PerDevice;
 use crate::backend::gpu_copy::{self, GpuRuntime};
 use crate::backend::launch::KernelCall;
@@ -55,6 +55,7 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
 
 impl GpuRuntime for Rocm {
     type Stream = RocmStream;
+    type Event = RocmEvent;
 
     fn locate(d: Device) -> Option<Option<u32>> {
         match d {
@@ -156,12 +157,60 @@ impl GpuRuntime for Rocm {
         })
     }
 
-    unsafe fn peer_copy(dst_ordinal: u32, dst: u64, src_ordinal: u32, src: u64, bytes: usize) -> Result<()> {
-        let sgpu = device(src_ordinal)?;
+    fn record(stream: &RocmStream) -> Result<RocmEvent> {
+        let ev = RocmEvent::new(stream.ordinal(), false)?;
+        ev.record(stream)?;
+        Ok(ev)
+    }
+
+    fn wait_host(event: &RocmEvent) -> Result<()> {
+        event.synchronize()
+    }
+
+    fn handoff(producer: &RocmStream, consumer: &RocmStream) -> Result<()> {
+        super::stream::handoff(producer, consumer)
+    }
+
+    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
+        static ENABLED: Mutex<Vec<((u32, u32), bool)>> = Mutex::new(Vec::new());
+        let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == (ordinal, peer)) {
+            return Ok(ok);
+        }
+        let gpu = device(ordinal)?;
+        device(peer)?;
+        let mut can: c_int = 0;
+        // SAFETY: both ordinals were reported by the probe; `can` is a valid out-pointer.
+        check("hipDeviceCanAccessPeer", unsafe {
+            ffi::hipDeviceCanAccessPeer(&mut can, ordinal as c_int, peer as c_int)
+        })?;
+        let ok = can != 0 && {
+            let _current = gpu.bind()?;
+            // SAFETY: `ordinal` is current; flags must be 0. Another library on the
+            // same device may have enabled it already: that is success.
+            let rc = unsafe { ffi::hipDeviceEnablePeerAccess(peer as c_int, 0) };
+            if rc != ffi::ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                check("hipDeviceEnablePeerAccess", rc)?;
+            }
+            true
+        };
+        enabled.push(((ordinal, peer), ok));
+        Ok(ok)
+    }
+
+    unsafe fn peer_copy(
+        dst_ordinal: u32,
+        dst: u64,
+        src_ordinal: u32,
+        src: u64,
+        bytes: usize,
+        stream: &RocmStream,
+    ) -> Result<()> {
         device(dst_ordinal)?;
-        let _current = sgpu.bind()?;
-        let stream = RocmStream::default_stream(src_ordinal);
-        // SAFETY: both ranges are live device memory of their GPUs (caller's contract).
+        device(src_ordinal)?;
+        let _current = device(stream.ordinal())?.bind()?;
+        // SAFETY: both ranges are live device memory of their GPUs until the
+        // stream's work is done (caller's contract); `stream` is live.
         check("hipMemcpyPeerAsync", unsafe {
             ffi::hipMemcpyPeerAsync(
                 dst as *mut c_void,
@@ -171,8 +220,7 @@ impl GpuRuntime for Rocm {
                 bytes,
                 stream.raw(),
             )
-        })?;
-        stream.synchronize()
+        })
     }
 }
 

@@ -24,6 +24,8 @@ pub const ERROR_OUT_OF_MEMORY: Status = 2;
 pub const ERROR_NO_DEVICE: Status = 100;
 pub const ERROR_INSUFFICIENT_DRIVER: Status = 35;
 pub const ERROR_NOT_READY: Status = 600;
+/// `hipErrorPeerAccessAlreadyEnabled`.
+pub const ERROR_PEER_ACCESS_ALREADY_ENABLED: Status = 704;
 
 /// `hipMemcpyDefault`: direction inferred from unified addresses.
 pub const MEMCPY_DEFAULT: c_int = 4;
@@ -66,6 +68,8 @@ unsafe extern "C" {
         kind: c_int,
         stream: Stream,
     ) -> Status;
+    pub fn hipDeviceCanAccessPeer(can: *mut c_int, device: c_int, peer: c_int) -> Status;
+    pub fn hipDeviceEnablePeerAccess(peer: c_int, flags: c_uint) -> Status;
     pub fn hipMemcpyPeerAsync(
         dst: *mut c_void,
         dst_device: c_int,
@@ -78,6 +82,7 @@ unsafe extern "C" {
     pub fn hipStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> Status;
     pub fn hipStreamDestroy(stream: Stream) -> Status;
     pub fn hipStreamSynchronize(stream: Stream) -> Status;
+    pub fn hipDeviceSynchronize() -> Status;
     pub fn hipStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> Status;
 
     pub fn hipEventCreateWithFlags(event: *mut Event, flags: c_uint) -> Status;

@@ -184,6 +184,27 @@ impl Drop for RocmEvent {
     }
 }
 
+/// Blocks the host until the work queued on GPU `ordinal`'s null stream and
+/// on each of `streams` (a storage's streams, see `Storage::streams`) is
+/// done, so the host may read host-visible memory. A stream that cannot be
+/// synchronised (destroyed by its owner) makes it wait for the whole device.
+pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
+    RocmStream::default_stream(ordinal).synchronize()?;
+    for s in streams {
+        if s.0 == 0 {
+            continue; // the null stream, synchronised above
+        }
+        // SAFETY: a recorded stream is a stream of this GPU (the `record_stream`
+        // contract); a destroyed one is answered with an error.
+        if unsafe { RocmStream::borrowed(ordinal, s.0) }.synchronize().is_err() {
+            let _current = device(ordinal)?.bind()?;
+            // SAFETY: the GPU is current.
+            return check("hipDeviceSynchronize", unsafe { ffi::hipDeviceSynchronize() });
+        }
+    }
+    Ok(())
+}
+
 /// The DLPack handoff: work enqueued on `producer` so far happens before any
 /// work later enqueued on `consumer`. Nothing when they are the same stream.
 pub fn handoff(producer: &RocmStream, consumer: &RocmStream) -> Result<()> {
