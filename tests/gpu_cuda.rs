@@ -102,3 +102,44 @@ fn forked_child_gets_a_typed_error_for_inherited_cuda() {
     // The parent's CUDA is unaffected.
     assert_eq!(parent.to_vec::<f32>().unwrap(), vec![1.5; 1000]);
 }
+
+/// Event timing under a driver older than 12.8, which has `cuEventElapsedTime`
+/// but not `cuEventElapsedTime_v2` (cudarc would panic on the missing symbol).
+/// The emulated driver poses as a 12.4 driver in a child process.
+#[test]
+fn event_timing_works_under_a_driver_older_than_12_8() {
+    const CHILD: &str = "DEVTENSOR_TEST_OLD_DRIVER_CHILD";
+    if !ready("event_timing_works_under_a_driver_older_than_12_8") {
+        return;
+    }
+    if std::env::var_os(CHILD).is_some() {
+        use devtensor::backend::cuda::stream::CudaEvent;
+        let s = CudaStream::legacy(0);
+        let (start, end) = (CudaEvent::new(0, true).unwrap(), CudaEvent::new(0, true).unwrap());
+        start.record(&s).unwrap();
+        Tensor::zeros(&[1 << 12], DType::F32, dev(0)).unwrap();
+        end.record(&s).unwrap();
+        end.synchronize().unwrap();
+        assert!(start.elapsed_ms(&end).unwrap() >= 0.0);
+        return;
+    }
+    if !common::emulated(devtensor::backend::cuda_status()) {
+        println!(
+            "SKIP event_timing_works_under_a_driver_older_than_12_8: only the emulated driver can pose as an older one"
+        );
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "event_timing_works_under_a_driver_older_than_12_8",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("DEVTENSOR_EMU_DRIVER_VERSION", "12040")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "under a 12.4 driver:\n{text}");
+    assert!(text.contains("1 passed"), "{text}");
+}
