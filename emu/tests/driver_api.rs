@@ -2,6 +2,8 @@
 //! codes for bad arguments, error strings, cuGetProcAddress, struct layouts.
 //! Expected values come from the CUDA Driver API reference (cited per test).
 
+mod driver_support;
+
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::offset_of;
 use std::ptr::null_mut;
@@ -13,35 +15,7 @@ use devtensor_emu::driver::memory::*;
 use devtensor_emu::driver::module::*;
 use devtensor_emu::driver::stream::*;
 use devtensor_emu::driver::*;
-
-/// Initialises the driver and makes device 0's primary context current.
-fn setup() -> Handle {
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        assert_eq!(cuInit(0), CUDA_SUCCESS);
-        let mut ctx = null_mut();
-        assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, 0), CUDA_SUCCESS);
-        assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-        ctx
-    }
-}
-
-/// Runs this test binary's test `name` alone in a child process with `env`;
-/// returns (exit status, stderr).
-fn child(name: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
-    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("EMU_CHILD", "1");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn in_child() -> bool {
-    std::env::var_os("EMU_CHILD").is_some()
-}
+use driver_support::{child, in_child, setup};
 
 #[test]
 fn not_initialized_before_cuinit() {

@@ -2,6 +2,8 @@
 //! range checks of copies, out of memory, pinned/managed/async memory,
 //! pointer attributes, and kernels faulting on bad addresses.
 
+mod driver_support;
+
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -11,32 +13,7 @@ use devtensor_emu::driver::memory::*;
 use devtensor_emu::driver::module::*;
 use devtensor_emu::driver::stream::*;
 use devtensor_emu::driver::*;
-
-fn setup() -> Handle {
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        assert_eq!(devtensor_emu::driver::device::cuInit(0), CUDA_SUCCESS);
-        let mut ctx = null_mut();
-        assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, 0), CUDA_SUCCESS);
-        assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-        ctx
-    }
-}
-
-fn child(name: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
-    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("EMU_CHILD", "1");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn in_child() -> bool {
-    std::env::var_os("EMU_CHILD").is_some()
-}
+use driver_support::{child, in_child, setup};
 
 /// `out[i] = in[i]` for i < n, 4-byte elements, one thread per element.
 const COPY_PTX: &str = "

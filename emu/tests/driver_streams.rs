@@ -2,7 +2,11 @@
 //! and non-blocking streams (stream-sync-behavior), event record / wait /
 //! query / elapsed time (group__CUDA__EVENT), races caught independently of
 //! timing and correct programs left alone (also under the random delays of
-//! DEVTENSOR_EMU_SEED).
+//! DEVTENSOR_EMU_SEED); destroyed streams whose work goes on (waited for by
+//! cuCtxSynchronize, cuMemFree and the legacy stream); races on pinned and
+//! managed memory accessed by device work.
+
+mod driver_support;
 
 use std::ffi::c_void;
 use std::ptr::null_mut;
@@ -14,32 +18,7 @@ use devtensor_emu::driver::memory::*;
 use devtensor_emu::driver::module::*;
 use devtensor_emu::driver::stream::*;
 use devtensor_emu::driver::*;
-
-fn setup() -> Handle {
-    // SAFETY: plain driver calls with valid out-pointers.
-    unsafe {
-        assert_eq!(devtensor_emu::driver::device::cuInit(0), CUDA_SUCCESS);
-        let mut ctx = null_mut();
-        assert_eq!(cuDevicePrimaryCtxRetain(&mut ctx, 0), CUDA_SUCCESS);
-        assert_eq!(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-        ctx
-    }
-}
-
-fn child(name: &str, env: &[(&str, &str)]) -> (std::process::ExitStatus, String) {
-    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env("EMU_CHILD", "1");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-fn in_child() -> bool {
-    std::env::var_os("EMU_CHILD").is_some()
-}
+use driver_support::{child, in_child, setup};
 
 /// `out[i] = in[i] + 1` for i < n.
 const INC_PTX: &str = "
@@ -360,4 +339,290 @@ fn many_streams_stress() {
     // 6 increments along a → b → c → a → b → c → a.
     assert_eq!(read(fx.a), (0..N).map(|i| i + 6).collect::<Vec<_>>());
     let _ = CU_MEMORYTYPE_DEVICE;
+}
+
+// ---------------------------------------------------------------------------
+// Destroyed streams keep draining and are waited for.
+//
+// group__CUDA__STREAM, cuStreamDestroy_v2: "In case the device is still doing
+// work in the stream hStream when cuStreamDestroy() is called, the function
+// will return immediately and the resources associated with hStream will be
+// released automatically once the device has completed all work in hStream."
+// group__CUDA__CTX, cuCtxSynchronize: "Blocks until the current context has
+// completed all preceding requested tasks" — including those of streams
+// destroyed since.
+
+/// Checks `got[i] == i + add`, naming the first mismatch (not the whole buffer).
+fn expect_plus(got: &[u32], add: u32) {
+    assert_eq!(got.len(), N as usize);
+    if let Some(i) = (0..N).find(|&i| got[i as usize] != i + add) {
+        panic!("element {i} is {:#x}, expected {}", got[i as usize], i + add);
+    }
+}
+
+/// A pinned buffer of N u32 (device-accessible host memory the test can read
+/// without a driver call, so a wait that did not happen shows in the data).
+fn pinned() -> *mut u32 {
+    let mut p = null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { cuMemHostAlloc(&mut p, 4 * N as usize, 0) }, CUDA_SUCCESS);
+    p.cast()
+}
+
+/// Queues enough work on `s` (a chain of increments a → b → a → … ending in
+/// `out`) that it is still busy when the stream is destroyed.
+fn busy_chain(fx: &Fx, s: Handle, out: u64) {
+    for _ in 0..3 {
+        inc(fx.f, fx.b, fx.a, s);
+        inc(fx.f, fx.a, fx.b, s);
+    }
+    inc(fx.f, out, fx.a, s);
+}
+
+#[test]
+fn ctx_synchronize_waits_for_destroyed_stream() {
+    if !in_child() {
+        for seed in ["0", "5", "77"] {
+            let (st, err) = child(
+                "ctx_synchronize_waits_for_destroyed_stream",
+                &[("DEVTENSOR_EMU_SEED", seed)],
+            );
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(!err.contains("race"), "seed {seed}: {err}");
+        }
+        return;
+    }
+    let fx = fixture();
+    let p = pinned();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    busy_chain(&fx, s, p as u64);
+    // SAFETY: valid handles.
+    unsafe {
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS, "{:?}", last_error_message());
+        // The host sees the destroyed stream's results without another call...
+        let got = std::slice::from_raw_parts(p, N as usize).to_vec();
+        expect_plus(&got, 7);
+    }
+    // ...and work enqueued after cuCtxSynchronize on an unrelated non-blocking
+    // stream happens-after it (no race reported).
+    let s2 = stream(CU_STREAM_NON_BLOCKING);
+    inc(fx.f, fx.c, fx.a, s2);
+    // SAFETY: valid handles.
+    unsafe { assert_eq!(cuStreamSynchronize(s2), CUDA_SUCCESS, "{:?}", last_error_message()) };
+    expect_plus(&read(fx.c), 7);
+}
+
+#[test]
+fn ctx_synchronize_orders_drained_destroyed_stream() {
+    // The destroyed stream has finished (and been released) before
+    // cuCtxSynchronize: the host still happens-after its work.
+    if !in_child() {
+        let (st, err) = child("ctx_synchronize_orders_drained_destroyed_stream", &[]);
+        assert!(st.success(), "{err}");
+        assert!(!err.contains("race"), "{err}");
+        return;
+    }
+    let fx = fixture();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    inc(fx.f, fx.b, fx.a, s);
+    // SAFETY: valid handle.
+    assert_eq!(unsafe { cuStreamDestroy_v2(s) }, CUDA_SUCCESS);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: plain call.
+    assert_eq!(unsafe { cuCtxSynchronize() }, CUDA_SUCCESS);
+    let s2 = stream(CU_STREAM_NON_BLOCKING);
+    inc(fx.f, fx.c, fx.b, s2);
+    // SAFETY: valid handle.
+    unsafe { assert_eq!(cuStreamSynchronize(s2), CUDA_SUCCESS, "{:?}", last_error_message()) };
+    expect_plus(&read(fx.c), 2);
+}
+
+#[test]
+fn mem_free_waits_for_destroyed_stream() {
+    // group__CUDA__MEM / api-sync-behavior: cuMemFree synchronises with the
+    // device; work still queued on a destroyed stream is device work.
+    if !in_child() {
+        for seed in ["0", "9"] {
+            let (st, err) = child("mem_free_waits_for_destroyed_stream", &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(!err.contains("race") && !err.contains("freed"), "seed {seed}: {err}");
+        }
+        return;
+    }
+    let fx = fixture();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    busy_chain(&fx, s, fx.c);
+    // SAFETY: valid handles.
+    unsafe {
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(fx.b), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS, "{:?}", last_error_message());
+    }
+    expect_plus(&read(fx.c), 7);
+}
+
+#[test]
+fn legacy_stream_waits_for_destroyed_blocking_stream() {
+    // stream-sync-behavior: "the legacy stream first waits on all blocking
+    // streams" — a destroyed blocking stream still doing work is one of them.
+    if !in_child() {
+        for seed in ["0", "13"] {
+            let (st, err) = child(
+                "legacy_stream_waits_for_destroyed_blocking_stream",
+                &[("DEVTENSOR_EMU_SEED", seed)],
+            );
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(!err.contains("race"), "seed {seed}: {err}");
+        }
+        return;
+    }
+    let fx = fixture();
+    let s = stream(0);
+    busy_chain(&fx, s, fx.b);
+    // SAFETY: valid handle.
+    assert_eq!(unsafe { cuStreamDestroy_v2(s) }, CUDA_SUCCESS);
+    inc(fx.f, fx.c, fx.b, null_mut());
+    // SAFETY: plain call (NULL: the legacy default stream).
+    let rc = unsafe { cuStreamSynchronize(null_mut()) };
+    assert_eq!(rc, CUDA_SUCCESS, "{:?}", last_error_message());
+    expect_plus(&read(fx.c), 8);
+}
+
+#[test]
+fn legacy_stream_does_not_wait_for_destroyed_non_blocking_stream() {
+    // A non-blocking stream stays unordered with the legacy stream after its destruction.
+    if !in_child() {
+        let (st, err) = child("legacy_stream_does_not_wait_for_destroyed_non_blocking_stream", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("data race"), "{err}");
+        return;
+    }
+    let fx = fixture();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    inc(fx.f, fx.b, fx.a, s);
+    // SAFETY: valid handle.
+    assert_eq!(unsafe { cuStreamDestroy_v2(s) }, CUDA_SUCCESS);
+    inc(fx.f, fx.c, fx.b, null_mut());
+    // SAFETY: plain call.
+    assert_eq!(unsafe { cuCtxSynchronize() }, CUDA_ERROR_LAUNCH_FAILED);
+}
+
+// ---------------------------------------------------------------------------
+// Pinned and managed memory accessed by device work is race-checked like
+// device memory (group__CUDA__MEM, cuMemHostAlloc: "Since the memory can be
+// accessed directly by the device ..."; cuMemAllocManaged with
+// CU_MEM_ATTACH_GLOBAL: "this memory is accessible from any stream on any device").
+
+/// A managed buffer of N u32 initialised to 0..N.
+fn managed() -> u64 {
+    let mut d = 0u64;
+    // SAFETY: valid out-pointer; the memory is host-accessible.
+    unsafe {
+        assert_eq!(cuMemAllocManaged(&mut d, 4 * N as usize, 1), CUDA_SUCCESS);
+        let src: Vec<u32> = (0..N).collect();
+        assert_eq!(cuMemcpyHtoD_v2(d, src.as_ptr().cast(), 4 * N as usize), CUDA_SUCCESS);
+    }
+    d
+}
+
+#[test]
+fn managed_memset_and_kernel_race() {
+    if !in_child() {
+        for seed in ["0", "21"] {
+            let (st, err) = child("managed_memset_and_kernel_race", &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(
+                err.contains("data race") && err.contains("managed allocation") && err.contains("cuMemsetD32Async"),
+                "seed {seed}: {err}"
+            );
+        }
+        return;
+    }
+    let fx = fixture();
+    let m = managed();
+    let (s1, s2) = (stream(CU_STREAM_NON_BLOCKING), stream(CU_STREAM_NON_BLOCKING));
+    // SAFETY: valid handles; the range lies in the allocation.
+    unsafe { assert_eq!(cuMemsetD32Async(m, 0, N as usize, s1), CUDA_SUCCESS) };
+    inc(fx.f, m, fx.a, s2);
+    // SAFETY: plain calls.
+    unsafe {
+        cuStreamSynchronize(s1);
+        cuStreamSynchronize(s2);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    }
+}
+
+#[test]
+fn pinned_kernel_and_async_copy_race() {
+    if !in_child() {
+        for seed in ["0", "4"] {
+            let (st, err) = child("pinned_kernel_and_async_copy_race", &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            assert!(
+                err.contains("data race") && err.contains("pinned host allocation") && err.contains("inc_u32"),
+                "seed {seed}: {err}"
+            );
+        }
+        return;
+    }
+    let fx = fixture();
+    let p = pinned();
+    let (s1, s2) = (stream(CU_STREAM_NON_BLOCKING), stream(CU_STREAM_NON_BLOCKING));
+    // A kernel writes the pinned buffer on s1, an async copy reads it on s2.
+    inc(fx.f, p as u64, fx.a, s1);
+    // SAFETY: valid handles; both ranges lie in their allocations.
+    unsafe {
+        assert_eq!(cuMemcpyHtoDAsync_v2(fx.c, p.cast(), 4 * N as usize, s2), CUDA_SUCCESS);
+        cuStreamSynchronize(s1);
+        cuStreamSynchronize(s2);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    }
+}
+
+#[test]
+fn managed_kernels_race_and_event_orders_them() {
+    if !in_child() {
+        let (st, err) = child("managed_kernels_race_and_event_orders_them", &[("EMU_ORDERED", "1")]);
+        assert!(st.success(), "{err}");
+        assert!(!err.contains("race"), "{err}");
+        let (st, err) = child("managed_kernels_race_and_event_orders_them", &[]);
+        assert!(st.success(), "{err}");
+        assert!(
+            err.contains("data race") && err.contains("managed allocation") && err.contains("inc_u32"),
+            "{err}"
+        );
+        return;
+    }
+    let ordered = std::env::var_os("EMU_ORDERED").is_some();
+    let fx = fixture();
+    let (m1, m2) = (managed(), managed());
+    let (s1, s2) = (stream(CU_STREAM_NON_BLOCKING), stream(CU_STREAM_NON_BLOCKING));
+    inc(fx.f, m1, fx.a, s1);
+    if ordered {
+        let mut e = null_mut();
+        // SAFETY: valid handles.
+        unsafe {
+            assert_eq!(cuEventCreate(&mut e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+            assert_eq!(cuEventRecord(e, s1), CUDA_SUCCESS);
+            assert_eq!(cuStreamWaitEvent(s2, e, 0), CUDA_SUCCESS);
+            assert_eq!(cuEventDestroy_v2(e), CUDA_SUCCESS);
+        }
+    }
+    // Reads what s1 writes.
+    inc(fx.f, m2, m1, s2);
+    // SAFETY: plain calls.
+    unsafe {
+        cuStreamSynchronize(s1);
+        cuStreamSynchronize(s2);
+        let rc = cuCtxSynchronize();
+        if ordered {
+            assert_eq!(rc, CUDA_SUCCESS, "{:?}", last_error_message());
+            // Host reads of managed memory after the synchronisation.
+            let got = std::slice::from_raw_parts(m2 as *const u32, N as usize).to_vec();
+            expect_plus(&got, 2);
+        } else {
+            assert_eq!(rc, CUDA_ERROR_LAUNCH_FAILED);
+        }
+    }
 }

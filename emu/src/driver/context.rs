@@ -10,18 +10,44 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::ffi::c_uint;
+use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::ThreadId;
 
 use super::device::{device, devices};
+use super::race::{self, VClock};
 use super::stream::{Stream, StreamKind};
 use super::{
     CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_DEVICE, CUDA_ERROR_INVALID_VALUE,
     CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, CUdevice, CUresult, Handle, Result,
     api, code, err, lock, null_arg, out,
 };
+
+/// The user streams of a context.
+///
+/// group__CUDA__STREAM, cuStreamDestroy_v2
+/// (<https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html>):
+/// "In case the device is still doing work in the stream hStream when
+/// cuStreamDestroy() is called, the function will return immediately and the
+/// resources associated with hStream will be released automatically once the
+/// device has completed all work in hStream." So a destroyed stream stays in
+/// `list` (its handle is gone) until its worker drained it; it is then
+/// *retired*: removed, and its final clock joined into `retired` (and
+/// `retired_blocking` for a blocking stream), so that a later host
+/// synchronisation with the whole context (cuCtxSynchronize) or the legacy
+/// stream's implicit synchronisation with blocking streams still
+/// happens-after its work. List and clocks change together under one lock:
+/// a snapshot sees each stream either listed or retired.
+#[derive(Default)]
+pub(crate) struct UserStreams {
+    /// Live user streams and destroyed ones with work not yet completed.
+    pub(crate) list: Vec<Arc<Stream>>,
+    /// Join of the final clocks of retired streams.
+    retired: VClock,
+    /// Join of the final clocks of retired blocking streams.
+    retired_blocking: VClock,
+}
 
 /// A (primary) context.
 pub struct Context {
@@ -35,8 +61,8 @@ pub struct Context {
     peers: Mutex<HashSet<u32>>,
     legacy: OnceLock<Arc<Stream>>,
     per_thread: Mutex<HashMap<ThreadId, Arc<Stream>>>,
-    /// User streams not yet destroyed.
-    pub(crate) streams: Mutex<Vec<Arc<Stream>>>,
+    /// User streams not yet destroyed, and destroyed ones still doing work.
+    pub(crate) streams: Mutex<UserStreams>,
     /// Serialises enqueueing, so the legacy stream's implicit dependencies
     /// see a consistent set of streams.
     pub(crate) enqueue_lock: Mutex<()>,
@@ -51,7 +77,7 @@ impl Context {
             peers: Mutex::new(HashSet::new()),
             legacy: OnceLock::new(),
             per_thread: Mutex::new(HashMap::new()),
-            streams: Mutex::new(Vec::new()),
+            streams: Mutex::new(UserStreams::default()),
             enqueue_lock: Mutex::new(()),
         }
     }
@@ -105,20 +131,58 @@ impl Context {
             .clone()
     }
 
-    /// Every stream of the context: legacy, per-thread, user streams.
-    pub(crate) fn all_streams(&'static self) -> Vec<Arc<Stream>> {
+    /// Every stream of the context that may still have work (legacy,
+    /// per-thread, user streams, destroyed streams still draining) and the
+    /// joined final clock of the retired (destroyed and drained) ones; with
+    /// `blocking_only`, only streams that synchronise with the legacy stream.
+    pub(crate) fn streams_snapshot(&'static self, blocking_only: bool) -> (Vec<Arc<Stream>>, VClock) {
         let mut v = vec![self.legacy()];
         v.extend(lock(&self.per_thread).values().cloned());
-        v.extend(lock(&self.streams).iter().cloned());
-        v
+        let u = lock(&self.streams);
+        v.extend(u.list.iter().filter(|s| !blocking_only || s.blocking()).cloned());
+        let retired = if blocking_only {
+            u.retired_blocking.clone()
+        } else {
+            u.retired.clone()
+        };
+        (v, retired)
     }
 
-    /// Blocks until every stream of the context is idle; the host thread then
-    /// happens-after all their work (cuCtxSynchronize).
-    pub fn synchronize(&'static self) -> Result<()> {
-        for s in self.all_streams() {
+    /// Registers a new user stream.
+    pub(crate) fn add_stream(&self, s: Arc<Stream>) {
+        lock(&self.streams).list.push(s);
+    }
+
+    /// A destroyed stream completed all its work: it leaves the list and its
+    /// final clock `last` joins the retired clocks (see [`UserStreams`]).
+    pub(crate) fn retire(&self, s: &Arc<Stream>, last: &VClock) {
+        let mut u = lock(&self.streams);
+        u.list.retain(|o| !Arc::ptr_eq(o, s));
+        u.retired.join(last);
+        if s.blocking() {
+            u.retired_blocking.join(last);
+        }
+    }
+
+    /// Blocks the host until the device has completed all work of the
+    /// context, including work queued on streams destroyed since
+    /// (cuStreamDestroy_v2, group__CUDA__STREAM); the host thread then
+    /// happens-after all of it.
+    pub fn synchronize_host(&'static self) {
+        let (streams, retired) = self.streams_snapshot(false);
+        for s in streams {
             s.synchronize_host();
         }
+        race::host_join(&retired);
+    }
+
+    /// cuCtxSynchronize (group__CUDA__CTX,
+    /// <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html>):
+    /// "Blocks until the current context has completed all preceding
+    /// requested tasks" — those of destroyed streams included — then returns
+    /// the sticky error of a failed one.
+    pub fn synchronize(&'static self) -> Result<()> {
+        self.synchronize_host();
         self.check()
     }
 
@@ -210,6 +274,28 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .map(|_| ())
             .or_else(|_| err(CUDA_ERROR_INVALID_CONTEXT, "the primary context is not retained"))
+    })
+}
+
+/// `cuDevicePrimaryCtxGetState`: "Get the state of the primary context.
+/// Returns in *flags the flags for the primary context of dev, and in *active
+/// whether it is active." (group__CUDA__PRIMARY__CTX:
+/// <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html>).
+/// The primary context is active while its retain count is above zero; the
+/// emulator keeps no flags (`cuDevicePrimaryCtxSetFlags` is not emulated): 0.
+///
+/// # Safety
+///
+/// `flags` and `active` must be NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut c_uint, active: *mut c_int) -> CUresult {
+    api("cuDevicePrimaryCtxGetState", || {
+        let d = device(dev)?;
+        let is_active = c_int::from(d.primary.retained.load(Ordering::Acquire) > 0);
+        // SAFETY: forwarded.
+        unsafe { out(flags, "flags", 0 as c_uint) }?;
+        // SAFETY: forwarded.
+        unsafe { out(active, "active", is_active) }
     })
 }
 

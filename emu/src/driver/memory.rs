@@ -694,7 +694,11 @@ fn to_free(call: &str, ptr: u64, kinds: &[fn(Kind) -> bool]) -> Result<Arc<Alloc
 }
 
 /// Synchronous free: waits for the work of the allocation's device (as the
-/// driver's free does in practice), then frees as a host-side write.
+/// driver's free does in practice), then frees as a host-side write. That
+/// work includes what is still queued on streams destroyed since
+/// (group__CUDA__STREAM, cuStreamDestroy_v2: "the resources associated with
+/// hStream will be released automatically once the device has completed all
+/// work in hStream" — the work goes on on the device).
 fn free_now(call: &'static str, a: &Alloc) {
     let ctx_dev = match a.kind {
         Kind::Device(d) => d,
@@ -702,9 +706,7 @@ fn free_now(call: &'static str, a: &Alloc) {
     };
     if let Some(d) = devices().get(ctx_dev as usize) {
         let ctx: &'static Context = &d.primary;
-        for s in ctx.all_streams() {
-            s.synchronize_host();
-        }
+        ctx.synchronize_host();
     }
     if let Some(r) = race::record(
         &[Access {
@@ -1623,10 +1625,10 @@ pub unsafe extern "C" fn cuMemcpyPeer(
         }
         let d = peer_side("cuMemcpyPeer", "dstDevice", dst, n as u64, dc)?;
         let s = peer_side("cuMemcpyPeer", "srcDevice", src, n as u64, sc)?;
+        // "serialized with respect to all pending ... asynchronous work":
+        // streams destroyed with work still queued included (group__CUDA__STREAM).
         for c in [cur, dc, sc] {
-            for st in c.all_streams() {
-                st.synchronize_host();
-            }
+            c.synchronize_host();
         }
         let e = race::host_epoch("cuMemcpyPeer");
         let acc = [

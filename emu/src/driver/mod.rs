@@ -381,6 +381,7 @@ procs! {
     "cuGetErrorString" => cuGetErrorString, 6000;
     "cuGetProcAddress" => cuGetProcAddress_v2, 12000;
     "cuDevicePrimaryCtxRetain" => context::cuDevicePrimaryCtxRetain, 7000;
+    "cuDevicePrimaryCtxGetState" => context::cuDevicePrimaryCtxGetState, 7000;
     "cuDevicePrimaryCtxRelease" => context::cuDevicePrimaryCtxRelease_v2, 11000;
     "cuCtxGetCurrent" => context::cuCtxGetCurrent, 4000;
     "cuCtxSetCurrent" => context::cuCtxSetCurrent, 4000;

@@ -11,7 +11,16 @@
 //! - the legacy default stream waits for prior work of every blocking stream
 //!   of its context, and blocking streams wait for prior legacy work;
 //! - `cuStreamSynchronize`/`cuEventSynchronize`/`cuCtxSynchronize` and the
-//!   synchronous copies order the host after the work they wait for.
+//!   synchronous copies order the host after the work they wait for;
+//! - a destroyed stream's queued work goes on (group__CUDA__STREAM,
+//!   cuStreamDestroy_v2: "the resources associated with hStream will be
+//!   released automatically once the device has completed all work in
+//!   hStream"): cuCtxSynchronize and the other device-wide synchronisations
+//!   still wait for it and order the host after it, and the legacy stream
+//!   after that of a destroyed blocking stream (context::UserStreams);
+//! - device-side accesses (kernels, async copies, memsets) to pinned and
+//!   managed memory are checked like device memory: both are in the
+//!   allocation table with a shadow each.
 //!
 //! Host threads each have their own clock component; calls into the driver
 //! are serialised (a thread entering the driver happens-after the last call

@@ -172,7 +172,15 @@ impl Stream {
             }
         }
         let implicit: Vec<Arc<Stream>> = match self.kind {
-            StreamKind::Legacy => self.ctx.all_streams().into_iter().filter(|s| s.blocking()).collect(),
+            // stream-sync-behavior: "the legacy stream first waits on all
+            // blocking streams" — destroyed blocking streams still doing work
+            // included (cuStreamDestroy_v2, group__CUDA__STREAM: their work
+            // goes on); those already drained are in the retired clock.
+            StreamKind::Legacy => {
+                let (streams, retired) = self.ctx.streams_snapshot(true);
+                clock.join(&retired);
+                streams
+            }
             _ if self.blocking() => vec![self.ctx.legacy()],
             _ => Vec::new(),
         };
@@ -233,21 +241,30 @@ impl Stream {
         }
     }
 
-    /// The worker: runs operations in order until the stream is destroyed and drained.
+    /// The worker: runs operations in order until the stream is destroyed and
+    /// drained; it then retires the stream from its context
+    /// (cuStreamDestroy_v2, group__CUDA__STREAM: "the resources associated
+    /// with hStream will be released automatically once the device has
+    /// completed all work in hStream").
     fn run(self: Arc<Self>) {
         loop {
-            let op = {
+            let next = {
                 let mut st = lock(&self.state);
                 loop {
                     if let Some(op) = st.queue.pop_front() {
-                        break op;
+                        break Some(op);
                     }
                     if st.destroyed {
                         st.worker = false;
-                        return;
+                        break None;
                     }
                     st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
                 }
+            };
+            let Some(op) = next else {
+                let (_, last) = self.last();
+                self.ctx.retire(&self, &last);
+                return;
             };
             for (s, seq) in &op.deps {
                 s.wait_done(*seq);
@@ -310,10 +327,19 @@ impl Stream {
         }
     }
 
-    fn destroy(&self) {
-        let mut st = lock(&self.state);
-        st.destroyed = true;
-        self.cv.notify_all();
+    /// Marks the stream destroyed: its worker drains the queue, then retires
+    /// it; a stream without a worker (nothing ever enqueued) retires now.
+    fn destroy(self: &Arc<Self>) {
+        let idle = {
+            let mut st = lock(&self.state);
+            st.destroyed = true;
+            self.cv.notify_all();
+            !st.worker
+        };
+        if idle {
+            let (_, last) = self.last();
+            self.ctx.retire(self, &last);
+        }
     }
 }
 
@@ -351,7 +377,7 @@ fn create(call: &'static str, ph: *mut Handle, flags: c_uint, priority: c_int) -
     );
     let h = STREAMS.insert(s.clone());
     s.handle.store(h as u64, Ordering::Relaxed);
-    lock(&ctx.streams).push(s);
+    ctx.add_stream(s);
     // SAFETY: checked non-null; valid per the caller's contract.
     unsafe { out(ph, "phStream", h) }
 }
@@ -386,6 +412,10 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(ph: *mut Handle, flags: c_ui
 /// immediately and the resources associated with hStream will be released
 /// automatically once the device has completed all work in hStream."
 /// The default streams cannot be destroyed (`CUDA_ERROR_INVALID_HANDLE`).
+/// The handle dies now; the stream stays in its context's list, keeps
+/// draining, and is waited for by cuCtxSynchronize, the legacy stream (if
+/// blocking) and the other device-wide synchronisations until its worker
+/// has completed its work (see `context::UserStreams`).
 ///
 /// # Safety
 ///
@@ -399,7 +429,6 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: Handle) -> CUresult {
         let Some(s) = STREAMS.remove(h) else {
             return err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream"));
         };
-        lock(&s.ctx.streams).retain(|o| !Arc::ptr_eq(o, &s));
         s.destroy();
         Ok(())
     })
