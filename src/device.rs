@@ -105,18 +105,64 @@ impl fmt::Display for Device {
     }
 }
 
-impl FromStr for Device {
+/// A device as a user names it: `"cuda"`, `"cuda_managed"` and `"rocm"` name
+/// no GPU, and mean the GPU current on the calling thread at the time of use
+/// (as `torch.device("cuda")` and CuPy do), so parsing stays pure and
+/// [`DeviceSpec::resolve`] asks the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceSpec {
+    /// A device with its ordinal (or one that has none: `cpu`, pinned host).
+    Exact(Device),
+    /// The given memory kind (`Cuda`, `CudaManaged` or `Rocm`, its ordinal
+    /// ignored) on the calling thread's current device.
+    Current(Device),
+}
+
+impl DeviceSpec {
+    /// The device: a [`DeviceSpec::Current`] kind takes the ordinal of the GPU
+    /// current on the calling thread (CUDA: the current context's device;
+    /// ROCm: `hipGetDevice`), 0 when none is current.
+    pub fn resolve(self) -> Result<Device> {
+        Ok(match self {
+            DeviceSpec::Exact(d) => d,
+            DeviceSpec::Current(kind) => {
+                let i = crate::backend::current_ordinal(kind.backend())?;
+                match kind {
+                    Device::Cuda(_) => Device::Cuda(i),
+                    Device::CudaManaged(_) => Device::CudaManaged(i),
+                    Device::Rocm(_) => Device::Rocm(i),
+                    other => other,
+                }
+            }
+        })
+    }
+}
+
+impl Default for DeviceSpec {
+    /// The CPU.
+    fn default() -> DeviceSpec {
+        DeviceSpec::Exact(Device::Cpu)
+    }
+}
+
+impl From<Device> for DeviceSpec {
+    fn from(d: Device) -> DeviceSpec {
+        DeviceSpec::Exact(d)
+    }
+}
+
+impl FromStr for DeviceSpec {
     type Err = Error;
-    /// Parses `cpu`, `cuda`, `cuda:N`, `cuda_host`, `cuda_managed[:N]`, `rocm[:N]`, `rocm_host`
-    /// (`hip` is accepted for `rocm`).
-    fn from_str(s: &str) -> Result<Device> {
+    /// Parses `cpu`, `cuda[:N]`, `cuda_host`, `cuda_managed[:N]`, `rocm[:N]`,
+    /// `rocm_host` (`hip` is accepted for `rocm`); no backend is asked.
+    fn from_str(s: &str) -> Result<DeviceSpec> {
         let bad = || Error::UnknownDevice(s.to_owned());
         let (kind, id) = match s.split_once(':') {
             Some((k, n)) => (k, Some(n.parse::<u32>().map_err(|_| bad())?)),
             None => (s, None),
         };
         let ordinal = id.unwrap_or(0);
-        Ok(match (kind, id) {
+        let device = match (kind, id) {
             ("cpu", None) => Device::Cpu,
             ("cuda", _) => Device::Cuda(ordinal),
             ("cuda_host", None) => Device::CudaHost,
@@ -124,7 +170,22 @@ impl FromStr for Device {
             ("rocm" | "hip", _) => Device::Rocm(ordinal),
             ("rocm_host", None) => Device::RocmHost,
             _ => return Err(bad()),
+        };
+        let indexable = matches!(device, Device::Cuda(_) | Device::CudaManaged(_) | Device::Rocm(_));
+        Ok(if indexable && id.is_none() {
+            DeviceSpec::Current(device)
+        } else {
+            DeviceSpec::Exact(device)
         })
+    }
+}
+
+impl FromStr for Device {
+    type Err = Error;
+    /// Parses a [`DeviceSpec`] and resolves it at once: `cuda` is `cuda:N` of
+    /// the GPU current on the calling thread (0 when none is), as in torch.
+    fn from_str(s: &str) -> Result<Device> {
+        s.parse::<DeviceSpec>()?.resolve()
     }
 }
 
@@ -146,7 +207,22 @@ mod tests {
             assert_eq!(d.to_string().parse::<Device>().unwrap(), d);
             assert_eq!(Device::from_dlpack(d.to_dlpack()).unwrap(), d);
         }
-        assert_eq!("cuda".parse::<Device>().unwrap(), Device::Cuda(0));
+        assert_eq!(
+            "cuda".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Current(Device::Cuda(0))
+        );
+        assert_eq!(
+            "rocm".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Current(Device::Rocm(0))
+        );
+        assert_eq!(
+            "cuda:0".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Exact(Device::Cuda(0))
+        );
+        assert_eq!(
+            "cuda_host".parse::<DeviceSpec>().unwrap(),
+            DeviceSpec::Exact(Device::CudaHost)
+        );
         assert_eq!(
             Device::CudaHost.to_dlpack(),
             DLDevice {

@@ -15,7 +15,7 @@ pub mod stream;
 pub mod tensor;
 
 pub use alloc::{AllocStats, CpuAlloc, NDAlloc};
-pub use device::{Backend, Device};
+pub use device::{Backend, Device, DeviceSpec};
 pub use dlpack::{from_dlpack_legacy, from_dlpack_versioned};
 pub use dtype::DType;
 pub use error::{DLPackError, Error, Result};

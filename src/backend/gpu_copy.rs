@@ -105,6 +105,13 @@ pub trait GpuRuntime {
     ) -> Result<()>;
 }
 
+/// The GPU work on memory of no GPU (pinned host memory) runs on: the calling
+/// thread's current device (see [`crate::backend::current_ordinal`]), so a
+/// process that uses only GPU 1 never touches GPU 0.
+fn current_ordinal<R: GpuRuntime>() -> Result<u32> {
+    crate::backend::current_ordinal(R::device_memory(0).backend())
+}
+
 /// Runs a planned copy between two device-accessible addresses.
 ///
 /// # Safety
@@ -234,7 +241,10 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
     match (R::locate(dst.device()), R::locate(src.device())) {
         // Both reachable from one GPU through unified addressing.
         (Some(d), Some(s)) if d.is_none() || s.is_none() || d == s => {
-            let ordinal = d.or(s).unwrap_or(0);
+            let ordinal = match d.or(s) {
+                Some(i) => i,
+                None => current_ordinal::<R>()?, // pinned on both sides: portable
+            };
             let stream = R::default_stream(ordinal);
             let plan = plan_for(dst, src)?;
             let pinned = [dst.device(), src.device()].contains(&R::pinned_host());
@@ -286,7 +296,10 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         (None, Some(_)) if src.device().is_host_accessible() => dst.copy_from(src),
         // Host (pageable) → device memory.
         (Some(d), None) => {
-            let ordinal = d.unwrap_or(0);
+            let ordinal = match d {
+                Some(i) => i,
+                None => current_ordinal::<R>()?,
+            };
             if src.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
                 return direct_dma::<R>(dst, src, ordinal);
             }
@@ -294,7 +307,10 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         }
         // Device memory → host (pageable).
         (None, Some(s)) => {
-            let ordinal = s.unwrap_or(0);
+            let ordinal = match s {
+                Some(i) => i,
+                None => current_ordinal::<R>()?,
+            };
             if dst.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
                 return direct_dma::<R>(dst, src, ordinal);
             }
@@ -703,7 +719,10 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
     if dst.is_read_only() {
         return Err(Error::ReadOnly);
     }
-    let ordinal = g.unwrap_or(0);
+    let ordinal = match g {
+        Some(i) => i,
+        None => current_ordinal::<R>()?, // pinned memory is portable: the caller's GPU
+    };
     let stream = R::default_stream(ordinal);
     let plan = plan_fill(
         dst.shape(),

@@ -77,6 +77,22 @@ pub fn cpu_status() -> BackendStatus {
     }
 }
 
+/// The ordinal of `backend`'s GPU current on the calling thread, what a device
+/// named without an index (`"cuda"`, `"rocm"`) means. CUDA: the device of the
+/// current context, else a GPU devtensor already uses (the lowest), else 0;
+/// ROCm: `hipGetDevice`. Never makes a context: asking retains nothing.
+pub fn current_ordinal(backend: Backend) -> crate::Result<u32> {
+    match backend {
+        Backend::Cpu => Ok(0),
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => cuda::context::current_or_used(),
+        #[cfg(feature = "rocm")]
+        Backend::Rocm => Ok(rocm::context::current_device()?.unwrap_or(0)),
+        #[allow(unreachable_patterns)]
+        _ => Ok(0),
+    }
+}
+
 /// The CUDA probe's answer (cached after the first call).
 pub fn cuda_status() -> &'static BackendStatus {
     static STATUS: OnceLock<BackendStatus> = OnceLock::new();

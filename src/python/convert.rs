@@ -4,7 +4,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
-use crate::device::Device;
+use crate::device::{Device, DeviceSpec};
 use crate::dtype::DType;
 use crate::error::Error;
 use crate::layout::Shape;
@@ -95,9 +95,33 @@ impl DTypeObjects {
 }
 
 /// `"cpu"`, `"cuda:1"`, ..., a `(device_type, device_id)` pair, or anything whose
-/// `str()` is one of those (a `torch.device`).
-#[derive(Default)]
-pub(crate) struct DeviceArg(pub Device);
+/// `str()` is one of those (a `torch.device`). `"cuda"` / `"rocm"` (no index)
+/// stay unresolved until [`DeviceArg::resolve`], which asks for the calling
+/// thread's current device, as torch and CuPy do.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct DeviceArg(pub DeviceSpec);
+
+impl DeviceArg {
+    /// The device; `"cuda"` is the GPU current on the calling thread. Call it
+    /// without the GIL (it may probe the driver): `py.detach` keeps the thread.
+    pub(crate) fn resolve(self) -> crate::Result<Device> {
+        self.0.resolve()
+    }
+
+    /// True for pageable host memory, the only device whose work never waits
+    /// for a GPU, a driver or a compiler.
+    pub(crate) fn is_cpu(self) -> bool {
+        self.0 == DeviceSpec::Exact(Device::Cpu)
+    }
+
+    /// [`DeviceArg::resolve`], without the GIL unless the device is exact.
+    pub(crate) fn resolve_py(self, py: Python<'_>) -> PyResult<Device> {
+        match self.0 {
+            DeviceSpec::Exact(d) => Ok(d),
+            spec => py.detach(|| spec.resolve()).map_err(to_py),
+        }
+    }
+}
 
 impl<'py> FromPyObject<'_, 'py> for DeviceArg {
     type Error = PyErr;
@@ -111,13 +135,13 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
                     "device ({device_type}, {device_id}): host memory kinds have device id 0"
                 )));
             }
-            return Ok(DeviceArg(device));
+            return Ok(DeviceArg(DeviceSpec::Exact(device)));
         }
         if let Ok(s) = ob.cast::<PyString>() {
-            return s.to_cow()?.parse::<Device>().map(DeviceArg).map_err(to_py);
+            return s.to_cow()?.parse::<DeviceSpec>().map(DeviceArg).map_err(to_py);
         }
         let s: String = ob.str()?.extract()?; // a torch.device, ...
-        s.parse::<Device>().map(DeviceArg).map_err(to_py)
+        s.parse::<DeviceSpec>().map(DeviceArg).map_err(to_py)
     }
 }
 

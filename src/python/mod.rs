@@ -26,15 +26,32 @@ pub use tensor::PyTensor;
 #[pyo3(signature = (shape, dtype = None, device = None))]
 fn empty(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
-    let device = device.map_or(crate::Device::Cpu, |d| d.0);
-    let _ = py; // allocation is quick: releasing the GIL would cost more than it saves
-    let t = Tensor::empty(&shape.0, dtype, device).map_err(to_py)?;
-    Ok(PyTensor::from(t))
+    let device = device.unwrap_or_default();
+    let t = if device.is_cpu() {
+        // A CPU allocation is quick: releasing the GIL would cost more than it saves.
+        Tensor::empty(&shape.0, dtype, crate::Device::Cpu)
+    } else {
+        // A GPU one may create the context, wait in the driver, or free the
+        // cache and retry on OOM (which synchronises).
+        py.detach(|| Tensor::empty(&shape.0, dtype, device.resolve()?))
+    };
+    Ok(PyTensor::from(t.map_err(to_py)?))
 }
 
-/// Runs `f` without the GIL when it touches enough bytes to be worth the switch.
-pub(crate) fn detach_if_large<T: Send>(py: Python<'_>, bytes: usize, f: impl FnOnce() -> T + Send) -> T {
-    if bytes >= 1 << 16 { py.detach(f) } else { f() }
+/// Runs `f` without the GIL unless it is small work on pageable host memory
+/// only: anything on a GPU (a copy, fill or clone that synchronises, a first
+/// kernel use that compiles, an allocation) can block for long.
+pub(crate) fn detach_unless_small_cpu<T: Send>(
+    py: Python<'_>,
+    devices: &[crate::Device],
+    bytes: usize,
+    f: impl FnOnce() -> T + Send,
+) -> T {
+    if bytes >= 1 << 16 || devices.iter().any(|&d| d != crate::Device::Cpu) {
+        py.detach(f)
+    } else {
+        f()
+    }
 }
 
 fn filled(
@@ -46,11 +63,16 @@ fn filled(
 ) -> PyResult<PyTensor> {
     let bytes = scalar_bytes(value, dtype)?;
     let total = shape.0.iter().product::<usize>().saturating_mul(dtype.size());
-    let t = detach_if_large(py, total, || {
-        let t = Tensor::empty(&shape.0, dtype, device.0)?;
+    let make = || {
+        let t = Tensor::empty(&shape.0, dtype, device.resolve()?)?;
         t.fill_bytes(&bytes)?;
         Ok(t)
-    })
+    };
+    let t = if device.is_cpu() && total < 1 << 16 {
+        make()
+    } else {
+        py.detach(make) // a GPU fill compiles its kernel on first use, pinned ones synchronise
+    }
     .map_err(to_py)?;
     Ok(PyTensor::from(t))
 }
@@ -105,7 +127,8 @@ fn full(
 #[pyfunction]
 #[pyo3(signature = (x, *, device = None, copy = None))]
 fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<DeviceArg>, copy: Option<bool>) -> PyResult<PyTensor> {
-    consumer::from_dlpack(x, device.map(|d| d.0), copy).map(PyTensor::from)
+    let device = device.map(|d| d.resolve_py(x.py())).transpose()?;
+    consumer::from_dlpack(x, device, copy).map(PyTensor::from)
 }
 
 /// Exported DLPack tensors whose deleter has not run yet (for leak tests).
@@ -135,7 +158,8 @@ fn _live_cpu_allocations() -> usize {
 #[pyfunction]
 #[pyo3(signature = (device = None))]
 fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-    let s = crate::alloc::memory_stats(device.unwrap_or_default().0).map_err(to_py)?;
+    let device = device.unwrap_or_default().resolve_py(py)?;
+    let s = crate::alloc::memory_stats(device).map_err(to_py)?;
     let d = pyo3::types::PyDict::new(py);
     for (k, v) in [
         ("allocated_bytes", s.allocated),
@@ -156,8 +180,14 @@ fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bou
 /// `empty_cache(device="cpu")`: returns cached free memory to the device; the bytes released.
 #[pyfunction]
 #[pyo3(signature = (device = None))]
-fn empty_cache(device: Option<DeviceArg>) -> PyResult<usize> {
-    crate::alloc::empty_cache(device.unwrap_or_default().0).map_err(to_py)
+fn empty_cache(py: Python<'_>, device: Option<DeviceArg>) -> PyResult<usize> {
+    let device = device.unwrap_or_default();
+    if device.is_cpu() {
+        return crate::alloc::empty_cache(crate::Device::Cpu).map_err(to_py);
+    }
+    // Frees device memory: the driver synchronises, the pool waits for events.
+    py.detach(|| crate::alloc::empty_cache(device.resolve()?))
+        .map_err(to_py)
 }
 
 #[pymodule]

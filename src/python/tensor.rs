@@ -9,7 +9,7 @@ use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
 use crate::python::convert::{DeviceArg, scalar_bytes};
 use crate::python::errors::to_py;
-use crate::python::{capsule, consumer, detach_if_large, exchange};
+use crate::python::{capsule, consumer, detach_unless_small_cpu, exchange};
 use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
@@ -87,7 +87,7 @@ fn order_for_consumer(py: Python<'_>, t: &Tensor, stream: Option<i64>, host_read
         // device, which the DLPack protocol obliges it to pass.
         let theirs = unsafe { CudaStream::from_dlpack(i, stream) }.map_err(to_py)?;
         if let Some(theirs) = theirs {
-            handoff(&ours, &theirs).map_err(to_py)?;
+            py.detach(|| handoff(&ours, &theirs)).map_err(to_py)?;
         }
     }
     #[cfg(feature = "rocm")]
@@ -102,7 +102,7 @@ fn order_for_consumer(py: Python<'_>, t: &Tensor, stream: Option<i64>, host_read
         // device, which the DLPack protocol obliges it to pass.
         let theirs = unsafe { RocmStream::from_dlpack(i, stream) }.map_err(to_py)?;
         if let Some(theirs) = theirs {
-            handoff(&ours, &theirs).map_err(to_py)?;
+            py.detach(|| handoff(&ours, &theirs)).map_err(to_py)?;
         }
     }
     let _ = (py, device, stream, host_reads);
@@ -256,13 +256,17 @@ impl PyTensor {
 
     /// `self` if C-contiguous, else a C-contiguous copy.
     fn contiguous(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        wrap(detach_if_large(py, self.inner.nbytes(), || self.inner.contiguous()))
+        let t = &self.inner;
+        wrap(detach_unless_small_cpu(py, &[t.device()], t.nbytes(), || {
+            t.contiguous()
+        }))
     }
 
     /// A new C-contiguous copy.
     fn clone(&self, py: Python<'_>) -> PyResult<PyTensor> {
-        wrap(detach_if_large(py, self.inner.nbytes(), || {
-            self.inner.contiguous_copy()
+        let t = &self.inner;
+        wrap(detach_unless_small_cpu(py, &[t.device()], t.nbytes(), || {
+            t.contiguous_copy()
         }))
     }
 
@@ -270,7 +274,8 @@ impl PyTensor {
     fn copy_<'py>(slf: Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let src = consumer::from_dlpack(src, None, None)?;
         let dst = slf.get().inner.clone();
-        detach_if_large(slf.py(), dst.nbytes(), || dst.copy_from(&src)).map_err(to_py)?;
+        let devices = [dst.device(), src.device()];
+        detach_unless_small_cpu(slf.py(), &devices, dst.nbytes(), || dst.copy_from(&src)).map_err(to_py)?;
         Ok(slf)
     }
 
@@ -278,17 +283,18 @@ impl PyTensor {
     fn fill_<'py>(slf: Bound<'py, Self>, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let t = slf.get().inner.clone();
         let bytes = scalar_bytes(value, t.dtype())?;
-        detach_if_large(slf.py(), t.nbytes(), || t.fill_bytes(&bytes)).map_err(to_py)?;
+        detach_unless_small_cpu(slf.py(), &[t.device()], t.nbytes(), || t.fill_bytes(&bytes)).map_err(to_py)?;
         Ok(slf)
     }
 
     /// This tensor on `device` (itself when already there, else a copy).
     fn to<'py>(slf: Bound<'py, Self>, device: DeviceArg) -> PyResult<Bound<'py, PyAny>> {
         let t = slf.get().inner.clone();
-        if t.device() == device.0 {
+        let device = device.resolve_py(slf.py())?; // "cuda": the thread's current GPU
+        if t.device() == device {
             return Ok(slf.into_any());
         }
-        let moved = slf.py().detach(|| t.to(device.0)).map_err(to_py)?;
+        let moved = slf.py().detach(|| t.to(device)).map_err(to_py)?;
         Ok(Bound::new(slf.py(), PyTensor::from(moved))?.into_any())
     }
 
@@ -356,7 +362,8 @@ impl PyTensor {
         let copied = if to_host {
             Some(py.detach(|| self.inner.to(Device::Cpu)).map_err(to_py)?)
         } else if copy == Some(true) {
-            Some(detach_if_large(py, self.inner.nbytes(), || self.inner.contiguous_copy()).map_err(to_py)?)
+            let t = &self.inner;
+            Some(detach_unless_small_cpu(py, &[t.device()], t.nbytes(), || t.contiguous_copy()).map_err(to_py)?)
         } else {
             None
         };

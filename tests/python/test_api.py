@@ -71,6 +71,12 @@ def iota(shape, dtype="float32"):
 
 
 def _cuda_present():
+    """A CUDA device torch or devtensor itself can use (the emulated driver counts)."""
+    try:
+        devtensor.empty((1,), device="cuda:0")
+        return True
+    except Exception:  # noqa: BLE001
+        pass
     try:
         import torch
 

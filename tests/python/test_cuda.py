@@ -316,3 +316,71 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how
     m.fill_(1)
     np.testing.assert_array_equal(host(witness), np.ones(n, dtype=np.uint32))
     np.testing.assert_array_equal(host(m), np.ones(n, dtype=np.uint32))
+
+
+# ----- the GIL (issue 12 item 6) ---------------------------------------------------------------
+
+
+def _long_device_work():
+    """Queues device work the emulated driver needs a good fraction of a second for (transposes
+    of 16 Mi elements on the device, asynchronous: nothing host-visible), after a warm-up that
+    compiles the kernel; returns what keeps the work's memory alive."""
+    n = 4096
+    src = devtensor.zeros((n, n), dtype="uint32", device="cuda:0")
+    dst = devtensor.empty((n, n), dtype="uint32", device="cuda:0")
+    dst[:8, :8].copy_(src[:8, :8].transpose(0, 1))  # compile and load the kernel first
+    devtensor.empty((1,), dtype="uint8", device="cuda:0").to("cpu")  # and wait for it
+    for _ in range(3):
+        dst.copy_(src.transpose(0, 1))  # device → device: queued, not waited for
+    return src, dst
+
+
+def _blocking_calls():
+    small_dev = devtensor.zeros((4,), dtype="uint32", device="cuda:0")
+    small_host = devtensor.empty((4,), dtype="uint32")
+    pinned = devtensor.empty((4,), dtype="uint32", device="cuda_host")
+    # Copies of 16 bytes between host and device: each waits for the default stream's queued work.
+    return {
+        "copy_d2h": lambda: small_host.copy_(small_dev),
+        "copy_h2d": lambda: small_dev.copy_(small_host),
+        "copy_d2pinned": lambda: pinned.copy_(small_dev),
+    }
+
+
+@pytest.mark.parametrize("call", ["copy_d2h", "copy_h2d", "copy_d2pinned"])
+def test_blocking_gpu_calls_release_the_gil(call):
+    """While devtensor waits for the device, another Python thread runs. The call waits for
+    device work queued before it; a second thread stamps the time in a loop. Holding the GIL for
+    the whole call, the stamper cannot run between the call's start and end at all (a thread only
+    gives the GIL up between bytecodes): no stamp lands in the middle half of the call, whatever
+    the machine's speed. Released, the stamper runs throughout. Not a timing of speed: the call
+    only has to last longer than a few GIL switch intervals (5 ms), checked."""
+    import threading
+    import time
+
+    fn = _blocking_calls()[call]
+    fn()  # first use (allocation, kernel compile) outside the measured call
+    stamps = []
+    stop = threading.Event()
+    started = threading.Event()
+
+    def stamper():
+        started.set()
+        while not stop.is_set():
+            stamps.append(time.monotonic())
+
+    keep = _long_device_work()
+    th = threading.Thread(target=stamper)
+    th.start()
+    started.wait()
+    t0 = time.monotonic()
+    fn()
+    t1 = time.monotonic()
+    stop.set()
+    th.join()
+    del keep
+    span = t1 - t0
+    assert span > 0.05, f"the device work took {span * 1e3:.1f} ms: too short to tell (make it larger)"
+    lo, hi = t0 + span / 4, t1 - span / 4
+    inside = sum(lo <= s <= hi for s in stamps)
+    assert inside > 0, f"{call} held the GIL while waiting for the device for {span * 1e3:.0f} ms"

@@ -1,13 +1,14 @@
 //! CUDA allocators behind [`NDAlloc`]: device (synchronous or stream-ordered),
 //! managed and pinned host memory.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
-use super::context::{Gpu, check, check_alloc, device};
+use super::context::{Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device};
 use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PerDevice, PoolConfig};
 use crate::device::Device;
 use crate::error::Result;
@@ -31,10 +32,15 @@ pub enum CudaMemory {
     PinnedHost,
 }
 
-/// A CUDA allocator for one GPU and one memory kind.
+/// A CUDA allocator for one GPU and one memory kind, or for portable pinned
+/// host memory, which belongs to no GPU.
 #[derive(Debug)]
 pub struct CudaAlloc {
-    gpu: &'static Gpu,
+    /// The GPU of device and managed memory; `None` for pinned host memory,
+    /// allocated in whichever context is current (see [`CudaAlloc::bind`]).
+    gpu: Option<&'static Gpu>,
+    /// Pinned memory only: the context each live event was created in.
+    event_ctx: Mutex<HashMap<usize, usize>>,
     memory: CudaMemory,
     counters: Counters,
     /// The `CUmemoryPool` of [`CudaMemory::DeviceAsync`] (0 otherwise),
@@ -43,9 +49,27 @@ pub struct CudaAlloc {
 }
 
 impl CudaAlloc {
-    /// An allocator of `memory` on GPU `ordinal` (pinned host memory is
-    /// portable: the ordinal only picks the context used to allocate it).
+    /// An allocator of `memory` on GPU `ordinal`. Pinned host memory is
+    /// portable, so `ordinal` is ignored for it: it is allocated in the calling
+    /// thread's current context, or else a GPU devtensor already uses
+    /// ([`current_or_used`]); a process that uses only GPU 1 never retains GPU 0.
     pub fn new(ordinal: u32, memory: CudaMemory) -> Result<CudaAlloc> {
+        if memory == CudaMemory::PinnedHost {
+            let status = crate::backend::cuda_status();
+            if !status.is_available() {
+                return Err(crate::Error::BackendUnavailable {
+                    backend: crate::Backend::Cuda,
+                    reason: status.unavailable_reason(),
+                });
+            }
+            return Ok(CudaAlloc {
+                gpu: None,
+                event_ctx: Mutex::new(HashMap::new()),
+                memory,
+                counters: Counters::new(),
+                mempool: 0,
+            });
+        }
         let gpu = device(ordinal)?;
         let mut mempool = 0;
         if memory == CudaMemory::DeviceAsync {
@@ -83,11 +107,65 @@ impl CudaAlloc {
             mempool = pool as usize;
         }
         Ok(CudaAlloc {
-            gpu,
+            gpu: Some(gpu),
+            event_ctx: Mutex::new(HashMap::new()),
             memory,
             counters: Counters::new(),
             mempool,
         })
+    }
+
+    /// Makes the right context current for work with `stream`: the GPU's own
+    /// for device and managed memory; for pinned memory the context of
+    /// `stream` (a stream handle > 2), else the one already current, else
+    /// that of [`current_or_used`].
+    fn bind(&self, stream: Option<StreamHandle>) -> Result<Current> {
+        if let Some(gpu) = self.gpu {
+            return gpu.bind();
+        }
+        if let Some(s) = stream.filter(|s| s.0 > 2) {
+            let mut ctx: sys::CUcontext = std::ptr::null_mut();
+            // SAFETY: a stream handle recorded on our memory is a live stream
+            // (the `record_stream` contract); `ctx` is a valid out-pointer.
+            let rc = unsafe { sys::cuStreamGetCtx(s.0 as sys::CUstream, &mut ctx) };
+            if rc == sys::CUresult::CUDA_SUCCESS && !ctx.is_null() {
+                // SAFETY: the stream's context lives at least as long as the stream.
+                return unsafe { bind_context(ctx) };
+            }
+        }
+        if let Some(ctx) = current_context()? {
+            // SAFETY: already current: the guard changes nothing.
+            return unsafe { bind_context(ctx) };
+        }
+        device(current_or_used()?)?.bind()
+    }
+
+    /// The context of an event of pinned memory (the current one if unknown).
+    fn event_context(&self, event: EventHandle, forget: bool) -> Option<sys::CUcontext> {
+        let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = if forget {
+            map.remove(&event.0)
+        } else {
+            map.get(&event.0).copied()
+        };
+        ctx.map(|c| c as sys::CUcontext)
+    }
+
+    /// Binds the context `event` was created in.
+    fn bind_event(&self, event: EventHandle, forget: bool) -> Result<Current> {
+        match (self.gpu, self.event_context(event, forget)) {
+            (Some(gpu), _) => gpu.bind(),
+            // SAFETY: a primary context (or a foreign one current when the event was made,
+            // which its owner keeps alive while it has work).
+            (None, Some(ctx)) => unsafe { bind_context(ctx) },
+            (None, None) => self.bind(None),
+        }
+    }
+
+    /// The allocator of portable pinned host memory (`CudaAlloc::new` of
+    /// [`CudaMemory::PinnedHost`]): it belongs to no GPU.
+    pub fn pinned() -> Result<CudaAlloc> {
+        CudaAlloc::new(0, CudaMemory::PinnedHost)
     }
 
     /// The memory kind.
@@ -106,8 +184,8 @@ fn raw_stream(stream: Option<StreamHandle>) -> sys::CUstream {
 unsafe impl NDAlloc for CudaAlloc {
     fn device(&self) -> Device {
         match self.memory {
-            CudaMemory::Device | CudaMemory::DeviceAsync => Device::Cuda(self.gpu.ordinal),
-            CudaMemory::Managed => Device::CudaManaged(self.gpu.ordinal),
+            CudaMemory::Device | CudaMemory::DeviceAsync => Device::Cuda(self.gpu.map_or(0, |g| g.ordinal)),
+            CudaMemory::Managed => Device::CudaManaged(self.gpu.map_or(0, |g| g.ordinal)),
             CudaMemory::PinnedHost => Device::CudaHost,
         }
     }
@@ -128,7 +206,7 @@ unsafe impl NDAlloc for CudaAlloc {
                 "CUDA allocations are aligned to 256 bytes at most",
             ));
         }
-        let _current = self.gpu.bind()?;
+        let _current = self.bind(stream)?;
         let dev = self.device();
         let addr: usize = match self.memory {
             CudaMemory::Device | CudaMemory::DeviceAsync | CudaMemory::Managed => {
@@ -178,7 +256,7 @@ unsafe impl NDAlloc for CudaAlloc {
         if size == 0 {
             return;
         }
-        let Ok(_current) = self.gpu.bind() else {
+        let Ok(_current) = self.bind(stream) else {
             return;
         };
         let p = a.ptr.as_ptr() as usize;
@@ -224,7 +302,9 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
-        let _current = self.gpu.bind()?;
+        // Pinned memory: the event belongs to the stream's context (cuEventRecord
+        // refuses an event and a stream of different contexts).
+        let _current = self.bind(Some(stream))?;
         let mut ev: sys::CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: valid out-pointer; the GPU's context is current.
@@ -237,11 +317,17 @@ unsafe impl NDAlloc for CudaAlloc {
             unsafe { sys::cuEventDestroy_v2(ev) };
             return Err(e);
         }
+        if self.gpu.is_none()
+            && let Some(ctx) = current_context()?
+        {
+            let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
+            map.insert(ev as usize, ctx as usize);
+        }
         Ok(Some(EventHandle(ev as usize)))
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
-        let _current = self.gpu.bind()?;
+        let _current = self.bind(stream)?;
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("cuStreamWaitEvent", unsafe {
             sys::cuStreamWaitEvent(raw_stream(stream), event.0 as sys::CUevent, 0)
@@ -249,13 +335,13 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn release_event(&self, event: EventHandle) {
-        let _current = self.gpu.bind();
+        let _current = self.bind_event(event, true);
         // SAFETY: released once; CUDA defers the release while work is pending.
         let _ = unsafe { sys::cuEventDestroy_v2(event.0 as sys::CUevent) };
     }
 
     fn event_done(&self, event: EventHandle) -> Result<bool> {
-        let _current = self.gpu.bind()?;
+        let _current = self.bind_event(event, false)?;
         // SAFETY: `event` came from `record_event` and is not yet released.
         let rc = unsafe { sys::cuEventQuery(event.0 as sys::CUevent) };
         if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
@@ -265,7 +351,21 @@ unsafe impl NDAlloc for CudaAlloc {
     }
 
     fn synchronize_device(&self) -> Result<()> {
-        let _current = self.gpu.bind()?;
+        let Some(gpu) = self.gpu else {
+            // Pinned memory may have been used by any GPU's work: wait for every
+            // GPU devtensor uses, and for the context current here.
+            if current_context()?.is_some() {
+                // SAFETY: a context is current; waits for all its streams.
+                check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+            }
+            for gpu in super::context::used_gpus() {
+                let _current = gpu.bind()?;
+                // SAFETY: the GPU's context is current; waits for all its streams.
+                check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+            }
+            return Ok(());
+        };
+        let _current = gpu.bind()?;
         // SAFETY: the GPU's context is current; waits for all its streams.
         check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
     }
@@ -274,7 +374,8 @@ unsafe impl NDAlloc for CudaAlloc {
 impl Drop for CudaAlloc {
     fn drop(&mut self) {
         if self.mempool != 0
-            && let Ok(_current) = self.gpu.bind()
+            && let Some(gpu) = self.gpu
+            && let Ok(_current) = gpu.bind()
         {
             // SAFETY: our own pool, destroyed once. Blocks still allocated from it
             // or frees still queued keep its resources until they are done
@@ -297,7 +398,7 @@ pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
             (_, Ok(Some(p))) => p,
             (Device::CudaManaged(i), _) => Arc::new(CudaAlloc::new(i, CudaMemory::Managed)?),
             (Device::Cuda(i), Ok(None)) => Arc::new(CudaAlloc::new(i, CudaMemory::Device)?),
-            (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::new(0, CudaMemory::PinnedHost)?),
+            (Device::CudaHost, Ok(None)) => Arc::new(CudaAlloc::pinned()?),
             (_, Err(e)) => return Err(e),
             (other, _) => {
                 return Err(crate::Error::UnsupportedDevice {
@@ -315,7 +416,7 @@ pub fn pool(device: Device) -> Result<Option<Arc<CudaPool>>> {
     static POOLS: PerDevice<Arc<CudaPool>> = PerDevice::new();
     let (ordinal, memory) = match device {
         Device::Cuda(i) => (i, CudaMemory::Device),
-        Device::CudaHost => (0, CudaMemory::PinnedHost),
+        Device::CudaHost => (0, CudaMemory::PinnedHost), // portable: no GPU of its own
         _ => return Ok(None),
     };
     let Some(cfg) = PoolConfig::from_env()? else {

@@ -39,17 +39,61 @@ impl Gpu {
     /// drops, which puts the caller's context back: torch and CuPy read their
     /// "current device" from the current context, so ours must not leak into it.
     pub fn bind(&self) -> Result<Current> {
-        crate::fork::check(Backend::Cuda)?;
-        let mut prev: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: `prev` is a valid out-pointer.
-        check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut prev) })?;
-        if prev == self.ctx {
-            return Ok(Current { prev: None });
-        }
         // SAFETY: `ctx` is a primary context retained for the life of the process.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })?;
-        Ok(Current { prev: Some(prev) })
+        unsafe { bind_context(self.ctx) }
     }
+}
+
+/// Makes `ctx` current on the calling thread until the guard drops (as [`Gpu::bind`]).
+///
+/// # Safety
+///
+/// `ctx` is a live context for as long as the guard lives.
+pub unsafe fn bind_context(ctx: sys::CUcontext) -> Result<Current> {
+    crate::fork::check(Backend::Cuda)?;
+    let mut prev: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `prev` is a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut prev) })?;
+    if prev == ctx {
+        return Ok(Current { prev: None });
+    }
+    // SAFETY: the caller's contract.
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+    Ok(Current { prev: Some(prev) })
+}
+
+/// The context current on the calling thread, if any (a foreign one included).
+pub fn current_context() -> Result<Option<sys::CUcontext>> {
+    crate::fork::check(Backend::Cuda)?;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
+    Ok((!ctx.is_null()).then_some(ctx))
+}
+
+/// The GPUs whose primary context devtensor has retained, by ordinal.
+pub fn used_gpus() -> Vec<&'static Gpu> {
+    let mut v: Vec<&'static Gpu> = lock_gpus().values().copied().collect();
+    v.sort_by_key(|g| g.ordinal);
+    v
+}
+
+/// What a device named without an index means, and the GPU whose context
+/// allocates portable pinned memory when none is current: the device of the
+/// calling thread's current context, else the lowest GPU devtensor already
+/// uses, else 0. Retains nothing.
+pub fn current_or_used() -> Result<u32> {
+    if let Some(i) = current_device()? {
+        return Ok(i);
+    }
+    Ok(used_gpus().first().map_or(0, |g| g.ordinal))
+}
+
+fn lock_gpus() -> std::sync::MutexGuard<'static, HashMap<u32, &'static Gpu>> {
+    static GPUS: OnceLock<Mutex<HashMap<u32, &'static Gpu>>> = OnceLock::new();
+    GPUS.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
 }
 
 /// A GPU made current by [`Gpu::bind`]; dropping it restores the context the
@@ -143,11 +187,7 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
             reason: format!("no CUDA device {ordinal} (this machine has {})", status.devices.len()),
         });
     };
-    static GPUS: OnceLock<Mutex<HashMap<u32, &'static Gpu>>> = OnceLock::new();
-    let mut gpus = GPUS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut gpus = lock_gpus();
     if let Some(g) = gpus.get(&ordinal) {
         return Ok(g);
     }

@@ -232,9 +232,10 @@ mod tests {
             .iter()
             .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
+        // The loader-path names, after whatever DEVTENSOR_NVRTC adds in front.
         let (p12, p13) = (
-            names.iter().position(|n| n == "libnvrtc.so.12").unwrap(),
-            names.iter().position(|n| n == "libnvrtc.so.13").unwrap(),
+            names.iter().rposition(|n| n == "libnvrtc.so.12").unwrap(),
+            names.iter().rposition(|n| n == "libnvrtc.so.13").unwrap(),
         );
         assert!(p12 < p13, "{names:?}");
     }

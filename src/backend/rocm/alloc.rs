@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::context::{Gpu, check, check_alloc, device};
+use super::context::{Current, Gpu, check, check_alloc, device};
 use super::ffi;
 use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PerDevice, PoolConfig};
 use crate::device::Device;
@@ -28,23 +28,60 @@ pub enum RocmMemory {
     PinnedHost,
 }
 
-/// A HIP allocator for one GPU and one memory kind.
+/// A HIP allocator for one GPU and one memory kind, or for portable pinned
+/// host memory, which belongs to no GPU.
 #[derive(Debug)]
 pub struct HipAlloc {
-    gpu: &'static Gpu,
+    /// The GPU of device and managed memory; `None` for pinned host memory,
+    /// allocated on the calling thread's current device (see [`HipAlloc::bind`]).
+    gpu: Option<&'static Gpu>,
     memory: RocmMemory,
     counters: Counters,
 }
 
 impl HipAlloc {
-    /// An allocator of `memory` on GPU `ordinal` (pinned host memory is
-    /// portable: the ordinal only picks the device used to allocate it).
+    /// An allocator of `memory` on GPU `ordinal`. Pinned host memory is
+    /// portable, so `ordinal` is ignored for it: it is allocated on the calling
+    /// thread's current device, never by switching to GPU 0.
     pub fn new(ordinal: u32, memory: RocmMemory) -> Result<HipAlloc> {
+        let gpu = if memory == RocmMemory::PinnedHost {
+            let status = crate::backend::rocm_status();
+            if !status.is_available() {
+                return Err(Error::BackendUnavailable {
+                    backend: crate::Backend::Rocm,
+                    reason: status.unavailable_reason(),
+                });
+            }
+            None
+        } else {
+            Some(device(ordinal)?)
+        };
         Ok(HipAlloc {
-            gpu: device(ordinal)?,
+            gpu,
             memory,
             counters: Counters::new(),
         })
+    }
+
+    /// Makes the right device current for work with `stream`: the GPU's own
+    /// for device and managed memory; for pinned memory the device of `stream`
+    /// (a stream handle > 2, `hipStreamGetDevice`), else the current one as it is.
+    fn bind(&self, stream: Option<StreamHandle>) -> Result<Option<Current>> {
+        if let Some(gpu) = self.gpu {
+            return gpu.bind().map(Some);
+        }
+        if let Some(s) = stream.filter(|s| s.0 > 2) {
+            let mut d: std::ffi::c_int = 0;
+            // SAFETY: a stream recorded on our memory is live (the `record_stream`
+            // contract); `d` is a valid out-pointer.
+            if unsafe { ffi::hipStreamGetDevice(s.0 as ffi::Stream, &mut d) } == ffi::SUCCESS
+                && let Ok(i) = u32::try_from(d)
+            {
+                return device(i)?.bind().map(Some);
+            }
+        }
+        crate::fork::check(crate::Backend::Rocm)?;
+        Ok(None)
     }
 
     /// The memory kind.
@@ -59,12 +96,12 @@ impl HipAlloc {
 unsafe impl NDAlloc for HipAlloc {
     fn device(&self) -> Device {
         match self.memory {
-            RocmMemory::Device | RocmMemory::Managed => Device::Rocm(self.gpu.ordinal),
+            RocmMemory::Device | RocmMemory::Managed => Device::Rocm(self.gpu.map_or(0, |g| g.ordinal)),
             RocmMemory::PinnedHost => Device::RocmHost,
         }
     }
 
-    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
+    fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
         if size == 0 {
             let ptr = NonNull::new(256usize.max(align) as *mut u8).ok_or(Error::Overflow { what: "alignment" })?;
             return Ok(Allocation {
@@ -77,7 +114,7 @@ unsafe impl NDAlloc for HipAlloc {
         if align > 256 {
             return Err(Error::InvalidLayout("HIP allocations are aligned to 256 bytes at most"));
         }
-        let _current = self.gpu.bind()?;
+        let _current = self.bind(stream)?;
         let dev = self.device();
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer and the GPU is current.
@@ -111,12 +148,12 @@ unsafe impl NDAlloc for HipAlloc {
         })
     }
 
-    unsafe fn deallocate(&self, a: Allocation, _stream: Option<StreamHandle>) {
+    unsafe fn deallocate(&self, a: Allocation, stream: Option<StreamHandle>) {
         let size = a.size;
         if size == 0 {
             return;
         }
-        let Ok(_current) = self.gpu.bind() else {
+        let Ok(_current) = self.bind(stream) else {
             return;
         };
         let p = a.ptr.as_ptr().cast::<c_void>();
@@ -137,7 +174,8 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
-        let _current = self.gpu.bind()?;
+        // Pinned memory: the event is made on the stream's device.
+        let _current = self.bind(Some(stream))?;
         let mut ev: ffi::Event = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
         check("hipEventCreateWithFlags", unsafe {
@@ -155,7 +193,7 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
-        let _current = self.gpu.bind()?;
+        let _current = self.bind(stream)?;
         let stream = stream.map_or(std::ptr::null_mut(), |s| s.0 as ffi::Stream);
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("hipStreamWaitEvent", unsafe {
@@ -178,7 +216,7 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn synchronize_device(&self) -> Result<()> {
-        let _current = self.gpu.bind()?;
+        let _current = self.bind(None)?;
         // SAFETY: the GPU is current; waits for all its streams.
         check("hipDeviceSynchronize", unsafe { ffi::hipDeviceSynchronize() })
     }
@@ -195,7 +233,7 @@ pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
         Ok(match (device, pool(device)?) {
             (_, Some(p)) => p,
             (Device::Rocm(i), None) => Arc::new(HipAlloc::new(i, RocmMemory::Device)?),
-            (Device::RocmHost, None) => Arc::new(HipAlloc::new(0, RocmMemory::PinnedHost)?),
+            (Device::RocmHost, None) => Arc::new(HipAlloc::new(0, RocmMemory::PinnedHost)?), // ordinal ignored
             (other, None) => {
                 return Err(Error::UnsupportedDevice {
                     op: "ROCm allocation",
