@@ -70,11 +70,13 @@ impl HipAlloc {
         if let Some(gpu) = self.gpu {
             return gpu.bind().map(Some);
         }
-        if let Some(s) = stream.filter(|s| s.0 > 2) {
+        if let Some(s) = stream.filter(|s| s.0 > 2)
+            && let Some(get) = stream_get_device()
+        {
             let mut d: std::ffi::c_int = 0;
             // SAFETY: a stream recorded on our memory is live (the `record_stream`
             // contract); `d` is a valid out-pointer.
-            if unsafe { ffi::hipStreamGetDevice(s.0 as ffi::Stream, &mut d) } == ffi::SUCCESS
+            if unsafe { get(s.0 as ffi::Stream, &mut d) } == ffi::SUCCESS
                 && let Ok(i) = u32::try_from(d)
             {
                 return device(i)?.bind().map(Some);
@@ -88,6 +90,22 @@ impl HipAlloc {
     pub fn memory(&self) -> RocmMemory {
         self.memory
     }
+}
+
+/// `hipStreamGetDevice`, looked up at run time: HIP runtimes before ROCm 5.6
+/// (Debian's 5.2 among them) do not have it, and linking to it would fail there.
+/// Without it, pinned memory stays with the current device.
+fn stream_get_device() -> Option<unsafe extern "C" fn(ffi::Stream, *mut std::ffi::c_int) -> ffi::Status> {
+    type GetDevice = unsafe extern "C" fn(ffi::Stream, *mut std::ffi::c_int) -> ffi::Status;
+    static FOUND: std::sync::OnceLock<Option<GetDevice>> = std::sync::OnceLock::new();
+    *FOUND.get_or_init(|| {
+        // SAFETY: a lookup in the process's global namespace (where the linked HIP
+        // runtime is) by a NUL-terminated name.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"hipStreamGetDevice".as_ptr()) };
+        // SAFETY: when present, the symbol is hipStreamGetDevice with this C
+        // signature (hip_runtime_api.h: hipError_t (hipStream_t, int*)).
+        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut std::ffi::c_void, GetDevice>(p) })
+    })
 }
 
 // SAFETY: every pointer comes from the HIP allocation call matching

@@ -50,7 +50,6 @@ unsafe extern "C" {
     pub fn hipGetErrorString(status: Status) -> *const c_char;
     pub fn hipSetDevice(device: c_int) -> Status;
     pub fn hipGetDevice(device: *mut c_int) -> Status;
-    pub fn hipStreamGetDevice(stream: Stream, device: *mut c_int) -> Status;
 
     pub fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> Status;
     pub fn hipFree(ptr: *mut c_void) -> Status;
