@@ -86,8 +86,9 @@ pub trait GpuRuntime {
     fn handoff(producer: &Self::Stream, consumer: &Self::Stream) -> Result<()>;
 
     /// Makes GPU `peer`'s memory accessible to kernels and copies running on
-    /// GPU `ordinal`, once per pair; `Ok(false)` where the devices cannot.
-    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool>;
+    /// GPU `ordinal`; `Ok(false)` where the devices cannot. Called once per
+    /// ordered pair: [`peer_access`] remembers the answer.
+    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool>;
 
     /// Enqueues a copy of `bytes` contiguous bytes from device memory of GPU
     /// `src_ordinal` to device memory of GPU `dst_ordinal` on `stream`.
@@ -631,6 +632,21 @@ fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
 
 // ----- between GPUs ---------------------------------------------------------------------
 
+/// Whether GPU `ordinal` reaches GPU `peer`'s memory, enabling it on the first
+/// ask for each ordered pair of a runtime's GPUs (the answer is kept for the
+/// process: enabling is a context-wide, one-time setting).
+fn peer_access<R: GpuRuntime>(ordinal: u32, peer: u32) -> Result<bool> {
+    static ENABLED: Mutex<Vec<((Device, Device), bool)>> = Mutex::new(Vec::new());
+    let key = (R::device_memory(ordinal), R::device_memory(peer));
+    let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == key) {
+        return Ok(ok);
+    }
+    let ok = R::try_enable_peer_access(ordinal, peer)?;
+    enabled.push((key, ok));
+    Ok(ok)
+}
+
 /// GPU `s` → GPU `d` (`d != s`). With peer access (enabled once per pair) the
 /// copy runs on one GPU's default stream, reading or writing the other's memory
 /// directly (one DMA, or one kernel for any layout); without it, a contiguous
@@ -640,9 +656,9 @@ fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
 fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -> Result<()> {
     let (ds, ss) = (R::default_stream(d), R::default_stream(s));
     let device_pair = dst.device() == R::device_memory(d) && src.device() == R::device_memory(s);
-    let runner = if R::enable_peer_access(d, s)? {
+    let runner = if peer_access::<R>(d, s)? {
         Some((&ds, &ss))
-    } else if R::enable_peer_access(s, d)? {
+    } else if peer_access::<R>(s, d)? {
         Some((&ss, &ds))
     } else {
         None

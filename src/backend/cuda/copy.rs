@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use cudarc::driver::sys;
 
@@ -176,12 +176,7 @@ impl GpuRuntime for Cuda {
         super::stream::handoff(producer, consumer)
     }
 
-    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
-        static ENABLED: Mutex<Vec<((u32, u32), bool)>> = Mutex::new(Vec::new());
-        let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == (ordinal, peer)) {
-            return Ok(ok);
-        }
+    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
         let (gpu, other) = (device(ordinal)?, device(peer)?);
         let mut can = 0;
         // SAFETY: both are valid devices; `can` is a valid out-pointer.
@@ -199,7 +194,6 @@ impl GpuRuntime for Cuda {
             }
             true
         };
-        enabled.push(((ordinal, peer), ok));
         Ok(ok)
     }
 

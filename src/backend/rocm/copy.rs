@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use super::context::{Gpu, check, device};
 use super::ffi;
@@ -171,12 +171,7 @@ impl GpuRuntime for Rocm {
         super::stream::handoff(producer, consumer)
     }
 
-    fn enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
-        static ENABLED: Mutex<Vec<((u32, u32), bool)>> = Mutex::new(Vec::new());
-        let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == (ordinal, peer)) {
-            return Ok(ok);
-        }
+    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
         let gpu = device(ordinal)?;
         device(peer)?;
         let mut can: c_int = 0;
@@ -194,7 +189,6 @@ impl GpuRuntime for Rocm {
             }
             true
         };
-        enabled.push(((ordinal, peer), ok));
         Ok(ok)
     }
 
