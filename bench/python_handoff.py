@@ -137,12 +137,28 @@ def _cupy():
 
 def empty_rows(r, gpu):
     print("empty", file=sys.stderr)
-    for shape in [(16,), (256, 256), (4096, 4096)]:
+    for shape in [(16,), (1024,), (256, 256), (4096, 4096)]:
         label = "x".join(map(str, shape))
         peers = [("numpy", lambda: np.empty(shape, dtype=np.float32))]
         if torch is not None:
             peers.append(("torch", lambda: torch.empty(shape)))
         r.add("empty", f"empty({label}) f32 cpu", lambda: devtensor.empty(shape), peers)
+    # The argument forms users write: each parsed value costs as much as the allocation.
+    shape = (1024,)
+    forms = [
+        ("empty(1024, dtype='float32')", lambda: devtensor.empty(shape, dtype="float32"), lambda: np.empty(shape, dtype="float32"),
+         lambda: torch.empty(shape, dtype=torch.float32)),
+        ("empty(1024, dtype=np.float64)", lambda: devtensor.empty(shape, dtype=np.float64), lambda: np.empty(shape, dtype=np.float64),
+         lambda: torch.empty(shape, dtype=torch.float64)),
+        ("empty(1024, device='cpu') f32", lambda: devtensor.empty(shape, device="cpu"), lambda: np.empty(shape, dtype=np.float32),
+         lambda: torch.empty(shape, device="cpu")),
+        ("zeros(1024) f32", lambda: devtensor.zeros(shape), lambda: np.zeros(shape, dtype=np.float32), lambda: torch.zeros(shape)),
+        ("full(1024, 1.5) f32", lambda: devtensor.full(shape, 1.5), lambda: np.full(shape, 1.5, dtype=np.float32),
+         lambda: torch.full(shape, 1.5)),
+    ]
+    for what, ours, np_fn, torch_fn in forms:
+        peers = [("numpy", np_fn)] + ([("torch", torch_fn)] if torch is not None else [])
+        r.add("empty", f"{what} cpu", ours, peers)
     if gpu:
         cp = _cupy()
         for shape in [(16,), (4096, 4096)]:

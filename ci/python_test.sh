@@ -22,7 +22,7 @@ if [ ! -x "$PY" ]; then
   mkdir -p "$(dirname "$VENV")"
   python3 -m venv "$VENV"
 fi
-"$PY" -c "import sys; assert sys.version_info >= (3, 9), sys.version"
+"$PY" -c "import sys; assert sys.version_info >= (3, 10), sys.version"
 
 # --- consumers and tools (only what does not import yet) --------------------------------
 # "spec|import check" pairs.
@@ -77,19 +77,19 @@ echo "wheel: $(basename "$WHEEL")"
 step "mypy.stubtest devtensor._devtensor"
 (cd "$WHEELS" && "$PY" -m mypy.stubtest devtensor._devtensor)
 
-# --- the same abi3 wheel on the other CPythons here (3.9 and later) -----------------------------
+# --- the same abi3 wheel on the other CPythons here (3.10 and later) -----------------------------
 step "the abi3 wheel on other CPythons"
 "$PY" -m zipfile -e "$WHEEL" "$WHEELS/site"
 ours=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 seen=" $ours "
-for other in $(command -v python3.9 python3.10 python3.12 python3.13 python3.14 2>/dev/null) \
+for other in $(command -v python3.10 python3.11 python3.12 python3.13 python3.14 2>/dev/null) \
              "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python3; do
-  v=$("$other" -c 'import sys; assert sys.version_info >= (3, 9); print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
+  v=$("$other" -c 'import sys; assert sys.version_info >= (3, 10); print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || continue
   case "$seen" in *" $v "*) continue ;; esac
   seen="$seen$v "
   (cd "$WHEELS" && PYTHONPATH="$WHEELS/site" "$other" "$OLDPWD/tests/python/abi3_smoke.py")
 done
-[ "$seen" != " $ours " ] || echo "SKIP abi3 smoke: no CPython >= 3.9 other than $ours here"
+[ "$seen" != " $ours " ] || echo "SKIP abi3 smoke: no CPython >= 3.10 other than $ours here"
 
 # --- the interop suite ---------------------------------------------------------------------------
 step "pytest tests/python"

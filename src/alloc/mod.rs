@@ -4,6 +4,7 @@ mod caching;
 mod cpu;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 mod per_device;
+mod small_blocks;
 
 use std::fmt;
 use std::ptr::NonNull;

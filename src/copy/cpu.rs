@@ -170,6 +170,28 @@ pub unsafe fn fill_strided(dst: *mut u8, dst_strides: &[isize], shape: &[usize],
             got: vec![dst_strides.len()],
         });
     }
+    // A small dense fill (a fresh `zeros` or `full`) is one run: no plan, no
+    // overlap analysis, which cost ten times the writes of a 4 KiB tensor.
+    let e = value.len();
+    if e <= MAX_ELEM && crate::layout::is_contiguous(shape, dst_strides) {
+        let bytes = crate::layout::numel(shape)?
+            .checked_mul(e)
+            .ok_or(Error::Overflow { what: "fill size" })?;
+        if bytes < PAR_MIN_BYTES {
+            // SAFETY: a C-contiguous view of `bytes` bytes starting at `dst`, all
+            // writable (the caller's guarantee). `value` is read into `pat` (or
+            // `b`) before the first write, so it may alias the destination.
+            unsafe {
+                if value.iter().all(|&b| b == value[0]) {
+                    ptr::write_bytes(dst, value[0], bytes);
+                } else {
+                    let pat = fill_pattern(value.as_ptr(), e);
+                    fill_run(dst, &pat, e, bytes, false);
+                }
+            }
+            return Ok(());
+        }
+    }
     let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
     // SAFETY: a fill is a copy from a fully broadcast source; `value` is valid
     // for reads of `value.len()` bytes at every (zero) source offset. Should

@@ -1,6 +1,8 @@
 //! Python arguments → Rust values: shapes, dtypes, devices, scalars.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use std::borrow::Cow;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
@@ -17,31 +19,34 @@ pub(crate) struct ShapeArg(pub Shape);
 impl<'py> FromPyObject<'_, 'py> for ShapeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        // Exact ints, tuples and lists first: a failed `extract` builds an
-        // exception, which costs more than the whole allocation.
+        // Exact ints, tuples and lists first, straight into the inline shape (no
+        // heap): a failed `extract` builds an exception, which costs more than
+        // the whole allocation.
         let not_a_shape = || PyTypeError::new_err("shape must be an int or a sequence of ints");
-        let dims: Vec<i64> = if let Ok(n) = ob.cast::<PyInt>() {
-            vec![n.extract::<i64>()?]
+        let shape: Shape = if let Ok(n) = ob.cast::<PyInt>() {
+            std::iter::once(dim(n.as_any())).collect::<PyResult<_>>()?
         } else if let Ok(t) = ob.cast::<PyTuple>() {
-            t.iter().map(|x| x.extract::<i64>()).collect::<PyResult<_>>()?
+            t.iter_borrowed().map(|x| dim(&x)).collect::<PyResult<_>>()?
         } else if let Ok(l) = ob.cast::<PyList>() {
-            l.iter().map(|x| x.extract::<i64>()).collect::<PyResult<_>>()?
+            l.iter().map(|x| dim(&x)).collect::<PyResult<_>>()?
         } else if ob.is_instance_of::<PyString>() {
             return Err(not_a_shape());
-        } else if let Ok(n) = ob.extract::<i64>() {
-            vec![n] // any `__index__` object (NumPy integers)
+        } else if ob.extract::<i64>().is_ok() {
+            std::iter::once(dim(&ob)).collect::<PyResult<_>>()? // any `__index__` object (NumPy integers)
         } else {
             ob.try_iter()
                 .map_err(|_| not_a_shape())?
-                .map(|x| x?.extract::<i64>())
+                .map(|x| dim(&x?))
                 .collect::<PyResult<_>>()?
         };
-        let shape = dims
-            .into_iter()
-            .map(|d| usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape"))))
-            .collect::<PyResult<Shape>>()?;
         Ok(ShapeArg(shape))
     }
+}
+
+/// One dimension of a shape: a non-negative integer.
+fn dim(x: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let d = x.extract::<i64>()?;
+    usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape")))
 }
 
 /// A dtype name (`"float32"`), a numpy dtype or scalar type, or a torch dtype.
@@ -50,18 +55,18 @@ pub(crate) struct DTypeArg(pub DType);
 impl<'py> FromPyObject<'_, 'py> for DTypeArg {
     type Error = PyErr;
     fn extract(ob: Borrowed<'_, 'py, PyAny>) -> PyResult<Self> {
-        if let Ok(s) = ob.cast::<PyString>() {
-            return DType::from_name(&s.to_cow()?).map(DTypeArg).map_err(to_py);
-        }
+        // Parsed before: a dtype string, `torch.float32`, `numpy.dtype("int8")`.
         if let Some(d) = DTYPE_OBJECTS.get(ob) {
             return Ok(DTypeArg(d));
         }
-        let name: String = if let Ok(t) = ob.cast::<PyType>() {
-            t.name()?.extract()? // numpy scalar types such as numpy.float32
+        let name: Cow<'_, str> = if let Ok(s) = ob.cast::<PyString>() {
+            s.to_cow()?.into_owned().into()
+        } else if let Ok(t) = ob.cast::<PyType>() {
+            t.name()?.extract::<String>()?.into() // numpy scalar types such as numpy.float32
         } else if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
-            n // numpy.dtype
+            n.into() // numpy.dtype
         } else {
-            ob.str()?.extract()? // torch.float32 → "torch.float32"
+            ob.str()?.extract::<String>()?.into() // torch.float32 → "torch.float32"
         };
         let dtype = DType::from_name(&name).map_err(to_py)?;
         DTYPE_OBJECTS.insert(ob, dtype);
@@ -69,27 +74,29 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
     }
 }
 
-/// dtype objects already parsed (`torch.float32`, `numpy.dtype("int8")`,
-/// `numpy.float16`), by identity: parsing one costs a failed attribute lookup
-/// and a `str()`, about 0.8 µs, as much as the allocation it describes. Each
-/// entry holds a reference, so its object stays alive and its address cannot
-/// be reused by another; at most [`DTYPE_OBJECTS_MAX`] are kept.
-static DTYPE_OBJECTS: DTypeObjects = DTypeObjects(std::sync::Mutex::new(Vec::new()));
+/// Arguments already parsed, by identity: parsing a dtype or device costs a
+/// UTF-8 copy of a string (abi3), or a failed attribute lookup and a `str()`
+/// (about 0.8 µs), as much as the allocation it describes. Each entry holds a
+/// reference, so its object stays alive and its address cannot be reused by
+/// another; at most [`IDENTITY_CACHE_MAX`] are kept. Only immutable kinds of
+/// object are entered (strings, dtype objects, `torch.device`).
+struct IdentityCache<T>(std::sync::Mutex<Vec<(Py<PyAny>, T)>>);
 
-const DTYPE_OBJECTS_MAX: usize = 64;
+const IDENTITY_CACHE_MAX: usize = 64;
 
-struct DTypeObjects(std::sync::Mutex<Vec<(Py<PyAny>, DType)>>);
+static DTYPE_OBJECTS: IdentityCache<DType> = IdentityCache(std::sync::Mutex::new(Vec::new()));
+static DEVICE_OBJECTS: IdentityCache<DeviceSpec> = IdentityCache(std::sync::Mutex::new(Vec::new()));
 
-impl DTypeObjects {
-    fn get(&self, ob: Borrowed<'_, '_, PyAny>) -> Option<DType> {
+impl<T: Copy> IdentityCache<T> {
+    fn get(&self, ob: Borrowed<'_, '_, PyAny>) -> Option<T> {
         let cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        cache.iter().find(|(o, _)| o.as_ptr() == ob.as_ptr()).map(|&(_, d)| d)
+        cache.iter().find(|(o, _)| o.as_ptr() == ob.as_ptr()).map(|&(_, v)| v)
     }
 
-    fn insert(&self, ob: Borrowed<'_, '_, PyAny>, dtype: DType) {
+    fn insert(&self, ob: Borrowed<'_, '_, PyAny>, value: T) {
         let mut cache = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() < DTYPE_OBJECTS_MAX && !cache.iter().any(|(o, _)| o.as_ptr() == ob.as_ptr()) {
-            cache.push((ob.to_owned().unbind(), dtype));
+        if cache.len() < IDENTITY_CACHE_MAX && !cache.iter().any(|(o, _)| o.as_ptr() == ob.as_ptr()) {
+            cache.push((ob.to_owned().unbind(), value));
         }
     }
 }
@@ -137,11 +144,23 @@ impl<'py> FromPyObject<'_, 'py> for DeviceArg {
             }
             return Ok(DeviceArg(DeviceSpec::Exact(device)));
         }
-        if let Ok(s) = ob.cast::<PyString>() {
-            return s.to_cow()?.parse::<DeviceSpec>().map(DeviceArg).map_err(to_py);
+        if let Some(spec) = DEVICE_OBJECTS.get(ob) {
+            return Ok(DeviceArg(spec));
         }
-        let s: String = ob.str()?.extract()?; // a torch.device, ...
-        s.parse::<DeviceSpec>().map(DeviceArg).map_err(to_py)
+        let spec = if let Ok(s) = ob.cast::<PyString>() {
+            s.to_cow()?.parse::<DeviceSpec>()
+        } else {
+            ob.str()?.extract::<String>()?.parse::<DeviceSpec>() // a torch.device, ...
+        }
+        .map_err(to_py)?;
+        // Strings and torch.device objects are immutable; other objects' `str()` may change.
+        let ty = ob.get_type();
+        if ob.is_exact_instance_of::<PyString>()
+            || ty.name().is_ok_and(|n| n == "device") && ty.module().is_ok_and(|m| m == "torch")
+        {
+            DEVICE_OBJECTS.insert(ob, spec);
+        }
+        Ok(DeviceArg(spec))
     }
 }
 

@@ -1,22 +1,21 @@
 //! `Tensor.__dlpack__` as a plain `METH_VARARGS | METH_KEYWORDS` C function.
 //!
 //! Every DLPack consumer calls `__dlpack__` with keywords (torch passes
-//! `max_version=(1, 0)`). Under the abi3-py39 limited API, PyO3 matches each
-//! keyword by first encoding its name to a new UTF-8 bytes object, which cost
-//! 0.15–0.2 µs a call and made `torch.from_dlpack(devtensor)` slower than
-//! `torch.from_dlpack(numpy)`. Here keyword names are matched by identity with
-//! interned strings (CPython interns the names at call sites), as NumPy's C
-//! method does, and on CPython ≥ 3.10 (where `METH_FASTCALL` is in the stable
-//! ABI) the call comes as a vector, with no tuple or dict built for it.
+//! `max_version=(1, 0)`). PyO3 matches each keyword by its UTF-8 text, which
+//! made `torch.from_dlpack(devtensor)` slower than `torch.from_dlpack(numpy)`
+//! (the abi3-py39 build paid 0.15–0.2 µs a call for it). Here keyword names
+//! are matched by identity with interned strings (CPython interns the names at
+//! call sites), as NumPy's C method does, and the call comes as a vector
+//! (`METH_FASTCALL`), with no tuple or dict built for it.
 
-use std::ffi::{CStr, c_int};
+use std::ffi::CStr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use pyo3::exceptions::{PySystemError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyString, PyTuple};
 
 use super::tensor::PyTensor;
 
@@ -37,10 +36,6 @@ struct MethodDef(ffi::PyMethodDef);
 // SAFETY: the definition is immutable and its pointers are to 'static data.
 unsafe impl Sync for MethodDef {}
 
-/// `METH_FASTCALL`, declared by pyo3-ffi only for abi3-py310+ builds; this
-/// wheel targets 3.9, so [`install`] uses it when the interpreter is ≥ 3.10.
-const METH_FASTCALL: c_int = 0x0080;
-
 /// `PyCFunctionFastWithKeywords` (the `METH_FASTCALL | METH_KEYWORDS` form).
 type FastWithKeywords = unsafe extern "C" fn(
     *mut ffi::PyObject,
@@ -49,18 +44,8 @@ type FastWithKeywords = unsafe extern "C" fn(
     *mut ffi::PyObject,
 ) -> *mut ffi::PyObject;
 
-/// CPython 3.9: arguments as a tuple and a dict.
-static DEF_VARARGS: MethodDef = MethodDef(ffi::PyMethodDef {
-    ml_name: c"__dlpack__".as_ptr(),
-    ml_meth: ffi::PyMethodDefPointer {
-        PyCFunctionWithKeywords: dunder_dlpack_varargs,
-    },
-    ml_flags: ffi::METH_VARARGS | ffi::METH_KEYWORDS,
-    ml_doc: DOC.as_ptr(),
-});
-
-/// CPython ≥ 3.10: arguments as a vector and a tuple of keyword names.
-static DEF_FASTCALL: MethodDef = MethodDef(ffi::PyMethodDef {
+/// Arguments as a vector and a tuple of keyword names.
+static DEF: MethodDef = MethodDef(ffi::PyMethodDef {
     ml_name: c"__dlpack__".as_ptr(),
     ml_meth: ffi::PyMethodDefPointer {
         // SAFETY: the union only stores the pointer; CPython calls it with the
@@ -70,18 +55,14 @@ static DEF_FASTCALL: MethodDef = MethodDef(ffi::PyMethodDef {
             std::mem::transmute::<FastWithKeywords, ffi::PyCFunctionWithKeywords>(dunder_dlpack_fastcall)
         },
     },
-    ml_flags: METH_FASTCALL | ffi::METH_KEYWORDS,
+    ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
     ml_doc: DOC.as_ptr(),
 });
 
 /// Installs `__dlpack__` on the `Tensor` type (once, at module import).
 pub(crate) fn install(ty: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
     let py = ty.py();
-    let def = if py.version_info() >= (3, 10) {
-        &DEF_FASTCALL
-    } else {
-        &DEF_VARARGS
-    };
+    let def = &DEF;
     // SAFETY: `ty` is a live type object; the definition lives for the whole
     // process and is only read. On success we own the new descriptor reference.
     let descr = unsafe {
@@ -101,34 +82,6 @@ fn trampoline<'py>(py: Python<'py>, f: impl FnOnce() -> PyResult<Bound<'py, PyAn
     };
     err.restore(py);
     std::ptr::null_mut()
-}
-
-unsafe extern "C" fn dunder_dlpack_varargs(
-    slf: *mut ffi::PyObject,
-    args: *mut ffi::PyObject,
-    kwargs: *mut ffi::PyObject,
-) -> *mut ffi::PyObject {
-    // SAFETY: CPython calls methods on an attached thread (the GIL held).
-    let py = unsafe { Python::assume_attached() };
-    trampoline(py, || {
-        // SAFETY: CPython passes a live tuple and a dict or null, borrowed for
-        // the call.
-        let (args, kwargs) = unsafe {
-            (
-                Bound::from_borrowed_ptr(py, args),
-                Bound::from_borrowed_ptr_or_opt(py, kwargs),
-            )
-        };
-        no_positional(args.cast::<PyTuple>()?.len())?;
-        let mut values: Values<'_> = Default::default();
-        if let Some(kwargs) = kwargs {
-            for (name, value) in kwargs.cast::<PyDict>()?.iter() {
-                values[slot(&name)?] = Some(value);
-            }
-        }
-        // SAFETY: CPython passes a live `self`, borrowed for the call.
-        export(unsafe { Bound::from_borrowed_ptr(py, slf) }, values)
-    })
 }
 
 unsafe extern "C" fn dunder_dlpack_fastcall(

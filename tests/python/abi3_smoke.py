@@ -1,9 +1,8 @@
-"""The abi3 wheel on another CPython (3.9 and later), without numpy or torch.
+"""The abi3 wheel on another CPython (3.10 and later), without numpy or torch.
 
 ci/python_test.sh runs this under every other CPython it finds (pyenv's, the
 system's) with the unpacked wheel on PYTHONPATH: one wheel must import and
-export on all of them. On 3.9 `Tensor.__dlpack__` takes its tuple+dict form, on
-3.10 and later the vectorcall one. Not a pytest module (no numpy there).
+export on all of them. Not a pytest module (no numpy there).
 """
 
 import ctypes

@@ -310,3 +310,66 @@ def test_forked_child_touching_inherited_cuda_gets_an_error_not_a_hang():
     assert msg is not None and "forked subprocess" in msg, msg
     assert queue.get(timeout=5) is True
     np.testing.assert_array_equal(arr(t.to("cpu")), [1.5] * 4)  # the parent's CUDA is unaffected
+
+
+# --------------------------------------------------------------------------------------
+# 7. The Python overhead floor: what the fast paths of empty/zeros/full must not change
+# (their speed is measured by bench/python_handoff.py, not here)
+# --------------------------------------------------------------------------------------
+
+
+class ChangingDevice:
+    """An object whose str() changes: a parsed-argument cache must not keep its first answer."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __str__(self):
+        self.calls += 1
+        return "cpu" if self.calls == 1 else "no_such_device"
+
+
+def test_device_objects_whose_str_changes_are_parsed_each_time():
+    dev = ChangingDevice()
+    assert devtensor.empty((2,), device=dev).device == "cpu"
+    with pytest.raises(ValueError, match="no_such_device"):
+        devtensor.empty((2,), device=dev)
+
+
+def test_dtype_and_device_strings_built_at_run_time_parse_like_literals():
+    for _ in range(100):  # more distinct string objects than the identity cache holds
+        name = "".join(["float", "64"])
+        dev = "".join(["c", "pu"])
+        t = devtensor.empty((3,), dtype=name, device=dev)
+        assert (t.dtype, t.device) == ("float64", "cpu")
+    with pytest.raises(TypeError, match="float65"):
+        devtensor.empty((3,), dtype="".join(["float", "65"]))
+
+
+@pytest.mark.parametrize(
+    "dtype, value",
+    [("uint8", 7), ("int16", -2), ("float32", 1.5), ("float64", -0.25), ("complex64", 1 + 2j),
+     ("complex128", -3 - 4j), ("bool", True), ("int64", 0x0102030405060708)],
+)
+@pytest.mark.parametrize("n", [0, 1, 3, 17, 100, 5000, 70000])
+def test_small_and_large_contiguous_fills_hold_every_value(dtype, value, n):
+    np = pytest.importorskip("numpy")
+    got = np.from_dlpack(devtensor.full((n,), value, dtype=dtype))
+    np.testing.assert_array_equal(got, np.full((n,), value, dtype=dtype))
+    z = np.from_dlpack(devtensor.zeros((n,), dtype=dtype))
+    assert not z.any()
+
+
+def test_reused_small_blocks_are_aligned_and_counted():
+    from devtensor._devtensor import _live_cpu_allocations
+
+    before = _live_cpu_allocations()
+    addrs = set()
+    for n in [1, 16, 1000, 1024, 4096, 16384, 1024]:
+        t = devtensor.empty((n,), dtype="float32")
+        assert t.data_ptr % 256 == 0
+        addrs.add(t.data_ptr)
+        assert _live_cpu_allocations() == before + 1
+        del t
+        assert _live_cpu_allocations() == before
+    assert len(addrs) < 7, "freed small blocks are reused"

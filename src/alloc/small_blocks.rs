@@ -1,0 +1,139 @@
+//! A per-thread cache of small freed host blocks, so that a loop creating and
+//! dropping small CPU tensors does not pay `malloc` and `free` each time
+//! (NumPy keeps such a cache for its small data blocks too).
+//!
+//! A few blocks per thread, matched by exact layout, most recent first; what
+//! does not fit is freed at once. A thread's blocks are freed when it exits.
+//! The counters of [`super::cpu`] see a cached block as freed: only the
+//! process's resident memory shows the cache, at most [`MAX_BYTES`] a thread.
+
+use std::alloc::Layout;
+use std::cell::RefCell;
+
+/// Largest block kept.
+pub(super) const MAX_BLOCK: usize = 64 << 10;
+/// Blocks kept per thread.
+const MAX_BLOCKS: usize = 8;
+/// Bytes kept per thread.
+const MAX_BYTES: usize = 256 << 10;
+
+struct Cache {
+    /// `(layout size, block)`: every block has the alignment [`ALIGN`].
+    blocks: [(usize, *mut u8); MAX_BLOCKS],
+    len: usize,
+    bytes: usize,
+}
+
+/// The one alignment of cached layouts (the callers' padded layouts).
+const ALIGN: usize = 16;
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        for &(size, ptr) in &self.blocks[..self.len] {
+            if let Ok(layout) = Layout::from_size_align(size, ALIGN) {
+                // SAFETY: `keep` took this block, allocated with this layout, and
+                // nothing else refers to it while it is cached.
+                unsafe { std::alloc::dealloc(ptr, layout) };
+            }
+        }
+    }
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache { blocks: [(0, std::ptr::null_mut()); MAX_BLOCKS], len: 0, bytes: 0 })
+    };
+}
+
+/// A cached block for `layout`, if this thread holds one.
+pub(super) fn take(layout: Layout) -> Option<*mut u8> {
+    if layout.size() > MAX_BLOCK || layout.align() != ALIGN {
+        return None;
+    }
+    CACHE
+        .try_with(|c| {
+            let mut c = c.try_borrow_mut().ok()?;
+            let len = c.len;
+            let i = c.blocks[..len].iter().rposition(|&(s, _)| s == layout.size())?;
+            let (size, ptr) = c.blocks[i];
+            c.blocks.copy_within(i + 1..len, i);
+            c.len -= 1;
+            c.bytes -= size;
+            Some(ptr)
+        })
+        .ok()
+        .flatten()
+}
+
+/// Keeps `ptr` (a block allocated with `layout`) for reuse on this thread;
+/// false when it was not kept, and the caller must free it.
+pub(super) fn keep(ptr: *mut u8, layout: Layout) -> bool {
+    if layout.size() > MAX_BLOCK || layout.align() != ALIGN {
+        return false;
+    }
+    CACHE
+        .try_with(|c| {
+            let Ok(mut c) = c.try_borrow_mut() else {
+                return false;
+            };
+            if c.len == MAX_BLOCKS || c.bytes + layout.size() > MAX_BYTES {
+                return false;
+            }
+            let len = c.len;
+            c.blocks[len] = (layout.size(), ptr);
+            c.len += 1;
+            c.bytes += layout.size();
+            true
+        })
+        .unwrap_or(false) // the thread is exiting: its cache is gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(size: usize) -> Layout {
+        Layout::from_size_align(size, ALIGN).unwrap()
+    }
+
+    #[test]
+    fn a_block_comes_back_for_the_same_layout_only() {
+        std::thread::spawn(|| {
+            let l = layout(4096 + 240);
+            // SAFETY: a non-zero size.
+            let p = unsafe { std::alloc::alloc(l) };
+            assert!(keep(p, l));
+            assert_eq!(take(layout(8192 + 240)), None);
+            assert_eq!(take(l), Some(p));
+            assert_eq!(take(l), None, "a block is handed out once");
+            // SAFETY: `p` came back from the cache and was allocated with `l`.
+            unsafe { std::alloc::dealloc(p, l) };
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn the_cache_is_bounded() {
+        std::thread::spawn(|| {
+            let big = layout(MAX_BLOCK + 16);
+            assert!(!keep(std::ptr::null_mut(), big), "blocks above MAX_BLOCK are not kept");
+            let l = layout(MAX_BLOCK);
+            let kept = (0..MAX_BLOCKS + 2)
+                .filter(|_| {
+                    // SAFETY: a non-zero size.
+                    let p = unsafe { std::alloc::alloc(l) };
+                    let k = keep(p, l);
+                    if !k {
+                        // SAFETY: not kept: still ours, allocated with `l`.
+                        unsafe { std::alloc::dealloc(p, l) };
+                    }
+                    k
+                })
+                .count();
+            assert_eq!(kept, MAX_BYTES / MAX_BLOCK, "bounded by bytes before blocks");
+        })
+        .join()
+        .unwrap();
+    }
+}
