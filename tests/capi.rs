@@ -12,8 +12,8 @@ use std::ptr;
 use devtensor::DType;
 use devtensor::capi::*;
 use devtensor::dlpack::ffi::{
-    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackManagedTensorAllocator, DLTensor, kDLCPU, kDLCUDA,
-    kDLCUDAHost, kDLCUDAManaged, kDLFloat, kDLInt,
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackManagedTensorAllocator, DLTensor, kDLCPU, kDLCUDA, kDLFloat,
+    kDLInt,
 };
 use serial_test::serial;
 
@@ -89,8 +89,9 @@ unsafe extern "C" fn record_error(ctx: *mut c_void, kind: *const c_char, message
 
 #[test]
 fn allocator_is_a_dlpack_managed_tensor_allocator() {
-    let alloc: DLPackManagedTensorAllocator = Some(devtensor_managed_tensor_allocator);
-    let alloc = alloc.unwrap();
+    // The entry point has the exact type of DLPack's allocator slot.
+    const SLOT: DLPackManagedTensorAllocator = Some(devtensor_managed_tensor_allocator);
+    let Some(alloc) = SLOT else { unreachable!() };
     let mut shape = [4i64, 5];
     let mut proto = DLTensor {
         data: ptr::null_mut(),
@@ -123,10 +124,8 @@ fn allocator_is_a_dlpack_managed_tensor_allocator() {
     proto.dtype = F32;
     let mut untouched = ptr::null_mut();
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { alloc(&mut proto, &mut untouched, ctx, Some(record_error)) },
-        -1
-    );
+    let rc = unsafe { alloc(&mut proto, &mut untouched, ctx, Some(record_error)) };
+    assert_eq!(rc, -1);
     assert!(untouched.is_null());
     assert_eq!(errors.calls, 1);
     assert_eq!(errors.kind, "MemoryError");
@@ -137,10 +136,8 @@ fn allocator_is_a_dlpack_managed_tensor_allocator() {
     shape = [3, -1];
     proto.shape = shape.as_mut_ptr();
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { alloc(&mut proto, &mut untouched, ctx, Some(record_error)) },
-        -1
-    );
+    let rc = unsafe { alloc(&mut proto, &mut untouched, ctx, Some(record_error)) };
+    assert_eq!(rc, -1);
     assert_eq!((errors.calls, errors.kind.as_str()), (2, "ValueError"));
     assert!(
         errors.message.contains("negative size -1 in dimension 1"),
@@ -149,10 +146,8 @@ fn allocator_is_a_dlpack_managed_tensor_allocator() {
     );
     // NULL out: TypeError.
     // SAFETY: a NULL out pointer is checked, not written.
-    assert_eq!(
-        unsafe { alloc(&mut proto, ptr::null_mut(), ctx, Some(record_error)) },
-        -1
-    );
+    let rc = unsafe { alloc(&mut proto, ptr::null_mut(), ctx, Some(record_error)) };
+    assert_eq!(rc, -1);
     assert_eq!((errors.calls, errors.kind.as_str()), (3, "TypeError"));
 }
 
@@ -231,10 +226,8 @@ fn status_codes_for_bad_arguments() {
         (14, "DEVTENSOR_STATUS_UNKNOWN"),
     ] {
         // SAFETY: a static NUL-terminated string.
-        assert_eq!(
-            unsafe { CStr::from_ptr(devtensor_status_name(code)) }.to_str().unwrap(),
-            name
-        );
+        let got = unsafe { CStr::from_ptr(devtensor_status_name(code)) };
+        assert_eq!(got.to_str().unwrap(), name);
     }
 }
 
@@ -249,24 +242,20 @@ fn streams_are_per_thread_and_per_device() {
         device_id: 1,
     };
     let get = |d| {
-        let mut s = 1usize as *mut c_void;
+        let mut s = ptr::dangling_mut::<c_void>();
         // SAFETY: `s` is writable.
         assert_eq!(unsafe { devtensor_get_stream(d, &mut s) }, DevtensorStatus::Ok);
         s as usize
     };
     // SAFETY: a bookkeeping call: the stream is never used here.
-    assert_eq!(
-        unsafe { devtensor_set_stream(cuda0, 0x50 as *mut c_void, ptr::null_mut()) },
-        DevtensorStatus::Ok
-    );
+    let rc = unsafe { devtensor_set_stream(cuda0, 0x50 as *mut c_void, ptr::null_mut()) };
+    assert_eq!(rc, DevtensorStatus::Ok);
     assert_eq!((get(cuda0), get(cuda1)), (0x50, 0));
     std::thread::spawn(move || assert_eq!(get(cuda0), 0)).join().unwrap();
     let mut prev = ptr::null_mut();
     // SAFETY: as above; `prev` is writable.
-    assert_eq!(
-        unsafe { devtensor_set_stream(cuda0, ptr::null_mut(), &mut prev) },
-        DevtensorStatus::Ok
-    );
+    let rc = unsafe { devtensor_set_stream(cuda0, ptr::null_mut(), &mut prev) };
+    assert_eq!(rc, DevtensorStatus::Ok);
     assert_eq!((prev as usize, get(cuda0)), (0x50, 0));
 }
 
@@ -315,20 +304,14 @@ fn copies_take_byte_offsets_negative_strides_and_come_back_to_rust() {
     };
     let dst = make(false, &[2, 3], DType::I32.to_dlpack(), CPU, ptr::null_mut());
     // SAFETY: both descriptors are valid for the call.
-    assert_eq!(
-        unsafe { devtensor_copy(dst.dl(), &src, ptr::null_mut()) },
-        DevtensorStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let rc = unsafe { devtensor_copy(dst.dl(), &src, ptr::null_mut()) };
+    assert_eq!(rc, DevtensorStatus::Ok, "{}", last_error());
     assert_eq!(dst.as_slice::<i32>(), &[2, 1, 0, 5, 4, 3]);
 
     let mut c = ptr::null_mut();
     // SAFETY: as above; `c` is writable.
-    assert_eq!(
-        unsafe { devtensor_contiguous(&src, ptr::null_mut(), &mut c) },
-        DevtensorStatus::Ok
-    );
+    let rc = unsafe { devtensor_contiguous(&src, ptr::null_mut(), &mut c) };
+    assert_eq!(rc, DevtensorStatus::Ok);
     // SAFETY: an owning tensor from devtensor, consumed once.
     let t = unsafe { devtensor::from_dlpack_versioned(c) }.unwrap();
     assert_eq!(t.to_vec::<i32>().unwrap(), vec![2, 1, 0, 5, 4, 3]);
@@ -340,10 +323,8 @@ fn copies_take_byte_offsets_negative_strides_and_come_back_to_rust() {
         ..src
     };
     // SAFETY: validation fails before any element is read.
-    assert_eq!(
-        unsafe { devtensor_copy(dst.dl(), &bad, ptr::null_mut()) },
-        DevtensorStatus::InvalidTensor
-    );
+    let rc = unsafe { devtensor_copy(dst.dl(), &bad, ptr::null_mut()) };
+    assert_eq!(rc, DevtensorStatus::InvalidTensor);
     assert!(
         last_error().contains("null data pointer for a tensor with 6 elements"),
         "{}",
@@ -365,6 +346,7 @@ fn cuda_tensors_on_our_own_stream() {
 #[cfg(feature = "cuda")]
 fn run_cuda() {
     use devtensor::backend::cuda::stream::CudaStream;
+    use devtensor::dlpack::ffi::{kDLCUDAHost, kDLCUDAManaged};
     let cuda0 = DLDevice {
         device_type: kDLCUDA,
         device_id: 0,
@@ -372,10 +354,8 @@ fn run_cuda() {
     let stream = CudaStream::new(0).unwrap();
     let s = stream.raw() as *mut c_void;
     // SAFETY: `stream` is a live stream of GPU 0 that outlives its use here.
-    assert_eq!(
-        unsafe { devtensor_set_stream(cuda0, s, ptr::null_mut()) },
-        DevtensorStatus::Ok
-    );
+    let rc = unsafe { devtensor_set_stream(cuda0, s, ptr::null_mut()) };
+    assert_eq!(rc, DevtensorStatus::Ok);
     let live = devtensor_live_tensors();
 
     // Host data → a device tensor from the allocator (the current stream) → a
@@ -397,20 +377,12 @@ fn run_cuda() {
     };
     let mut out = ptr::null_mut();
     // SAFETY: valid prototype and out pointer; no SetError.
-    assert_eq!(
-        unsafe { devtensor_managed_tensor_allocator(&mut proto, &mut out, ptr::null_mut(), None) },
-        0,
-        "{}",
-        last_error()
-    );
+    let rc = unsafe { devtensor_managed_tensor_allocator(&mut proto, &mut out, ptr::null_mut(), None) };
+    assert_eq!(rc, 0, "{}", last_error());
     let a = Managed(out);
     // SAFETY: valid descriptors and our live stream.
-    assert_eq!(
-        unsafe { devtensor_copy(a.dl(), &host_dl, s) },
-        DevtensorStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let rc = unsafe { devtensor_copy(a.dl(), &host_dl, s) };
+    assert_eq!(rc, DevtensorStatus::Ok, "{}", last_error());
     let b = make(true, &[4, 3], F32, cuda0, s);
     let mut t_shape = [3i64, 4];
     let mut t_strides = [1i64, 3];
@@ -420,20 +392,12 @@ fn run_cuda() {
         ..*b.dl()
     };
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { devtensor_copy(&b_transposed, a.dl(), s) },
-        DevtensorStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let rc = unsafe { devtensor_copy(&b_transposed, a.dl(), s) };
+    assert_eq!(rc, DevtensorStatus::Ok, "{}", last_error());
     let back = make(false, &[4, 3], F32, CPU, ptr::null_mut());
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { devtensor_copy(back.dl(), b.dl(), s) },
-        DevtensorStatus::Ok,
-        "{}",
-        last_error()
-    );
+    let rc = unsafe { devtensor_copy(back.dl(), b.dl(), s) };
+    assert_eq!(rc, DevtensorStatus::Ok, "{}", last_error());
     let want: Vec<f32> = (0..4).flat_map(|j| (0..3).map(move |i| (i * 4 + j) as f32)).collect();
     assert_eq!(back.as_slice::<f32>(), &want[..]);
 
@@ -451,12 +415,8 @@ fn run_cuda() {
     ] {
         let h = make(false, &[3, 4], F32, device, s);
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { devtensor_copy(h.dl(), a.dl(), s) },
-            DevtensorStatus::Ok,
-            "{}",
-            last_error()
-        );
+        let rc = unsafe { devtensor_copy(h.dl(), a.dl(), s) };
+        assert_eq!(rc, DevtensorStatus::Ok, "{}", last_error());
         assert_eq!(h.as_slice::<f32>(), &host[..], "{device:?}");
         let z = make(true, &[3, 4], F32, device, s);
         assert!(z.as_slice::<f32>().iter().all(|&v| v == 0.0), "{device:?}");
