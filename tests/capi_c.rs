@@ -46,17 +46,24 @@ fn cdylib_dir() -> PathBuf {
     deps
 }
 
+/// The C compiler with our warnings-as-errors flags and include paths.
+fn cc(dlpack: &Path) -> (String, Command) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-g"])
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg("-I")
+        .arg(dlpack);
+    (cc, cmd)
+}
+
 /// Compiles and links `source` into an executable named `name`.
 fn build(name: &str, source: &Path, dlpack: &Path) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let lib = cdylib_dir();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let output = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-g"])
-        .arg("-I")
-        .arg(root().join("include"))
-        .arg("-I")
-        .arg(dlpack)
+    let (cc, mut cmd) = cc(dlpack);
+    let output = cmd
         .arg(source)
         .arg("-o")
         .arg(&out)
@@ -100,6 +107,35 @@ fn cpu_example_runs_and_passes_its_checks() {
     };
     let exe = build("cpu_tensors", &root().join("examples/c/cpu_tensors.c"), &dlpack);
     assert!(run(&exe).ends_with("cpu_tensors: OK\n"));
+}
+
+/// The allocator entry point converts to dlpack.h's `DLPackManagedTensorAllocator`
+/// without a cast, and the compiler would reject one of another type (so the
+/// examples' assignments check the exact signature).
+#[test]
+fn allocator_has_the_exact_dlpack_type_in_c() {
+    let Some(dlpack) = dlpack_include("allocator_has_the_exact_dlpack_type_in_c") else {
+        return;
+    };
+    let compiles = |function: &str| {
+        let source = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alloc_type_{function}.c"));
+        std::fs::write(
+            &source,
+            format!(
+                "#include <devtensor.h>\nDLPackManagedTensorAllocator slot = {function};\n\
+                 DLPackManagedTensorAllocator get(void) {{ return slot; }}\n"
+            ),
+        )
+        .unwrap();
+        let (_, mut cmd) = cc(&dlpack);
+        cmd.arg("-c").arg(&source).arg("-o").arg(source.with_extension("o"));
+        cmd.output().expect("run the C compiler").status.success()
+    };
+    assert!(compiles("devtensor_managed_tensor_allocator"));
+    assert!(
+        !compiles("devtensor_empty"),
+        "a function of another type must not convert"
+    );
 }
 
 /// The README's C snippet, as written there, compiles and runs.
