@@ -15,7 +15,7 @@ use devtensor::dlpack::ffi::{
     DLDataType, DLDevice, DLManagedTensorVersioned, DLPackManagedTensorAllocator, DLTensor, kDLCPU, kDLCUDA, kDLFloat,
     kDLInt,
 };
-use serial_test::serial;
+use serial_test::serial; // live-tensor and pool counts are process-wide: one test at a time
 
 const CPU: DLDevice = DLDevice {
     device_type: kDLCPU,
@@ -88,6 +88,7 @@ unsafe extern "C" fn record_error(ctx: *mut c_void, kind: *const c_char, message
 }
 
 #[test]
+#[serial(counters)]
 fn allocator_is_a_dlpack_managed_tensor_allocator() {
     // The entry point has the exact type of DLPack's allocator slot.
     const SLOT: DLPackManagedTensorAllocator = Some(devtensor_managed_tensor_allocator);
@@ -152,6 +153,7 @@ fn allocator_is_a_dlpack_managed_tensor_allocator() {
 }
 
 #[test]
+#[serial(counters)]
 fn status_codes_for_bad_arguments() {
     let shape = [2i64, 3];
     let mut out = ptr::null_mut();
@@ -232,6 +234,7 @@ fn status_codes_for_bad_arguments() {
 }
 
 #[test]
+#[serial(counters)]
 fn streams_are_per_thread_and_per_device() {
     let cuda0 = DLDevice {
         device_type: kDLCUDA,
@@ -288,6 +291,7 @@ fn every_dtype_zeros_and_every_deleter_runs_once() {
 }
 
 #[test]
+#[serial(counters)]
 fn copies_take_byte_offsets_negative_strides_and_come_back_to_rust() {
     // A foreign 2x3 int32 block after 8 bytes of padding, read column-reversed.
     let raw: [i32; 8] = [-1, -1, 0, 1, 2, 3, 4, 5];
