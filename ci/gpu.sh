@@ -31,7 +31,9 @@ if [ "$BACKEND" = rocm ]; then
   TEST_TARGET=gpu_rocm
 else
   export DEVTENSOR_REQUIRE_GPU=1
-  FEATURES=""
+  # The C ABI's tests too (tests/capi.rs on the GPU; tests/capi_c.rs, examples/c/axpy.c
+  # included, where DEVTENSOR_DLPACK_H names a dlpack.h, else they print SKIP).
+  FEATURES="--features capi"
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
   [ -n "$gpu" ] || { echo "ci/gpu.sh: no NVIDIA GPU (nvidia-smi found none)"; exit 1; }

@@ -3,6 +3,8 @@
 
 pub mod alloc;
 pub mod backend;
+#[cfg(feature = "capi")]
+pub mod capi;
 pub mod copy;
 pub mod device;
 pub mod dlpack;
