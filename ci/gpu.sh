@@ -31,9 +31,10 @@ if [ "$BACKEND" = rocm ]; then
   TEST_TARGET=gpu_rocm
 else
   export DEVTENSOR_REQUIRE_GPU=1
-  # The C ABI's tests too (tests/capi.rs on the GPU; tests/capi_c.rs, examples/c/axpy.c
-  # included, where DEVTENSOR_DLPACK_H names a dlpack.h, else they print SKIP).
+  # The C ABI's tests too (tests/capi.rs on the GPU; capi/tests/c_programs.rs, with
+  # examples/c/axpy.c, where DEVTENSOR_DLPACK_H names a dlpack.h, else they print SKIP).
   FEATURES="--features capi"
+  CAPI_TESTS=1
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
   [ -n "$gpu" ] || { echo "ci/gpu.sh: no NVIDIA GPU (nvidia-smi found none)"; exit 1; }
@@ -65,7 +66,10 @@ if command -v cargo >/dev/null; then
   # shellcheck disable=SC2086
   CLI="cargo run --release --quiet $FEATURES --"
   # shellcheck disable=SC2086
-  run_rust_tests() { cargo test --release --no-fail-fast $FEATURES -- --test-threads=4; }
+  run_rust_tests() {
+    cargo test --release --no-fail-fast $FEATURES -- --test-threads=4 &&
+      if [ -n "${CAPI_TESTS:-}" ]; then cargo test --release --no-fail-fast -p devtensor-capi; fi
+  }
   # shellcheck disable=SC2086
   gpu_test_bin() { cargo test --release --no-run $FEATURES --test $TEST_TARGET 2>&1 | grep -o "target/release/deps/$TEST_TARGET-[a-z0-9]*" | head -n 1; }
 else

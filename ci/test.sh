@@ -66,11 +66,14 @@ grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {print
 step "GPU suite (no device here: every test must print SKIP)"
 cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
 
-step "C ABI (--features capi): header current (cbindgen), examples/c and the README's C snippet built with cc and run"
+step "C ABI (--features capi; capi/ builds libdevtensor_c.so): header current (cbindgen), examples/c and the README's C snippet built with cc and run"
 # The C tests need the real dlpack.h (DEVTENSOR_DLPACK_H; DEVTENSOR_REQUIRE_DLPACK_H=1: no SKIP).
-cargo test --locked --features capi --test capi --test capi_c --test capi_header -- --show-output 2>&1 \
+cargo test --locked --features capi --test capi --test capi_header -- --show-output 2>&1 \
   | tee "$CACHE/capi-test.log" | grep -E "^SKIP|: OK$|^test result"
 cargo test --locked --features capi --lib capi:: 2>&1 | grep -E "^test result"
+cargo clippy --all-targets --locked -p devtensor-capi -- -D warnings
+cargo test --locked -p devtensor-capi -- --show-output 2>&1 \
+  | tee -a "$CACHE/capi-test.log" | grep -E "^SKIP|: OK$|^test result"
 
 step "ROCm: cargo test --features rocm against Debian's HIP (no AMD GPU: ROCm tests must SKIP)"
 cargo test --locked --no-fail-fast --features rocm 2>&1 | tee "$CACHE/cargo-test-rocm.log"
@@ -153,7 +156,8 @@ case $rc in
   *) echo "pytest -m cuda failed ($rc)" >&2; exit "$rc" ;;
 esac
 step "CUDA on the emulated driver: the C ABI, and examples/c/axpy.c launching its own NVRTC kernel on devtensor tensors"
-DEVTENSOR_EMU_SEED=1 cargo test --locked --features capi --test capi --test capi_c -- --show-output 2>&1 \
+{ DEVTENSOR_EMU_SEED=1 cargo test --locked --features capi --test capi -- --show-output 2>&1 &&
+  DEVTENSOR_EMU_SEED=1 cargo test --locked -p devtensor-capi -- --show-output 2>&1; } \
   | tee "$CACHE/emu-capi.log" | grep -E "^SKIP|: OK$|^test result"
 if grep -E "^SKIP" "$CACHE/emu-capi.log"; then echo "a C ABI test skipped on the emulator"; exit 1; fi
 

@@ -1,5 +1,5 @@
 /* devtensor C ABI: tensors from devtensor's caching pool as DLPack DLManagedTensorVersioned.
- * Link with -ldevtensor (cargo build --release --features capi). See README.md,
+ * Link with -ldevtensor_c (cargo build --release -p devtensor-capi). See README.md,
  * "Use from a kernel library (C)", and examples/c/. */
 
 #ifndef DEVTENSOR_H

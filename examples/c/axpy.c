@@ -12,7 +12,7 @@
  * a file or a directory, else libnvrtc.so.13 / .12 on the loader path).
  *
  *   cc -std=c11 -Iinclude -I<dir holding dlpack/dlpack.h> examples/c/axpy.c \
- *      -Ltarget/release -ldevtensor -ldl -o axpy && ./axpy
+ *      -Ltarget/release -ldevtensor_c -ldl -o axpy && ./axpy
  *
  * Exit status 0 and a last line "axpy: OK" when every check passed.
  */

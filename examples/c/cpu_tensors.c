@@ -3,7 +3,7 @@
  * deleters that run exactly once. Runs on any machine (no GPU needed).
  *
  *   cc -std=c11 -Iinclude -I<dir holding dlpack/dlpack.h> examples/c/cpu_tensors.c \
- *      -Ltarget/release -ldevtensor -o cpu_tensors && ./cpu_tensors
+ *      -Ltarget/release -ldevtensor_c -o cpu_tensors && ./cpu_tensors
  *
  * Exit status 0 and a last line "cpu_tensors: OK" when every check passed.
  */

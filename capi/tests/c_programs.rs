@@ -6,13 +6,15 @@
 //! `DEVTENSOR_REQUIRE_DLPACK_H=1`, as CI sets); the CUDA example prints `SKIP`
 //! without a device (fails under `DEVTENSOR_REQUIRE_GPU=1`).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The repository (this package sits in `capi/`).
 fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// The directory holding `dlpack/dlpack.h`, or `None` after printing `SKIP`.
@@ -32,13 +34,13 @@ fn dlpack_include(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// Where cargo put `libdevtensor.so` built with this test's features: next to
-/// the test binary (`target/<profile>/deps`).
+/// Where cargo put `libdevtensor_c.so` for this test: next to the test binary
+/// (`target/<profile>/deps`).
 fn cdylib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps directory").to_owned();
     let lib = deps.join(format!(
-        "{}devtensor{}",
+        "{}devtensor_c{}",
         std::env::consts::DLL_PREFIX,
         std::env::consts::DLL_SUFFIX
     ));
@@ -70,7 +72,7 @@ fn build(name: &str, source: &Path, dlpack: &Path) -> PathBuf {
         .arg("-L")
         .arg(&lib)
         .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .args(["-ldevtensor", "-ldl"])
+        .args(["-ldevtensor_c", "-ldl"])
         .output()
         .unwrap_or_else(|e| panic!("cannot run the C compiler {cc}: {e}"));
     assert!(
