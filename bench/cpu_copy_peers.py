@@ -9,7 +9,11 @@ output (`Tensor.contiguous()`, `ndarray.copy()`, `torch .contiguous()`) in this
 process, interleaved round by round so that load on the machine hits all alike.
 Prints GB/s (read + write) and the ratio of devtensor to the faster peer.
 
-    python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor]
+Besides the CLI's matrix, the kinds where a peer once won, at several sizes
+(`peer_patterns`): large contiguous clones, small permutes (call and dispatch
+overhead), narrow column slices of a large matrix, and 2-D flips.
+
+    python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
 
 import argparse
@@ -30,6 +34,48 @@ except ImportError:  # torch is optional: the table then compares with NumPy onl
 DTYPES = {1: np.uint8, 2: np.uint16, 4: np.float32, 8: np.float64, 16: np.complex128}
 
 
+def dense(shape):
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.insert(0, acc)
+        acc *= d
+    return strides
+
+
+def pattern(name, elem_size, alloc, shape, strides, offset=0):
+    return {"name": name, "elem_size": elem_size, "src_alloc_elems": alloc, "shape": list(shape),
+            "src_strides": list(strides), "src_offset": offset, "gbps": float("nan")}
+
+
+def permute(name, elem_size, src_shape, perm):
+    d = dense(src_shape)
+    n = 1
+    for x in src_shape:
+        n *= x
+    return pattern(name, elem_size, n, [src_shape[p] for p in perm], [d[p] for p in perm])
+
+
+def peer_patterns(quick):
+    """Patterns where NumPy or torch once beat devtensor, at several sizes."""
+    v = []
+    for mib in ([1, 16] if quick else [1, 16, 64, 256]):  # contiguous clones
+        n = (mib << 20) // 4
+        v.append(pattern(f"clone_f32_{mib}MiB", 4, n, [n], [1]))
+    for c in [8, 16, 32, 64]:  # small permutes: 2 KiB .. 1 MiB
+        v.append(permute(f"small_permute3d_210_f32_{c}x{c}x{c}", 4, [c, c, c], [2, 1, 0]))
+        v.append(permute(f"small_permute3d_021_f32_{c}x{c}x{c}", 4, [c, c, c], [0, 2, 1]))
+    for s in [16, 64, 256]:
+        v.append(permute(f"small_attention_f16_1x{s}x8x64", 2, [1, s, 8, 64], [0, 2, 1, 3]))
+    n = 2048 if quick else 8192
+    for k in [1, 2, 4, 16, 64]:  # x[:, 5:5+k] of a large row-major matrix
+        v.append(pattern(f"narrow_cols_{k}_of_f32_{n}x{n}", 4, n * n, [n, k], [n, 1], 5))
+    for m in ([256, 1024] if quick else [256, 1024, 4096]):  # 2-D flips
+        v.append(pattern(f"flip2d_both_f32_{m}x{m}", 4, m * m, [m, m], [-m, -1], m * m - 1))
+        v.append(pattern(f"flip2d_rows_f32_{m}x{m}", 4, m * m, [m, m], [-m, 1], (m - 1) * m))
+        v.append(pattern(f"flip2d_cols_f32_{m}x{m}", 4, m * m, [m, m], [m, -1], m - 1))
+    return v
+
+
 def best_time(fn, min_time):
     fn()  # warm-up
     best, total = float("inf"), 0.0
@@ -48,11 +94,15 @@ def main():
     ap.add_argument("--min-time", type=float, default=0.15, help="seconds per timing, per round")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best of)")
     ap.add_argument("--filter", help="only patterns whose name contains this text")
+    ap.add_argument("--no-matrix", action="store_true", help="only the peer patterns (no CLI run)")
     args = ap.parse_args()
 
-    cmd = [args.bin, "bench", "--json"] + (["--quick"] if args.quick else [])
-    cmd += ["--filter", args.filter] if args.filter else []
-    rows = [json.loads(line) for line in subprocess.check_output(cmd, text=True).splitlines() if line.startswith("{")]
+    rows = []
+    if not args.no_matrix:
+        cmd = [args.bin, "bench", "--json"] + (["--quick"] if args.quick else [])
+        cmd += ["--filter", args.filter] if args.filter else []
+        rows = [json.loads(line) for line in subprocess.check_output(cmd, text=True).splitlines() if line.startswith("{")]
+    rows += [r for r in peer_patterns(args.quick) if not args.filter or args.filter in r["name"]]
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
     head = f"{'pattern':<34} {'cli':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} {'vs best peer':>12}"
@@ -97,7 +147,8 @@ def main():
         peer = max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
         ratio = gb["devtensor"] / peer
         worst = min(worst, ratio)
-        print(f"{r['name']:<34} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x")
+        print(f"{r['name']:<34} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
+              flush=True)
     print(f"\nworst ratio devtensor / faster peer: {worst:.2f}x  (numpy {np.__version__}"
           + (f", torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else "") + ")")
     return 0
