@@ -69,7 +69,12 @@ impl Framework {
         } else if let Ok(m) = obj.cast::<PyModule>() {
             m.getattr("Tensor")
                 .and_then(|t| Ok(t.cast_into::<PyType>()?))
-                .map_err(|_| PyTypeError::new_err(format!("module {m} has no Tensor type")))?
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "module {} has no Tensor type with a DLPack C exchange API",
+                        m.name().map(|n| n.to_string()).unwrap_or_default()
+                    ))
+                })?
         } else {
             obj.get_type()
         };

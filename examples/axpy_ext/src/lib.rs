@@ -19,7 +19,14 @@ use pyo3::prelude::*;
 /// devtensor's. `to_caller`: return the caller's tensor type.
 #[pyfunction]
 #[pyo3(signature = (a, x, y, *, caller_alloc = false, to_caller = false))]
-fn axpy(py: Python<'_>, a: f64, x: TensorArg, y: TensorArg, caller_alloc: bool, to_caller: bool) -> PyResult<TensorOut> {
+fn axpy(
+    py: Python<'_>,
+    a: f64,
+    x: TensorArg,
+    y: TensorArg,
+    caller_alloc: bool,
+    to_caller: bool,
+) -> PyResult<TensorOut> {
     let (xt, yt) = (x.tensor(), y.tensor());
     if xt.shape() != yt.shape() {
         return Err(PyValueError::new_err(format!(
@@ -62,7 +69,9 @@ fn axpy(py: Python<'_>, a: f64, x: TensorArg, y: TensorArg, caller_alloc: bool, 
         }
         Device::Cpu => cpu_axpy(a, xt, yt, &out).map_err(to_py_err)?,
         other => {
-            return Err(PyValueError::new_err(format!("axpy runs on the CPU and CUDA devices, not {other}")));
+            return Err(PyValueError::new_err(format!(
+                "axpy runs on the CPU and CUDA devices, not {other}"
+            )));
         }
     }
     Ok(if to_caller {
