@@ -146,6 +146,12 @@ case $rc in
   5) echo "pytest -m cuda collected no tests" >&2; exit 1 ;;
   *) echo "pytest -m cuda failed ($rc)" >&2; exit "$rc" ;;
 esac
+step "CUDA on the emulated driver: the example kernel library (examples/axpy_ext, installed by ci/python_test.sh)"
+set +e
+"$VENV/bin/python" -m pytest examples/axpy_ext/tests -m cuda -v -p no:cacheprovider
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || { echo "axpy_ext pytest -m cuda failed ($rc)" >&2; exit "$rc"; }
 echo "emulated CUDA steps took $(( $(date +%s) - emu_start )) s"
 
 echo

@@ -408,8 +408,11 @@ mod tests {
         set: DLPackSetError,
     ) -> i32 {
         // SAFETY: the caller's prototype is readable, its shape `ndim` long.
-        let p = unsafe { *proto };
-        let shape: Vec<i64> = (0..p.ndim as usize).map(|d| unsafe { *p.shape.add(d) }).collect();
+        let (p, shape) = unsafe {
+            let p = *proto;
+            let shape: Vec<i64> = std::slice::from_raw_parts(p.shape, p.ndim as usize).to_vec();
+            (p, shape)
+        };
         let bytes = shape.iter().product::<i64>() as usize * (p.dtype.bits as usize / 8);
         if bytes > 1 << 30 {
             let set = set.unwrap();

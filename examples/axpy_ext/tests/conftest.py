@@ -65,11 +65,17 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(autouse=True)
 def _no_leaked_exports():
-    """Every DLPack export either copy of devtensor made during a test is freed by its end
-    (each deleter ran; running twice would drive a counter below where it started)."""
-    gc.collect()
-    before = (axpy_ext._live_exports(), devtensor._devtensor._live_exports())
+    """Every DLPack export either copy of devtensor (the package, the extension's) made
+    during a test is freed by its end (each deleter ran; running twice would drive a
+    counter below where it started)."""
+    def live():
+        gc.collect()
+        # GPU tensors' deleters wait for the device work that used them (devtensor's
+        # deferred deleters): run them first.
+        devtensor._devtensor._drain_deleters()
+        return (axpy_ext._live_exports(), devtensor._devtensor._live_exports())
+
+    before = live()
     yield
-    gc.collect()
-    after = (axpy_ext._live_exports(), devtensor._devtensor._live_exports())
+    after = live()
     assert after == before, f"live exports (axpy_ext, devtensor) {before} -> {after}"
