@@ -63,6 +63,9 @@ step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
 grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {printf "cargo test summary: %d passed, %d failed\n", p, f}'
 
+step "cargo test --doc --features python (the README's kernel-library snippet and the python API's examples)"
+cargo test --locked --doc --features python 2>&1 | tail -n 3
+
 step "GPU suite (no device here: every test must print SKIP)"
 cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
 

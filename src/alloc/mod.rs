@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub use caching::{CachingAlloc, DEFAULT_STAGING_BYTES, MemoryStats, PoolConfig, parse_staging, staging_bytes};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
 pub use env::EnvAlloc;
+#[cfg(feature = "python")]
 pub(crate) use env::current_work_stream;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) use per_device::PerDevice;
