@@ -222,6 +222,24 @@ fn is_default_stream(device: Device, s: StreamHandle) -> bool {
     }
 }
 
+/// Runs this copy of devtensor's waiting deleters (imported GPU tensors whose
+/// device work was pending when they dropped) at interpreter exit, as the
+/// `devtensor` package does for its own; registered once.
+fn drain_at_exit(py: Python<'_>) -> PyResult<()> {
+    #[pyfunction]
+    fn _drain_deleters(py: Python<'_>) -> usize {
+        py.detach(crate::dlpack::drain_deleters)
+    }
+    static REGISTERED: PyOnceLock<()> = PyOnceLock::new();
+    REGISTERED
+        .get_or_try_init(py, || -> PyResult<()> {
+            let f = wrap_pyfunction!(_drain_deleters, py)?;
+            py.import("atexit")?.call_method1("register", (f,))?;
+            Ok(())
+        })
+        .map(|_| ())
+}
+
 /// A tensor argument from any DLPack producer: torch, CuPy, JAX, NumPy,
 /// devtensor, a raw capsule.
 ///
@@ -275,7 +293,9 @@ impl<'py> FromPyObject<'_, 'py> for TensorArg {
         let stream = default_stream(t.device());
         if let Some(s) = stream {
             // The producer may free its memory as soon as the tensor drops: its
-            // deleter waits for the work the kernel queues on this stream.
+            // deleter waits for the work the kernel queues on this stream
+            // (this copy of devtensor's deferred deleters, drained at exit).
+            drain_at_exit(py)?;
             t.storage().record_stream(s);
         }
         Ok(TensorArg {

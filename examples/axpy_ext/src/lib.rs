@@ -238,9 +238,17 @@ fn _live_exports() -> usize {
     devtensor::dlpack::live_exports()
 }
 
+/// Runs this module's copy of devtensor's waiting deleters (imported GPU
+/// tensors whose device work was pending when they dropped); the number run.
+#[pyfunction]
+fn _drain_deleters(py: Python<'_>) -> usize {
+    py.detach(devtensor::dlpack::drain_deleters)
+}
+
 #[pymodule]
 fn axpy_ext(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(axpy, m)?)?;
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
+    m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
     Ok(())
 }

@@ -73,6 +73,8 @@ def _no_leaked_exports():
         # GPU tensors' deleters wait for the device work that used them (devtensor's
         # deferred deleters): run them first.
         devtensor._devtensor._drain_deleters()
+        axpy_ext._drain_deleters()
+        devtensor._devtensor._drain_deleters()
         return (axpy_ext._live_exports(), devtensor._devtensor._live_exports())
 
     before = live()

@@ -61,6 +61,13 @@ def test_torch_goes_through_the_exchange_api_not_dunder_dlpack():
     np.testing.assert_array_equal(np.from_dlpack(axpy_ext.axpy(2.0, x, y)), np.full(4, 3.0, np.float32))
 
 
+def test_jax_arrays():
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.arange(5, dtype=jnp.float32)
+    out = axpy_ext.axpy(2.0, x, jnp.ones(5, dtype=jnp.float32))
+    np.testing.assert_array_equal(np.from_dlpack(out), 2 * np.arange(5, dtype=np.float32) + 1)
+
+
 def test_numpy_has_no_exchange_api_so_to_caller_gives_devtensor():
     out = axpy_ext.axpy(1.0, np.ones(3, np.float32), np.ones(3, np.float32), to_caller=True)
     assert type(out) is devtensor.Tensor
@@ -179,6 +186,29 @@ def test_cuda_outputs_from_the_devtensor_package_allocator():
     assert devtensor.memory_stats("cuda:0")["alloc_count"] == before + 2
     for t in (own, caller, scoped):
         assert np.from_dlpack(t.to("cpu")).tolist() == [2.0] * 4096
+
+
+class _DunderOnly:
+    """A GPU producer without a C exchange API (as CuPy or JAX): only the Python protocol."""
+
+    def __init__(self, t):
+        self.t = t
+
+    def __dlpack__(self, **kwargs):
+        return self.t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+
+@pytest.mark.cuda
+def test_cuda_producer_without_exchange_api():
+    x = devtensor.full((512,), 3.0, dtype="float32", device="cuda:0")
+    y = devtensor.ones((512,), device="cuda:0")
+    out = axpy_ext.axpy(-1.0, _DunderOnly(x), _DunderOnly(y), to_caller=True)
+    assert type(out) is devtensor.Tensor  # the producer has no exchange API to return into
+    del x, y  # the producers' deleters wait for the kernel (recorded on the stream it ran on)
+    assert np.from_dlpack(out.to("cpu")).tolist() == [-2.0] * 512
 
 
 @pytest.mark.cuda
