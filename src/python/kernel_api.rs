@@ -335,9 +335,26 @@ impl TensorArg {
     /// own.
     pub fn empty(&self, py: Python<'_>, shape: &[usize], dtype: DType) -> PyResult<Tensor> {
         match default_framework(py)? {
-            Some(fw) => fw.empty(shape, dtype, self.tensor.device()),
+            Some(fw) => self.empty_in(&fw, shape, dtype),
             None => self.empty_devtensor(shape, dtype),
         }
+    }
+
+    /// An output from `fw`'s allocator on this tensor's device. The framework
+    /// hands out memory ordered on its current stream: when that is not
+    /// [`TensorArg::stream`], ours waits for it first, and the memory goes back
+    /// to the framework only after the work queued on ours (its deleter waits).
+    pub fn empty_in(&self, fw: &Framework, shape: &[usize], dtype: DType) -> PyResult<Tensor> {
+        let device = self.tensor.device();
+        let t = fw.empty(shape, dtype, device)?;
+        if let (Some(ours), Some(theirs)) = (self.stream, fw.current_stream(device)?)
+            && ours != theirs
+        {
+            order_streams(device, theirs, ours).map_err(to_py)?;
+            Python::attach(drain_at_exit)?;
+            t.storage().record_stream(ours);
+        }
+        Ok(t)
     }
 
     /// An output from the caller's own allocator (torch's caching allocator
@@ -345,7 +362,7 @@ impl TensorArg {
     /// no exchange API (NumPy, JAX, CuPy).
     pub fn empty_from_caller(&self, shape: &[usize], dtype: DType) -> PyResult<Tensor> {
         match &self.framework {
-            Some(fw) => fw.empty(shape, dtype, self.tensor.device()),
+            Some(fw) => self.empty_in(fw, shape, dtype),
             None => self.empty_devtensor(shape, dtype),
         }
     }
