@@ -5,25 +5,6 @@
 //! An extension links its own copy of devtensor, so its tensors reach Python
 //! through a DLPack exchange API: the `devtensor.Tensor` type's (the
 //! `devtensor` Python package must be installed) or the caller framework's.
-//!
-//! ```no_run
-//! use devtensor::python::{TensorArg, TensorOut};
-//! use devtensor::DType;
-//! use pyo3::prelude::*;
-//!
-//! /// `scale(x, a)`: `a * x` for float32 CPU tensors of any producer.
-//! #[pyfunction]
-//! #[pyo3(signature = (x, a, *, to_caller = false))]
-//! fn scale(py: Python<'_>, x: TensorArg, a: f32, to_caller: bool) -> PyResult<TensorOut> {
-//!     let input = x.tensor().contiguous().map_err(devtensor::python::to_py_err)?;
-//!     let out = x.empty(py, input.shape(), DType::F32)?; // on x's device and stream
-//!     let v: Vec<f32> = input.to_vec().map_err(devtensor::python::to_py_err)?;
-//!     let scaled = devtensor::Tensor::from_slice(&v.iter().map(|e| a * e).collect::<Vec<_>>(), input.shape())
-//!         .map_err(devtensor::python::to_py_err)?;
-//!     out.copy_from(&scaled).map_err(devtensor::python::to_py_err)?;
-//!     Ok(if to_caller { x.output_to_caller(out) } else { x.output(out) })
-//! }
-//! ```
 
 use std::sync::Mutex;
 
@@ -53,6 +34,21 @@ pub fn to_py_err(e: crate::Error) -> PyErr {
 /// `__dlpack_c_exchange_api__`): torch ≥ 2.10, devtensor, tvm-ffi users, ...
 /// It can allocate ([`Framework::env_alloc`]), say its current stream, and
 /// wrap a devtensor [`Tensor`] as its own tensor type without a copy.
+///
+/// ```no_run
+/// use devtensor::python::Framework;
+/// use devtensor::{DType, Device};
+/// use pyo3::prelude::*;
+///
+/// fn torch_empty(py: Python<'_>) -> PyResult<()> {
+///     let torch = Framework::of(py.import("torch")?.as_any())?;
+///     let t = torch.empty(&[2, 3], DType::F32, Device::Cpu)?; // torch.empty((2, 3))
+///     let back = torch.wrap(py, &t)?; // a torch.Tensor over the same memory
+///     let ptr: usize = back.call_method0("data_ptr")?.extract()?;
+///     assert_eq!(ptr, t.data_ptr() as usize);
+///     Ok(())
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Framework {
     ty: Py<PyType>,
@@ -248,6 +244,25 @@ fn drain_at_exit(py: Python<'_>) -> PyResult<()> {
 /// work stream, [`TensorArg::stream`]); otherwise `__dlpack__` with the
 /// device's default stream, which the producer orders its work before, and
 /// the kernel runs there. `BufferError` for what DLPack cannot describe.
+///
+/// ```no_run
+/// use devtensor::python::{TensorArg, TensorOut};
+/// use devtensor::DType;
+/// use pyo3::prelude::*;
+///
+/// /// `scale(x, a)`: `a * x` for float32 CPU tensors of any producer.
+/// #[pyfunction]
+/// #[pyo3(signature = (x, a, *, to_caller = false))]
+/// fn scale(py: Python<'_>, x: TensorArg, a: f32, to_caller: bool) -> PyResult<TensorOut> {
+///     let input = x.tensor().contiguous().map_err(devtensor::python::to_py_err)?;
+///     let out = x.empty(py, input.shape(), DType::F32)?; // on x's device and stream
+///     let v: Vec<f32> = input.to_vec().map_err(devtensor::python::to_py_err)?;
+///     let scaled = devtensor::Tensor::from_slice(&v.iter().map(|e| a * e).collect::<Vec<_>>(), input.shape())
+///         .map_err(devtensor::python::to_py_err)?;
+///     out.copy_from(&scaled).map_err(devtensor::python::to_py_err)?;
+///     Ok(if to_caller { x.output_to_caller(out) } else { x.output(out) })
+/// }
+/// ```
 #[derive(Debug)]
 pub struct TensorArg {
     tensor: Tensor,
