@@ -4,6 +4,7 @@
 #   carry/cargo-nextest            the runner for that archive
 #   carry/devtensor                the release CLI (info, bench, kernels)
 #   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.9)
+#   carry/ext-wheels/*.whl         the example kernel library examples/axpy_ext (abi3)
 # Then on the runner: `bash ci/gpu.sh` (it finds carry/ and uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,4 +17,7 @@ VENV=${VENV:-$HOME/.cache/devtensor-ci/venv}
 [ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q "maturin>=1.9.4,<2"
 rm -f carry/wheels/*.whl
 "$VENV/bin/maturin" build --release --features python -o carry/wheels
-ls -la carry carry/wheels
+rm -rf carry/ext-wheels
+"$VENV/bin/maturin" build --release --locked -m examples/axpy_ext/Cargo.toml -o carry/ext-wheels \
+  --target-dir "${CARGO_TARGET_DIR:-$PWD/target}"
+ls -la carry carry/wheels carry/ext-wheels

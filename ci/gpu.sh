@@ -114,6 +114,17 @@ else $PY -m pip install -q . ; fi
 $PY -m pytest tests/python -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
 [ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure
 
+# The example kernel library (examples/axpy_ext): torch's allocator and stream on a real GPU.
+ext_rc=0
+if [ "$BACKEND" = cuda ]; then
+  echo "==> examples/axpy_ext tests"
+  ext=$(ls carry/ext-wheels/*.whl 2>/dev/null | head -n 1)
+  if [ -n "$ext" ]; then $PY -m pip install -q --no-deps --force-reinstall "$ext"
+  else $PY -m pip install -q --no-deps ./examples/axpy_ext; fi
+  $PY -m pytest examples/axpy_ext/tests -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/axpy_ext.txt"; ext_rc=${PIPESTATUS[0]}
+  [ "$ext_rc" = 5 ] && ext_rc=1
+fi
+
 echo "==> benchmarks"
 $CLI bench --device "$BENCH_DEVICE" 2>&1 | tee "$log/bench.txt"
 bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
@@ -127,6 +138,7 @@ $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
   echo "- device: $gpu, driver $driver"
   echo "- Rust tests: $(grep -E '^test result:|Summary' "$log/rust.txt" | tail -n 3 | tr '\n' ' ') (exit $rust_rc)"
   echo "- Python tests: $(tail -n 1 "$log/python.txt") (exit $py_rc)"
+  [ -f "$log/axpy_ext.txt" ] && echo "- examples/axpy_ext tests: $(tail -n 1 "$log/axpy_ext.txt") (exit $ext_rc)"
   echo "- kernels --check: exit $kernels_rc"
   echo "- compute-sanitizer:$sanitizer"
   echo
@@ -138,4 +150,4 @@ $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
   [ -f "$log/sanitizer.txt" ] && { echo '## compute-sanitizer'; echo '```'; tail -n 20 "$log/sanitizer.txt"; echo '```'; }
 } > "$report"
 echo "report: $report"
-[ "$rust_rc" = 0 ] && [ "$py_rc" = 0 ] && [ "$kernels_rc" = 0 ] && [ "$sanitizer_failed" = 0 ]
+[ "$rust_rc" = 0 ] && [ "$py_rc" = 0 ] && [ "$ext_rc" = 0 ] && [ "$kernels_rc" = 0 ] && [ "$sanitizer_failed" = 0 ]

@@ -98,6 +98,23 @@ set +e
 rc=$?
 set -e
 case $rc in
+  0) ;;
+  5) echo "ci/python_test.sh: FAILED: pytest collected no tests" >&2; exit 1 ;;
+  *) echo "ci/python_test.sh: FAILED: pytest exited with $rc" >&2; exit "$rc" ;;
+esac
+
+# --- the example kernel library on devtensor's Rust/PyO3 API (examples/axpy_ext) ---------------
+# Its own workspace and Cargo.lock; built in the main target dir so that devtensor's
+# dependencies compiled for the wheel above are reused (about a minute, not six).
+step "examples/axpy_ext: maturin build, pytest"
+"$VENV/bin/maturin" build --release --locked --quiet -m examples/axpy_ext/Cargo.toml -i "$PY" -o "$WHEELS/ext" \
+  --target-dir "${CARGO_TARGET_DIR:-$PWD/target}"
+"$PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEELS"/ext/axpy_ext-*.whl
+set +e
+(cd "$WHEELS" && "$PY" -m pytest "$OLDPWD/examples/axpy_ext/tests" -v -p no:cacheprovider -rs)
+rc=$?
+set -e
+case $rc in
   0) echo "ci/python_test.sh: python checks passed" ;;
   5) echo "ci/python_test.sh: FAILED: pytest collected no tests" >&2; exit 1 ;;
   *) echo "ci/python_test.sh: FAILED: pytest exited with $rc" >&2; exit "$rc" ;;

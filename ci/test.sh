@@ -63,6 +63,9 @@ step "cargo test (unit, integration, doc)"
 cargo test --locked --no-fail-fast 2>&1 | tee "$CACHE/cargo-test.log"
 grep -E "^test result:" "$CACHE/cargo-test.log" | awk '{p+=$4; f+=$6} END {printf "cargo test summary: %d passed, %d failed\n", p, f}'
 
+step "cargo test --doc --features python (the README's kernel-library snippet and the python API's examples)"
+cargo test --locked --doc --features python 2>&1 | tail -n 3
+
 step "GPU suite (no device here: every test must print SKIP)"
 cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
 
@@ -161,6 +164,12 @@ step "CUDA on the emulated driver: the C ABI, and examples/c/axpy.c launching it
   | tee "$CACHE/emu-capi.log" | grep -E "^SKIP|: OK$|^test result"
 if grep -E "^SKIP" "$CACHE/emu-capi.log"; then echo "a C ABI test skipped on the emulator"; exit 1; fi
 
+step "CUDA on the emulated driver: the example kernel library (examples/axpy_ext, installed by ci/python_test.sh)"
+set +e
+"$VENV/bin/python" -m pytest examples/axpy_ext/tests -m cuda -v -p no:cacheprovider
+rc=$?
+set -e
+[ "$rc" -eq 0 ] || { echo "axpy_ext pytest -m cuda failed ($rc)" >&2; exit "$rc"; }
 echo "emulated CUDA steps took $(( $(date +%s) - emu_start )) s"
 
 echo

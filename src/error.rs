@@ -163,6 +163,16 @@ pub enum Error {
     /// An imported DLPack tensor failed validation.
     #[error("invalid DLPack tensor: {0}")]
     DLPack(#[from] DLPackError),
+    /// A framework's allocator (the `managed_tensor_allocator` of its DLPack
+    /// exchange API, see [`EnvAlloc`](crate::alloc::EnvAlloc)) refused, with
+    /// the error kind and message it passed to `SetError`.
+    #[error("the framework's allocator failed ({kind}): {message}")]
+    ForeignAlloc {
+        /// The kind the framework named (`"MemoryError"`, `"ValueError"`, ...).
+        kind: String,
+        /// The framework's message.
+        message: String,
+    },
     /// A kernel failed to compile; the compiler log is attached.
     #[error("compiling kernel {kernel} for {arch} failed:\n{log}")]
     KernelCompile {

@@ -26,4 +26,4 @@ pub use stream::StreamHandle;
 pub use tensor::{Element, Storage, Tensor};
 
 #[cfg(feature = "python")]
-mod python;
+pub mod python;

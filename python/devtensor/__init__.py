@@ -8,10 +8,13 @@
 
 from ._devtensor import (
     DLPACK_VERSION,
+    EnvAlloc,
     Tensor,
     __version__,
     empty,
+    current_env_alloc,
     empty_cache,
+    env_alloc,
     from_dlpack,
     full,
     memory_stats,
@@ -21,10 +24,13 @@ from ._devtensor import (
 
 __all__ = [
     "DLPACK_VERSION",
+    "EnvAlloc",
     "Tensor",
     "__version__",
     "empty",
+    "current_env_alloc",
     "empty_cache",
+    "env_alloc",
     "from_dlpack",
     "full",
     "memory_stats",

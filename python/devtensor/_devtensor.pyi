@@ -2,6 +2,8 @@
 # Checked against the built module by `python -m mypy.stubtest devtensor._devtensor`.
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, ClassVar, Optional, SupportsComplex, SupportsFloat, SupportsIndex, Union, final
 
 from typing_extensions import CapsuleType
@@ -37,6 +39,10 @@ __all__ = [
     "from_dlpack",
     "memory_stats",
     "empty_cache",
+    "EnvAlloc",
+    "env_alloc",
+    "current_env_alloc",
+    "_env_alloc_var",
     "_live_exports",
     "_live_cpu_allocations",
     "_drain_deleters",
@@ -116,6 +122,32 @@ def memory_stats(device: Optional[_DeviceLike] = None) -> dict[str, int]:
 
 def empty_cache(device: Optional[_DeviceLike] = None) -> int:
     """Returns cached free memory of `device` (default "cpu") to the system; the bytes released."""
+
+@final
+class EnvAlloc:
+    """`with devtensor.env_alloc(torch): ...`: outputs of kernel libraries built on
+    devtensor's Rust API come from that framework's allocator (its DLPack C exchange
+    API's managed_tensor_allocator) in this thread / async context."""
+
+    @property
+    def framework(self) -> Optional[type]:
+        """The framework's tensor type, or None for devtensor's own allocator."""
+    def __enter__(self) -> Optional[type]: ...
+    def __exit__(
+        self,
+        *_exc: Union[Optional[type[BaseException]], Optional[BaseException], Optional[TracebackType]],
+    ) -> bool: ...
+
+def env_alloc(framework: Optional[object]) -> EnvAlloc:
+    """A context manager selecting `framework`'s allocator (a tensor type such as
+    torch.Tensor, a tensor, or a module such as torch; None: devtensor's own) for
+    kernel-library outputs. TypeError when it has no DLPack C exchange API."""
+
+def current_env_alloc() -> Optional[type]:
+    """The tensor type whose allocator env_alloc selected here, or None."""
+
+# The ContextVar behind env_alloc, read by every extension built on devtensor.
+_env_alloc_var: ContextVar[Optional[type]]
 
 # Test hooks.
 def _live_exports() -> int:

@@ -98,7 +98,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
 /// `__dlpack__` the negative one), so the bytes would be silently wrong. Only
 /// complex tensors can be conjugate views and only floating ones negative
 /// views, so other dtypes cost nothing. `t` drops (its deleter runs).
-fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
+pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
     if lazy_view_bit(x, t)? {
         return Err(PyBufferError::new_err(
             "a lazy conjugate or negative view cannot be shared through DLPack: \

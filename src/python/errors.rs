@@ -9,6 +9,15 @@ use crate::error::Error;
 pub(crate) fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
+        // A framework's allocator named its error: raise that kind, its message.
+        Error::ForeignAlloc { kind, message } => match kind.as_str() {
+            "MemoryError" => PyMemoryError::new_err(message),
+            "BufferError" => PyBufferError::new_err(message),
+            "TypeError" => PyTypeError::new_err(message),
+            "ValueError" => PyValueError::new_err(message),
+            "IndexError" => PyIndexError::new_err(message),
+            _ => PyRuntimeError::new_err(format!("{kind}: {message}")),
+        },
         Error::OutOfMemory { .. } => PyMemoryError::new_err(msg),
         Error::DLPack(_) | Error::UnsupportedDType { .. } | Error::ReadOnly => PyBufferError::new_err(msg),
         Error::IndexOutOfRange { .. } => PyIndexError::new_err(msg),

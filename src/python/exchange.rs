@@ -227,7 +227,7 @@ struct Entry {
 /// the type weakly and are matched by identity through the weak reference, so
 /// a dead type's address reused by a new type is never mistaken for it; at
 /// most [`LOOKUP_CACHE_MAX`] entries are kept, dead ones dropped first.
-pub(crate) fn lookup<'a>(x: &'a Bound<'_, PyAny>) -> Option<&'a DLPackExchangeAPI> {
+pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI> {
     // Tables stored as addresses: the raw pointers inside are not Sync.
     static CACHE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
     let py = x.py();
@@ -273,12 +273,12 @@ pub(crate) fn lookup<'a>(x: &'a Bound<'_, PyAny>) -> Option<&'a DLPackExchangeAP
             addr
         }
     };
-    // SAFETY: the address came from `read_table` for `x`'s type, which `x` keeps
-    // alive for the duration of the caller's borrow; the table is immutable.
+    // SAFETY: the address came from `read_table` for `x`'s type; the table is
+    // immutable and static (the DLPack header: it lives as long as the process).
     addr.map(|a| unsafe { &*(a as *const DLPackExchangeAPI) })
 }
 
-fn read_table(ty: &Bound<'_, PyType>) -> Option<&'static DLPackExchangeAPI> {
+pub(crate) fn read_table(ty: &Bound<'_, PyType>) -> Option<&'static DLPackExchangeAPI> {
     let attr = ty.getattr(pyo3::intern!(ty.py(), "__dlpack_c_exchange_api__")).ok()?;
     let cap = attr.cast::<PyCapsule>().ok()?;
     // SAFETY: a capsule with this name points at a DLPackExchangeAPI that lives

@@ -1,4 +1,6 @@
-//! The `devtensor._devtensor` extension module (PyO3, abi3).
+//! The `devtensor._devtensor` extension module (PyO3, abi3), and the API
+//! Rust extension modules build on ([`TensorArg`], [`TensorOut`],
+//! [`Framework`]; see the README's "Use from a kernel library").
 //!
 //! Producer: `Tensor.__dlpack__` (a raw C method, see `dlpack_method`) /
 //! `__dlpack_device__` / `__dlpack_c_exchange_api__`.
@@ -11,6 +13,7 @@ mod convert;
 mod dlpack_method;
 mod errors;
 mod exchange;
+mod kernel_api;
 mod tensor;
 
 use pyo3::prelude::*;
@@ -19,7 +22,8 @@ use crate::dtype::DType;
 use crate::tensor::Tensor;
 use convert::{DTypeArg, DeviceArg, ShapeArg, scalar_bytes};
 use errors::to_py;
-pub use tensor::PyTensor;
+pub use kernel_api::{Framework, TensorArg, TensorOut, default_framework, empty_on, order_streams, to_py_err};
+pub(crate) use tensor::PyTensor;
 
 /// `empty(shape, dtype="float32", device="cpu")`.
 #[pyfunction]
@@ -212,6 +216,7 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
     m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
+    kernel_api::register(m)?;
     let atexit = m.py().import("atexit")?;
     atexit.call_method1("register", (m.getattr("_drain_deleters")?,))?;
     Ok(())
