@@ -63,6 +63,12 @@ impl DevtensorStatus {
             Error::DTypeMismatch { .. } => S::DtypeMismatch,
             Error::DeviceMismatch { .. } => S::DeviceMismatch,
             Error::ReadOnly => S::ReadOnly,
+            // A framework's allocator failed (env alloc): its kind says why.
+            Error::ForeignAlloc { kind, .. } => match kind.as_str() {
+                "MemoryError" => S::OutOfMemory,
+                "ValueError" | "TypeError" | "BufferError" => S::InvalidArgument,
+                _ => S::DriverError,
+            },
             Error::Overflow { .. }
             | Error::DimOutOfRange { .. }
             | Error::TooManyDimensions { .. }
