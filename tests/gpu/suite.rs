@@ -177,6 +177,30 @@ macro_rules! gpu_suite {
             // Transposed > 2^31-element view: flip the long dim.
             let flipped = dst.flip(&[1]).unwrap().slice(1, Some(0), Some(4), 1).unwrap();
             assert_eq!(flipped.to_vec::<u8>().unwrap(), vec![7, 7, 7, 7, 9, 9, 9, 9]);
+
+            // A fill of 2^31 + 95 one-byte elements from an odd address (no wider
+            // element fits it) runs on the device, one launch per 32-bit piece: no
+            // host scalar expanded through a full-size pinned staging tensor.
+            let pinned_before = devtensor::alloc::memory_stats($host).unwrap().reserved;
+            let flat = dst.reshape(&[-1]).unwrap();
+            let odd = flat.slice(0, Some(1), None, 1).unwrap();
+            assert!(odd.numel() > 1 << 31);
+            odd.fill(5u8).unwrap();
+            let pinned_after = devtensor::alloc::memory_stats($host).unwrap().reserved;
+            assert!(
+                pinned_after <= pinned_before + (64 << 20),
+                "a device fill staged through pinned memory: {pinned_before} -> {pinned_after} bytes"
+            );
+            let n = flat.numel() as isize;
+            for (at, want) in [(0isize, 7u8), (1, 5), (2, 5), (n / 2, 5), (n - 1, 5)] {
+                assert_eq!(
+                    flat.slice(0, Some(at), Some(at + 1), 1)
+                        .unwrap()
+                        .to_vec::<u8>()
+                        .unwrap(),
+                    vec![want]
+                );
+            }
         }
 
         /// Enqueues `src → dst` on `stream`.
