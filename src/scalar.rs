@@ -215,7 +215,11 @@ pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Scalar> {
     }
     macro_rules! ne {
         ($t:ty) => {
-            <$t>::from_ne_bytes(bytes.try_into().map_err(|_| Error::InvalidLayout("element size"))?)
+            <$t>::from_ne_bytes(
+                bytes
+                    .try_into()
+                    .map_err(|_| Error::InvalidLayout("element size"))?,
+            )
         };
     }
     let half = |b: &[u8]| half::f16::from_ne_bytes([b[0], b[1]]).to_f64();
@@ -259,7 +263,13 @@ fn float8_value(dtype: DType, b: u8) -> Result<f64> {
         DType::F8E5M2 => (5, 2, 15, Special::Ieee),
         DType::F8E5M2Fnuz => (5, 2, 16, Special::Fnuz),
         // A power of two: 2^(b - 127); 0xff is the NaN.
-        DType::F8E8M0Fnu => return Ok(if b == 0xff { f64::NAN } else { 2f64.powi(i32::from(b) - 127) }),
+        DType::F8E8M0Fnu => {
+            return Ok(if b == 0xff {
+                f64::NAN
+            } else {
+                2f64.powi(i32::from(b) - 127)
+            });
+        }
         _ => {
             return Err(Error::InvalidScalar {
                 dtype,
@@ -414,7 +424,9 @@ mod tests {
             DType::F8E8M0Fnu,
         ] {
             for b in 0..=255u8 {
-                let Scalar::Float(v) = from_bytes(d, &[b]).unwrap() else { panic!("{d}: not a float") };
+                let Scalar::Float(v) = from_bytes(d, &[b]).unwrap() else {
+                    panic!("{d}: not a float")
+                };
                 if v.is_nan() {
                     continue; // several NaN encodings; `float8` writes the canonical one
                 }
@@ -422,9 +434,15 @@ mod tests {
             }
         }
         assert_eq!(from_bytes(DType::F8E4M3Fn, &[0x7e]).unwrap(), Scalar::Float(448.0));
-        assert_eq!(from_bytes(DType::F8E5M2, &[0x7c]).unwrap(), Scalar::Float(f64::INFINITY));
+        assert_eq!(
+            from_bytes(DType::F8E5M2, &[0x7c]).unwrap(),
+            Scalar::Float(f64::INFINITY)
+        );
         assert_eq!(from_bytes(DType::F8E8M0Fnu, &[127]).unwrap(), Scalar::Float(1.0));
-        assert_eq!(from_bytes(DType::F8E4M3Fn, &[0x01]).unwrap(), Scalar::Float(2f64.powi(-9)));
+        assert_eq!(
+            from_bytes(DType::F8E4M3Fn, &[0x01]).unwrap(),
+            Scalar::Float(2f64.powi(-9))
+        );
     }
 
     #[test]
@@ -432,11 +450,17 @@ mod tests {
         let round = |d: DType, s: Scalar| from_bytes(d, &s.to_bytes(d).unwrap()).unwrap();
         assert_eq!(round(DType::Bool, Scalar::Bool(true)), Scalar::Bool(true));
         assert_eq!(round(DType::I8, Scalar::Int(-5)), Scalar::Int(-5));
-        assert_eq!(round(DType::U64, Scalar::Int(u64::MAX as i128)), Scalar::Int(u64::MAX as i128));
+        assert_eq!(
+            round(DType::U64, Scalar::Int(u64::MAX as i128)),
+            Scalar::Int(u64::MAX as i128)
+        );
         assert_eq!(round(DType::BF16, Scalar::Float(1.5)), Scalar::Float(1.5));
         assert_eq!(round(DType::F16, Scalar::Float(-0.25)), Scalar::Float(-0.25));
         assert_eq!(round(DType::F64, Scalar::Float(0.1)), Scalar::Float(0.1));
-        assert_eq!(round(DType::C32, Scalar::Complex(1.0, -2.0)), Scalar::Complex(1.0, -2.0));
+        assert_eq!(
+            round(DType::C32, Scalar::Complex(1.0, -2.0)),
+            Scalar::Complex(1.0, -2.0)
+        );
         assert_eq!(round(DType::C64, Scalar::Complex(0.5, 3.0)), Scalar::Complex(0.5, 3.0));
         assert_eq!(round(DType::C128, Scalar::Complex(0.1, 0.2)), Scalar::Complex(0.1, 0.2));
         assert!(from_bytes(DType::F32, &[0, 0]).is_err());

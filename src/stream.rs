@@ -77,10 +77,18 @@ mod current {
             assert_eq!(current_stream(Device::Cuda(0)), None);
             assert_eq!(set_current_stream(Device::Cuda(0), Some(s)), None);
             assert_eq!(current_stream(Device::Cuda(0)), Some(s));
-            assert_eq!(current_stream(Device::CudaManaged(0)), Some(s), "managed memory is its GPU's");
+            assert_eq!(
+                current_stream(Device::CudaManaged(0)),
+                Some(s),
+                "managed memory is its GPU's"
+            );
             assert_eq!(current_stream(Device::Cuda(1)), None);
             assert_eq!(current_stream(Device::Cpu), None);
-            assert_eq!(set_current_stream(Device::Cpu, Some(s)), None, "host memory has no streams");
+            assert_eq!(
+                set_current_stream(Device::Cpu, Some(s)),
+                None,
+                "host memory has no streams"
+            );
             std::thread::spawn(|| assert_eq!(current_stream(Device::Cuda(0)), None))
                 .join()
                 .unwrap();

@@ -18,8 +18,8 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::device::Device;
 use crate::dlpack::ffi::{
-    DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLPackVersion, DLTensor,
+    DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion,
+    DLTensor,
 };
 use crate::dtype::DType;
 use crate::python::errors::to_py;
@@ -139,10 +139,7 @@ pub(crate) fn cuda_array_interface<'py>(py: Python<'py>, t: &Tensor) -> PyResult
         )));
     };
     let ts = typestr(t.dtype()).ok_or_else(|| {
-        PyTypeError::new_err(format!(
-            "the CUDA Array Interface has no type string for {}",
-            t.dtype()
-        ))
+        PyTypeError::new_err(format!("the CUDA Array Interface has no type string for {}", t.dtype()))
     })?;
     let d = interface(py, t, &ts, true)?;
     let stream = crate::stream::current_stream(Device::Cuda(i)).map_or(1, |s| s.0);
@@ -270,9 +267,7 @@ fn cuda_device(py: Python<'_>, ptr: usize, numel: i64) -> PyResult<Device> {
     #[cfg(feature = "cuda")]
     {
         if ptr == 0 && numel == 0 {
-            return crate::DeviceSpec::Current(Device::Cuda(0))
-                .resolve()
-                .map_err(to_py);
+            return crate::DeviceSpec::Current(Device::Cuda(0)).resolve().map_err(to_py);
         }
         py.detach(|| crate::backend::cuda::context::pointer_device(ptr as u64))
             .map_err(|e| PyBufferError::new_err(format!("not CUDA memory devtensor can use: {e}")))
@@ -314,7 +309,9 @@ fn wait_for_producer(py: Python<'_>, device: Device, stream: Option<Bound<'_, Py
     #[cfg(feature = "cuda")]
     if device == Device::CudaHost {
         use crate::backend::cuda::stream::CudaStream;
-        let ordinal = py.detach(crate::backend::cuda::context::current_or_used).map_err(to_py)?;
+        let ordinal = py
+            .detach(crate::backend::cuda::context::current_or_used)
+            .map_err(to_py)?;
         // SAFETY: as above.
         let theirs = unsafe { CudaStream::from_dlpack(ordinal, Some(s)) }.map_err(to_py)?;
         if let Some(theirs) = theirs {

@@ -187,10 +187,7 @@ impl PyStream {
 
     /// Records `event` (a new `Event()` when None) on this stream; returns it.
     #[pyo3(signature = (event = None))]
-    fn record_event<'py>(
-        slf: &Bound<'py, Self>,
-        event: Option<Bound<'py, PyEvent>>,
-    ) -> PyResult<Bound<'py, PyEvent>> {
+    fn record_event<'py>(slf: &Bound<'py, Self>, event: Option<Bound<'py, PyEvent>>) -> PyResult<Bound<'py, PyEvent>> {
         let py = slf.py();
         let event = match event {
             Some(e) => e,

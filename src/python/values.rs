@@ -97,9 +97,9 @@ pub(crate) fn to_numpy<'py>(
     let view = Bound::new(py, HostView { t: t.clone() })?;
     let mut arr = np.call_method1(pyo3::intern!(py, "asarray"), (view,))?;
     if array_interface::typestr(t.dtype()).is_none() {
-        let ml = py.import("ml_dtypes").map_err(|_| {
-            PyTypeError::new_err(format!("a {} NumPy array needs the ml_dtypes package", t.dtype()))
-        })?;
+        let ml = py
+            .import("ml_dtypes")
+            .map_err(|_| PyTypeError::new_err(format!("a {} NumPy array needs the ml_dtypes package", t.dtype())))?;
         arr = arr.call_method1(pyo3::intern!(py, "view"), (ml.getattr(t.dtype().name())?,))?;
     }
     let mut copied = false;

@@ -81,7 +81,9 @@ pub fn make_current(ordinal: u32) -> Result<usize> {
 pub unsafe fn restore_context(ctx: usize) -> Result<()> {
     crate::fork::check(Backend::Cuda)?;
     // SAFETY: the caller's contract; null unbinds.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx as sys::CUcontext) })
+    check("cuCtxSetCurrent", unsafe {
+        sys::cuCtxSetCurrent(ctx as sys::CUcontext)
+    })
 }
 
 /// The context current on the calling thread, if any (a foreign one included).
