@@ -174,11 +174,25 @@ impl PyTensor {
     }
 
     /// The values as torch prints them (`tensor([...], device='cuda:0', dtype=float16)`).
-    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+    /// Where the values cannot be read (a forked child's GPU memory, say), the
+    /// shape, dtype and device, and why.
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
         let py = slf.py();
-        py.import(pyo3::intern!(py, "devtensor._format"))?
-            .call_method1(pyo3::intern!(py, "tensor_repr"), (slf,))?
-            .extract()
+        let values = py.import(pyo3::intern!(py, "devtensor._format")).and_then(|m| {
+            m.call_method1(pyo3::intern!(py, "tensor_repr"), (slf,))?
+                .extract::<String>()
+        });
+        values.unwrap_or_else(|e| {
+            let t = &slf.get().inner;
+            let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+            let trailing = if shape.len() == 1 { "," } else { "" };
+            format!(
+                "devtensor.Tensor(shape=({}{trailing}), dtype={}, device={}) <values unavailable: {e}>",
+                shape.join(", "),
+                t.dtype(),
+                t.device()
+            )
+        })
     }
 
     /// The elements as nested Python lists of bool, int, float (bfloat16 and

@@ -280,3 +280,14 @@ def test_array_interface_import_rejects_what_a_tensor_cannot_describe():
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, typestr="|V4"), owner=a))
     with pytest.raises(TypeError, match="neither DLPack"):
         devtensor.from_dlpack(object())
+
+
+def test_repr_falls_back_to_the_metadata_when_values_cannot_be_read(monkeypatch):
+    import devtensor._format
+
+    def unreadable(t):
+        raise RuntimeError("device gone")
+
+    monkeypatch.setattr(devtensor._format, "tensor_repr", unreadable)
+    r = repr(devtensor.zeros((2, 3), dtype="int16"))
+    assert r == "devtensor.Tensor(shape=(2, 3), dtype=int16, device=cpu) <values unavailable: RuntimeError: device gone>"
