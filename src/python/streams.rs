@@ -95,9 +95,8 @@ impl PyStream {
     fn wrap(ordinal: u32, handle: usize) -> PyStream {
         // SAFETY: the handle is a live stream of GPU `ordinal` (the caller's
         // promise, as for torch's ExternalStream), or 1 / 2.
-        PyStream {
-            inner: unsafe { CudaStream::borrowed(ordinal, normalise(handle)) },
-        }
+        let inner = unsafe { CudaStream::borrowed(ordinal, normalise(handle)) };
+        PyStream { inner }
     }
 
     /// The thread's current stream of GPU `ordinal`.
