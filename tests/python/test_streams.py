@@ -224,3 +224,28 @@ def test_record_stream():
     s.synchronize()
     with pytest.raises(ValueError):
         devtensor.zeros((2,)).record_stream(s)
+
+
+@cuda
+def test_stream_context_switches_the_current_device_as_torch_does():
+    if devtensor.device_count() < 2:
+        pytest.skip(f"SKIP: needs two CUDA devices, found {devtensor.device_count()}")
+    devtensor.set_device(0)
+    s1 = devtensor.Stream(1)
+    assert s1.device == "cuda:1" and devtensor.Stream("cuda:1") != s1
+    with devtensor.stream(s1):
+        assert devtensor.current_device() == 1
+        assert devtensor.current_stream() == s1, "the current stream of the current device"
+        assert devtensor.current_stream(0) == devtensor.default_stream(0), "device 0 keeps its own"
+        t = devtensor.full((4,), 3.0, device="cuda")  # "cuda" is the current device: cuda:1, on s1
+        assert t.device == "cuda:1"
+        assert t.__cuda_array_interface__["stream"] == s1.cuda_stream
+    assert devtensor.current_device() == 0
+    assert devtensor.current_stream(1) == devtensor.default_stream(1)
+    devtensor.current_stream(1).wait_stream(s1)
+    assert t.tolist() == [3.0] * 4
+    e = s1.record_event()
+    with pytest.raises(ValueError, match="cuda:1"):
+        e.record(devtensor.default_stream(0))
+    with pytest.raises(ValueError):
+        devtensor.zeros((2,), device="cuda:0").record_stream(s1)
