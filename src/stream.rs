@@ -21,3 +21,81 @@ impl StreamHandle {
 /// by the allocator that recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventHandle(pub usize);
+
+/// The calling thread's current stream per GPU (torch's `torch.cuda.stream(s)`):
+/// devtensor's copies, fills and allocations on that GPU run on it. Unset: the
+/// device's default stream.
+mod current {
+    use std::cell::RefCell;
+
+    use smallvec::SmallVec;
+
+    use super::StreamHandle;
+    use crate::device::Device;
+
+    thread_local! {
+        static CURRENT: RefCell<SmallVec<[(Device, StreamHandle); 2]>> = RefCell::new(SmallVec::new());
+    }
+
+    /// The GPU a device's streams belong to (managed memory is its GPU's);
+    /// `None` for host memory, which has no streams.
+    fn key(device: Device) -> Option<Device> {
+        match device {
+            Device::Cuda(i) | Device::CudaManaged(i) => Some(Device::Cuda(i)),
+            Device::Rocm(i) => Some(Device::Rocm(i)),
+            Device::Cpu | Device::CudaHost | Device::RocmHost => None,
+        }
+    }
+
+    /// The stream the calling thread made current for `device`'s GPU, if any.
+    pub fn current_stream(device: Device) -> Option<StreamHandle> {
+        let key = key(device)?;
+        CURRENT.with_borrow(|c| c.iter().find(|(d, _)| *d == key).map(|&(_, s)| s))
+    }
+
+    /// Makes `stream` the calling thread's current stream for `device`'s GPU
+    /// (`None`: back to the default stream); returns the previous one. The
+    /// stream must stay alive while it is current. A no-op for host memory.
+    pub fn set_current_stream(device: Device, stream: Option<StreamHandle>) -> Option<StreamHandle> {
+        let key = key(device)?;
+        CURRENT.with_borrow_mut(|c| {
+            let prev = c.iter().position(|(d, _)| *d == key).map(|i| c.remove(i).1);
+            if let Some(s) = stream {
+                c.push((key, s));
+            }
+            prev
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn current_stream_is_per_thread_and_per_gpu() {
+            let s = StreamHandle(0x1234);
+            assert_eq!(current_stream(Device::Cuda(0)), None);
+            assert_eq!(set_current_stream(Device::Cuda(0), Some(s)), None);
+            assert_eq!(current_stream(Device::Cuda(0)), Some(s));
+            assert_eq!(
+                current_stream(Device::CudaManaged(0)),
+                Some(s),
+                "managed memory is its GPU's"
+            );
+            assert_eq!(current_stream(Device::Cuda(1)), None);
+            assert_eq!(current_stream(Device::Cpu), None);
+            assert_eq!(
+                set_current_stream(Device::Cpu, Some(s)),
+                None,
+                "host memory has no streams"
+            );
+            std::thread::spawn(|| assert_eq!(current_stream(Device::Cuda(0)), None))
+                .join()
+                .unwrap();
+            assert_eq!(set_current_stream(Device::Cuda(0), None), Some(s));
+            assert_eq!(current_stream(Device::Cuda(0)), None);
+        }
+    }
+}
+
+pub use current::{current_stream, set_current_stream};

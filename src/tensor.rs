@@ -243,7 +243,13 @@ impl Tensor {
         let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow {
             what: "allocation size",
         })?;
-        let storage = Arc::new(Storage::new(alloc, bytes, None)?);
+        // Device memory is ordered on the thread's current stream of its GPU
+        // (`torch.cuda.stream(s)`), when one is set; the default stream otherwise.
+        let stream = match alloc.device() {
+            d @ Device::Cuda(_) => crate::stream::current_stream(d),
+            _ => None,
+        };
+        let storage = Arc::new(Storage::new(alloc, bytes, stream)?);
         Ok(Tensor {
             storage,
             dtype,
@@ -705,7 +711,11 @@ impl Tensor {
 /// while a copy still reads (see `Storage::record_default_stream`).
 fn note_default_stream(t: &Tensor) {
     let stream = match t.device() {
-        Device::Cuda(_) => StreamHandle::CUDA_LEGACY,
+        d @ Device::Cuda(_) => match crate::stream::current_stream(d) {
+            // The thread's current stream runs the copy: recorded as any other.
+            Some(s) => return t.storage.record_stream(s),
+            None => StreamHandle::CUDA_LEGACY,
+        },
         Device::Rocm(_) => StreamHandle::ROCM_DEFAULT,
         // Host-accessible memory: the backend synchronises before returning.
         _ => return,

@@ -143,3 +143,80 @@ fn event_timing_works_under_a_driver_older_than_12_8() {
     assert!(out.status.success(), "under a 12.4 driver:\n{text}");
     assert!(text.contains("1 passed"), "{text}");
 }
+
+/// The thread's current stream (`devtensor::stream::set_current_stream`, what
+/// Python's `with devtensor.stream(s)` sets): allocations are ordered on it,
+/// copies and fills run on it, and other threads keep the default stream.
+#[test]
+fn current_stream_carries_allocations_copies_and_fills() {
+    if !ready("current_stream_carries_allocations_copies_and_fills") {
+        return;
+    }
+    use devtensor::stream::{StreamHandle, current_stream, set_current_stream};
+    let s = CudaStream::new(0).unwrap();
+    let h = StreamHandle(s.raw() as usize);
+    assert_eq!(
+        CudaStream::current(0).raw() as usize,
+        1,
+        "the legacy default stream when none is set"
+    );
+    assert_eq!(set_current_stream(dev(0), Some(h)), None);
+    assert_eq!(CudaStream::current(0).raw(), s.raw());
+    std::thread::spawn(|| assert_eq!(CudaStream::current(0).raw() as usize, 1))
+        .join()
+        .unwrap();
+    let t = Tensor::full(&[256], 2.5f32, dev(0)).unwrap(); // allocated and filled on `s`
+    assert_eq!(
+        t.storage().streams().as_slice(),
+        &[h],
+        "allocated on the current stream"
+    );
+    let host = t.to(Device::Cpu).unwrap(); // a device-to-host copy on `s`, synchronised
+    assert_eq!(host.to_vec::<f32>().unwrap(), vec![2.5; 256]);
+    assert!(s.query().unwrap(), "the copy synchronised the stream it ran on");
+    assert_eq!(set_current_stream(dev(0), None), Some(h));
+    assert_eq!(current_stream(dev(0)), None);
+    // The default stream touches `t` next: order it after `s` first.
+    devtensor::backend::cuda::stream::handoff(&s, &CudaStream::legacy(0)).unwrap();
+    t.fill(1.0f32).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0; 256]);
+    devtensor::backend::cuda::stream::synchronize_device(0).unwrap();
+}
+
+/// `cuPointerGetAttribute` names each memory kind; host memory the driver does
+/// not know is an error.
+#[test]
+fn pointer_device_names_memory_kinds() {
+    if !ready("pointer_device_names_memory_kinds") {
+        return;
+    }
+    use devtensor::backend::cuda::context::pointer_device;
+    for d in [Device::Cuda(0), Device::CudaManaged(0), Device::CudaHost] {
+        let t = Tensor::empty(&[64], DType::U8, d).unwrap();
+        assert_eq!(pointer_device(t.data_ptr() as u64).unwrap(), d);
+        assert_eq!(
+            pointer_device(t.data_ptr() as u64 + 10).unwrap(),
+            d,
+            "inside an allocation too"
+        );
+    }
+    let cpu = Tensor::empty(&[64], DType::U8, Device::Cpu).unwrap();
+    assert!(pointer_device(cpu.data_ptr() as u64).is_err());
+}
+
+/// `make_current` leaves the GPU current (torch's `set_device`), and
+/// `restore_context` puts the previous context back.
+#[test]
+fn make_current_and_restore_context() {
+    if !ready("make_current_and_restore_context") {
+        return;
+    }
+    use devtensor::backend::cuda::context::{current_context, current_device, make_current, restore_context};
+    let before = current_context().unwrap().map_or(0, |c| c as usize);
+    let prev = make_current(0).unwrap();
+    assert_eq!(prev, before);
+    assert_eq!(current_device().unwrap(), Some(0));
+    // SAFETY: `prev` was current on this thread (or 0, none).
+    unsafe { restore_context(prev).unwrap() };
+    assert_eq!(current_context().unwrap().map_or(0, |c| c as usize), before);
+}

@@ -4,7 +4,7 @@ import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, ClassVar, Optional, SupportsComplex, SupportsFloat, SupportsIndex, Union, final
+from typing import Any, ClassVar, Literal, Optional, SupportsComplex, SupportsFloat, SupportsIndex, Union, final
 
 from typing_extensions import CapsuleType
 
@@ -46,6 +46,19 @@ __all__ = [
     "_live_exports",
     "_live_cpu_allocations",
     "_drain_deleters",
+    "Stream",
+    "ExternalStream",
+    "Event",
+    "StreamContext",
+    "stream",
+    "current_stream",
+    "default_stream",
+    "set_stream",
+    "synchronize",
+    "is_available",
+    "device_count",
+    "current_device",
+    "set_device",
 ]
 
 __version__: str
@@ -81,7 +94,24 @@ class Tensor:
     def read_only(self) -> bool: ...
     def is_contiguous(self) -> bool: ...
     def __len__(self) -> int: ...
-    def __repr__(self) -> str: ...
+    def __repr__(self) -> str:
+        """The values as torch prints them: tensor([...], device='cuda:0', dtype=float16)."""
+    def tolist(self) -> Any:
+        """Nested lists of bool / int / float / complex (a scalar for a 0-d tensor)."""
+    def cpu(self) -> Tensor:
+        """Itself for a CPU tensor, else a copy in pageable host memory."""
+    def numpy(self, *, force: bool = False) -> Any:
+        """A NumPy array sharing the memory of a host tensor; TypeError for a device
+        tensor unless force=True (a host copy)."""
+    def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> Any: ...
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """NumPy's array interface (v3); host memory only (AttributeError otherwise)."""
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (v3) of CUDA device or managed memory, with `stream`."""
+    def record_stream(self, stream: Stream) -> None:
+        """Marks the memory as used by work queued on `stream` (torch's record_stream)."""
     def __getitem__(self, key: _Index, /) -> Tensor: ...
     def permute(self, *dims: Union[SupportsIndex, Sequence[SupportsIndex]]) -> Tensor: ...
     def transpose(self, dim0: SupportsIndex, dim1: SupportsIndex) -> Tensor: ...
@@ -158,3 +188,70 @@ def _live_cpu_allocations() -> int:
 
 def _drain_deleters() -> int:
     """Runs the deleters of imported tensors still waiting for device work; the number run."""
+
+# A CUDA device: None (the current GPU), an index, "cuda", "cuda:N", a torch.device.
+_CudaDevice = Union[None, int, str, object]
+
+@final
+class Stream:
+    """A CUDA stream: a new one, or (with handle=) a wrapper of an existing CUstream
+    that devtensor never destroys. Streams are CUDA's: ValueError for the CPU."""
+
+    def __new__(cls, device: _CudaDevice = None, *, handle: Optional[int] = None) -> Stream: ...
+    @property
+    def cuda_stream(self) -> int:
+        """The CUstream handle (1: the legacy default stream, 2: per-thread default)."""
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    def __cuda_stream__(self) -> tuple[int, int]: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool: ...
+    def wait_stream(self, stream: Stream) -> None: ...
+    def wait_event(self, event: Event) -> None: ...
+    def record_event(self, event: Optional[Event] = None) -> Event: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+def ExternalStream(stream_ptr: int, device: _CudaDevice = None) -> Stream:
+    """Wraps an existing CUstream (torch.cuda.ExternalStream); never destroyed here."""
+
+@final
+class Event:
+    """A CUDA event, created on the GPU of the first stream it is recorded on."""
+
+    def __new__(cls, enable_timing: bool = False) -> Event: ...
+    def record(self, stream: Optional[Stream] = None) -> None: ...
+    def wait(self, stream: Optional[Stream] = None) -> None: ...
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds to `end`; both events need enable_timing=True."""
+    @property
+    def cuda_event(self) -> int: ...
+
+@final
+class StreamContext:
+    """`with devtensor.stream(s):` the thread's current stream (and device) until the block ends."""
+
+    def __new__(cls, stream: Optional[Stream]) -> StreamContext: ...
+    @property
+    def stream(self) -> Optional[Stream]: ...
+    def __enter__(self) -> Optional[Stream]: ...
+    def __exit__(
+        self,
+        *_exc: Union[type[BaseException], BaseException, TracebackType, None],
+    ) -> Literal[False]: ...
+
+def stream(stream: Optional[Stream]) -> StreamContext: ...
+def current_stream(device: _CudaDevice = None) -> Stream: ...
+def default_stream(device: _CudaDevice = None) -> Stream: ...
+def set_stream(stream: Optional[Stream]) -> None: ...
+def synchronize(device: _CudaDevice = None) -> None:
+    """Waits for all work on the GPU (the GIL released)."""
+
+def is_available() -> bool: ...
+def device_count() -> int: ...
+def current_device() -> int: ...
+def set_device(device: Union[int, str, object]) -> None: ...

@@ -52,9 +52,20 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         }
     }
     // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. legacy on TypeError.
-    let dlpack = x
-        .getattr(pyo3::intern!(py, "__dlpack__"))
-        .map_err(|_| PyTypeError::new_err(format!("{} does not support DLPack", x.get_type())))?;
+    let Ok(dlpack) = x.getattr(pyo3::intern!(py, "__dlpack__")) else {
+        // 4. No DLPack: the CUDA Array Interface (Numba, PyCUDA), then NumPy's.
+        use crate::python::array_interface::{Kind, import};
+        if let Ok(cai) = x.getattr(pyo3::intern!(py, "__cuda_array_interface__")) {
+            return finish(import(x, &cai, Kind::Cuda)?, device, copy);
+        }
+        if let Ok(ai) = x.getattr(pyo3::intern!(py, "__array_interface__")) {
+            return finish(import(x, &ai, Kind::Host)?, device, copy);
+        }
+        return Err(PyTypeError::new_err(format!(
+            "{} supports neither DLPack nor the (CUDA) array interface",
+            x.get_type()
+        )));
+    };
     let kwargs = PyDict::new(py);
     // Interned keys and a cached (1, 3): no string or tuple built per call.
     static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
@@ -68,7 +79,13 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         && let Ok((ty, id)) = d.extract::<(i32, i32)>()
     {
         match ty {
-            dl::kDLCUDA | dl::kDLCUDAManaged => kwargs.set_item(pyo3::intern!(py, "stream"), 1)?,
+            // The thread's current stream (`devtensor.stream(s)`), else legacy (1).
+            dl::kDLCUDA | dl::kDLCUDAManaged => {
+                let ours = u32::try_from(id)
+                    .ok()
+                    .and_then(|i| crate::stream::current_stream(Device::Cuda(i)));
+                kwargs.set_item(pyo3::intern!(py, "stream"), ours.map_or(1, |s| s.0))?
+            }
             dl::kDLROCM => kwargs.set_item(pyo3::intern!(py, "stream"), 0)?,
             _ => {}
         }
@@ -151,7 +168,7 @@ fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor)
         // SAFETY: the producer's stream handle is live on device `i`; NULL is the
         // legacy default stream.
         let theirs = unsafe { CudaStream::borrowed(i, if raw.is_null() { 1 } else { raw as usize }) };
-        return handoff(&theirs, &CudaStream::legacy(i)).is_ok();
+        return handoff(&theirs, &CudaStream::current(i)).is_ok();
     }
     #[cfg(feature = "rocm")]
     if let Device::Rocm(i) = t.device()

@@ -197,14 +197,17 @@ unsafe extern "C" fn dltensor_from_py_object(obj: *mut c_void, out: *mut DLTenso
     })
 }
 
-/// `DLPackCurrentWorkStream`: devtensor works on the device's default stream
-/// (NULL = the legacy default stream on CUDA; NULL for the CPU).
-unsafe extern "C" fn current_work_stream(_device_type: DLDeviceType, _device_id: i32, out: *mut *mut c_void) -> c_int {
+/// `DLPackCurrentWorkStream`: the calling thread's current stream of the GPU
+/// (`devtensor.stream(s)`), else its default stream (NULL: the legacy default
+/// stream on CUDA, the null stream on ROCm; NULL for the CPU).
+unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, device_id: i32, out: *mut *mut c_void) -> c_int {
     if out.is_null() {
         return -1;
     }
+    let device = crate::Device::from_dlpack(crate::dlpack::ffi::DLDevice { device_type, device_id });
+    let stream = device.ok().and_then(crate::stream::current_stream);
     // SAFETY: `out` is non-null and writable by the caller's contract.
-    unsafe { *out = ptr::null_mut() };
+    unsafe { *out = stream.map_or(ptr::null_mut(), |s| s.0 as *mut c_void) };
     0
 }
 

@@ -7,6 +7,7 @@
 //! Consumer: `from_dlpack`, which tries the producer type's exchange API, then
 //! `__dlpack__(max_version=(1, 3), ...)`, then the legacy call.
 
+mod array_interface;
 mod capsule;
 mod consumer;
 mod convert;
@@ -14,7 +15,10 @@ mod dlpack_method;
 mod errors;
 mod exchange;
 mod kernel_api;
+#[cfg(feature = "cuda")]
+mod streams;
 mod tensor;
+mod values;
 
 use pyo3::prelude::*;
 
@@ -217,6 +221,8 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
     m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
     kernel_api::register(m)?;
+    #[cfg(feature = "cuda")]
+    streams::register(m)?;
     let atexit = m.py().import("atexit")?;
     atexit.call_method1("register", (m.getattr("_drain_deleters")?,))?;
     Ok(())

@@ -9,7 +9,7 @@ use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
 use crate::python::convert::{DeviceArg, scalar_bytes};
 use crate::python::errors::to_py;
-use crate::python::{capsule, consumer, detach_unless_small_cpu, exchange};
+use crate::python::{array_interface, capsule, consumer, detach_unless_small_cpu, exchange, values};
 use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
@@ -82,7 +82,7 @@ fn order_for_consumer(py: Python<'_>, t: &Tensor, stream: Option<i64>, host_read
             let streams = t.storage().streams();
             return py.detach(|| synchronize_streams(i, &streams)).map_err(to_py);
         }
-        let ours = CudaStream::legacy(i);
+        let ours = CudaStream::current(i); // where our copies and fills ran
         // SAFETY: a stream value > 2 is the consumer's live CUstream on this
         // device, which the DLPack protocol obliges it to pass.
         let theirs = unsafe { CudaStream::from_dlpack(i, stream) }.map_err(to_py)?;
@@ -173,15 +173,99 @@ impl PyTensor {
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
     }
 
-    fn __repr__(&self) -> String {
-        let shape: Vec<String> = self.inner.shape().iter().map(|d| d.to_string()).collect();
-        let trailing = if shape.len() == 1 { "," } else { "" };
-        format!(
-            "devtensor.Tensor(shape=({}{trailing}), dtype={}, device={})",
-            shape.join(", "),
-            self.inner.dtype(),
-            self.inner.device()
-        )
+    /// The values as torch prints them (`tensor([...], device='cuda:0', dtype=float16)`).
+    /// Where the values cannot be read (a forked child's GPU memory, say), the
+    /// shape, dtype and device, and why.
+    fn __repr__(slf: &Bound<'_, Self>) -> String {
+        let py = slf.py();
+        let values = py.import(pyo3::intern!(py, "devtensor._format")).and_then(|m| {
+            m.call_method1(pyo3::intern!(py, "tensor_repr"), (slf,))?
+                .extract::<String>()
+        });
+        values.unwrap_or_else(|e| {
+            let t = &slf.get().inner;
+            let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+            let trailing = if shape.len() == 1 { "," } else { "" };
+            format!(
+                "devtensor.Tensor(shape=({}{trailing}), dtype={}, device={}) <values unavailable: {e}>",
+                shape.join(", "),
+                t.dtype(),
+                t.device()
+            )
+        })
+    }
+
+    /// The elements as nested Python lists of bool, int, float (bfloat16 and
+    /// float8 included) or complex; a 0-d tensor gives the scalar. Device
+    /// tensors are copied to the host first.
+    fn tolist(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        values::tolist(py, &self.inner)
+    }
+
+    /// This tensor in pageable host memory: itself for a CPU tensor, else a copy.
+    fn cpu<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let t = slf.get().inner.clone();
+        if t.device() == Device::Cpu {
+            return Ok(slf.into_any());
+        }
+        let moved = slf.py().detach(|| t.to(Device::Cpu)).map_err(to_py)?;
+        Ok(Bound::new(slf.py(), PyTensor::from(moved))?.into_any())
+    }
+
+    /// A NumPy array sharing this host tensor's memory (bfloat16 and float8
+    /// as ml_dtypes types). TypeError for a device tensor, as in torch, unless
+    /// `force=True`, which copies it to the host.
+    #[pyo3(signature = (*, force = false))]
+    fn numpy<'py>(&self, py: Python<'py>, force: bool) -> PyResult<Bound<'py, PyAny>> {
+        let t = if force && !self.inner.device().is_host_accessible() {
+            py.detach(|| self.inner.to(Device::Cpu)).map_err(to_py)?
+        } else {
+            self.inner.clone()
+        };
+        values::to_numpy(py, &t, None, Some(false))
+    }
+
+    /// NumPy 2's `__array__(dtype=None, copy=None)`: no copy unless `copy=True`
+    /// or a `dtype` conversion needs one (ValueError for that with `copy=False`).
+    #[pyo3(signature = (dtype = None, copy = None))]
+    fn __array__<'py>(
+        &self,
+        py: Python<'py>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        values::to_numpy(py, &self.inner, dtype, copy)
+    }
+
+    /// NumPy's array interface (v3) for host memory (AttributeError otherwise).
+    #[getter(__array_interface__)]
+    fn array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        array_interface::array_interface(py, &self.inner)
+    }
+
+    /// The CUDA Array Interface (v3) for CUDA device and managed memory
+    /// (AttributeError otherwise): `stream` is the stream devtensor's work on
+    /// the data was queued on (the current stream; 1 for the legacy default).
+    #[getter(__cuda_array_interface__)]
+    fn cuda_array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        array_interface::cuda_array_interface(py, &self.inner)
+    }
+
+    /// Marks the memory as used by work queued on `stream` (torch's
+    /// `record_stream`): it is not reused for other work before that is done.
+    #[cfg(feature = "cuda")]
+    fn record_stream(&self, stream: &Bound<'_, crate::python::streams::PyStream>) -> PyResult<()> {
+        let s = stream.get();
+        match self.inner.device() {
+            Device::Cuda(i) | Device::CudaManaged(i) if i == s.ordinal() => {
+                self.inner.storage().record_stream(s.stream_handle());
+                Ok(())
+            }
+            d => Err(PyValueError::new_err(format!(
+                "record_stream: a stream of cuda:{} cannot record a tensor on {d}",
+                s.ordinal()
+            ))),
+        }
     }
 
     /// Basic indexing: ints, slices (any step), `...` and `None`; returns a view.

@@ -62,6 +62,30 @@ pub unsafe fn bind_context(ctx: sys::CUcontext) -> Result<Current> {
     Ok(Current { prev: Some(prev) })
 }
 
+/// Makes GPU `ordinal`'s primary context current on the calling thread and
+/// leaves it there (`torch.cuda.set_device`); returns the context that was
+/// current before (null for none), for [`restore_context`].
+pub fn make_current(ordinal: u32) -> Result<usize> {
+    let gpu = device(ordinal)?;
+    let prev = current_context()?.map_or(0, |c| c as usize);
+    // SAFETY: `gpu.ctx` is a primary context retained for the life of the process.
+    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(gpu.ctx) })?;
+    Ok(prev)
+}
+
+/// Makes `ctx` (a value from [`make_current`]; 0: none) current again.
+///
+/// # Safety
+///
+/// `ctx` is 0 or a context that is still alive.
+pub unsafe fn restore_context(ctx: usize) -> Result<()> {
+    crate::fork::check(Backend::Cuda)?;
+    // SAFETY: the caller's contract; null unbinds.
+    check("cuCtxSetCurrent", unsafe {
+        sys::cuCtxSetCurrent(ctx as sys::CUcontext)
+    })
+}
+
 /// The context current on the calling thread, if any (a foreign one included).
 pub fn current_context() -> Result<Option<sys::CUcontext>> {
     crate::fork::check(Backend::Cuda)?;
@@ -218,4 +242,31 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
     }));
     gpus.insert(ordinal, gpu);
     Ok(gpu)
+}
+
+/// What kind of CUDA memory `ptr` points into, as devtensor names it
+/// (`cuPointerGetAttribute`): device memory of GPU i, managed memory of GPU i,
+/// or pinned host memory. An address the driver does not know is an error.
+pub fn pointer_device(ptr: u64) -> Result<Device> {
+    use sys::CUpointer_attribute as A;
+    let ordinal = current_or_used()?;
+    let _current = device(ordinal)?.bind()?;
+    let attr = |a: A| -> Result<u32> {
+        let mut v: u32 = 0;
+        // SAFETY: each attribute asked for is an (unsigned) int, written to `v`.
+        check("cuPointerGetAttribute", unsafe {
+            sys::cuPointerGetAttribute((&raw mut v).cast(), a, ptr)
+        })?;
+        Ok(v)
+    };
+    let memory_type = attr(A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE)?;
+    let managed = attr(A::CU_POINTER_ATTRIBUTE_IS_MANAGED)? != 0;
+    let gpu = attr(A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)?;
+    Ok(if managed {
+        Device::CudaManaged(gpu)
+    } else if memory_type == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+        Device::CudaHost
+    } else {
+        Device::Cuda(gpu)
+    })
 }

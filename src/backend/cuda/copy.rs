@@ -75,7 +75,7 @@ impl GpuRuntime for Cuda {
     }
 
     fn default_stream(ordinal: u32) -> CudaStream {
-        CudaStream::legacy(ordinal)
+        CudaStream::current(ordinal)
     }
 
     fn stream_ordinal(stream: &CudaStream) -> u32 {

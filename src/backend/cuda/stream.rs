@@ -91,6 +91,34 @@ impl CudaStream {
         }
     }
 
+    /// The calling thread's current stream on GPU `ordinal`
+    /// ([`crate::stream::current_stream`]), else the legacy default stream:
+    /// where devtensor's copies and fills run.
+    pub fn current(ordinal: u32) -> CudaStream {
+        match crate::stream::current_stream(crate::Device::Cuda(ordinal)) {
+            // SAFETY: a current stream is kept alive by whoever made it current
+            // (`set_current_stream`'s contract).
+            Some(s) => unsafe { CudaStream::borrowed(ordinal, s.0) },
+            None => CudaStream::legacy(ordinal),
+        }
+    }
+
+    /// True when this stream owns its handle (destroys it on drop).
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
+    /// True when all work queued on the stream is done; never blocks.
+    pub fn query(&self) -> Result<bool> {
+        let _current = device(self.ordinal)?.bind()?;
+        // SAFETY: a valid stream handle of this context.
+        let rc = unsafe { sys::cuStreamQuery(self.raw) };
+        if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuStreamQuery", rc).map(|()| true)
+    }
+
     /// The raw handle.
     pub fn raw(&self) -> sys::CUstream {
         self.raw
@@ -129,6 +157,13 @@ impl Drop for CudaStream {
     }
 }
 
+/// Blocks the host until all work queued on GPU `ordinal` (every stream) is done.
+pub fn synchronize_device(ordinal: u32) -> Result<()> {
+    let _current = device(ordinal)?.bind()?;
+    // SAFETY: the GPU's context is current.
+    check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+}
+
 /// A CUDA event.
 #[derive(Debug)]
 pub struct CudaEvent {
@@ -154,6 +189,16 @@ impl CudaEvent {
         // SAFETY: valid out-pointer; context current.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
         Ok(CudaEvent { raw, ordinal })
+    }
+
+    /// The raw handle.
+    pub fn raw(&self) -> sys::CUevent {
+        self.raw
+    }
+
+    /// The GPU it belongs to.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
     }
 
     /// Records the current end of `stream`'s work.
