@@ -451,8 +451,8 @@ fn overlapping_src_and_dst() {
     // Shift by one element, both directions, small and large (parallel).
     check_overlapping(1001, 4, 1, &[1], 0, &[1], &[1000]);
     check_overlapping(1001, 4, 0, &[1], 1, &[1], &[1000]);
-    check_overlapping(300_001, 4, 1, &[1], 0, &[1], &[300_000]);
-    check_overlapping(300_001, 2, 0, &[1], 1, &[1], &[300_000]);
+    check_overlapping(600_001, 4, 1, &[1], 0, &[1], &[600_000]);
+    check_overlapping(600_001, 2, 0, &[1], 1, &[1], &[600_000]);
     // Reverse in place.
     check_overlapping(1000, 4, 0, &[1], 999, &[-1], &[1000]);
     check_overlapping(1000, 4, 999, &[-1], 0, &[1], &[1000]);
@@ -477,7 +477,7 @@ fn overlapping_src_and_dst() {
 #[test]
 fn broadcast_and_fill_large() {
     // [1, N] -> [M, N] and [M, 1] -> [M, N], beyond the parallel threshold.
-    let (m, n) = (300, 500);
+    let (m, n) = (600, 500);
     let src = pattern(m.max(n) * 4, 11);
     for strides in [[0isize, 1], [1, 0], [0, 0]] {
         let mut got = vec![0u8; m * n * 4];

@@ -59,8 +59,11 @@ macro_rules! with_elem {
     };
 }
 
-/// Below this many bytes a copy runs on the calling thread.
-const PAR_MIN_BYTES: usize = 256 << 10;
+/// Below this many bytes a copy runs on the calling thread: waking the pool
+/// costs about as much as copying a MiB in cache (same-process comparison with
+/// NumPy's single-threaded copies, `bench/cpu_copy_peers.py`: 256 KiB row flips
+/// ran at 0.4× NumPy's speed split across two threads).
+const PAR_MIN_BYTES: usize = 1 << 20;
 /// Target bytes per parallel task.
 const PAR_CHUNK_BYTES: usize = 1 << 20;
 /// Largest element the typed kernels handle; larger ones get a byte dimension.
@@ -275,8 +278,15 @@ fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     };
     let threads = pool.current_num_threads();
     let n = (bytes / PAR_CHUNK_BYTES).clamp(threads, threads * 64).min(total);
-    let split = |c: usize| ((total as u128 * c as u128) / n as u128) as usize;
-    pool.install(|| (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1))));
+    let split = move |c: usize| ((total as u128 * c as u128) / n as u128) as usize;
+    // The calling thread copies the first chunk itself while the pool's threads
+    // take the others (as OpenMP's master thread does), instead of sleeping in
+    // `install` until they are done: one thread wake-up fewer before work starts.
+    let f = &f;
+    pool.in_place_scope(|scope| {
+        scope.spawn(move |_| (1..n).into_par_iter().for_each(|c| f(split(c), split(c + 1))));
+        f(split(0), split(1));
+    });
 }
 
 /// Walks the flat index range `[w0, w1)` of `outer × inner_len`
@@ -742,9 +752,10 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
         return;
     }
     // Long rows are whole destination lines written once while a strided
-    // source streams through the cache: streaming stores pay off from an
-    // eighth of the last-level cache (4 KiB rows of 16 MiB: 18 → 33 GB/s).
-    let nt = nt || plan.bytes() >= stream_threshold() / 8;
+    // source streams through the cache: streaming stores pay off from a
+    // quarter of the last-level cache (4 KiB rows of 16 MiB: 18 → 33 GB/s;
+    // at an eighth, a 4 MiB row flip ran at 0.6× torch's cached stores).
+    let nt = nt || plan.bytes() >= stream_threshold() / 4;
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;

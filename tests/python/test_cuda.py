@@ -344,10 +344,13 @@ def _blocking_calls():
         "copy_d2h": lambda: small_host.copy_(small_dev),
         "copy_h2d": lambda: small_dev.copy_(small_host),
         "copy_d2pinned": lambda: pinned.copy_(small_dev),
+        # .to("cpu") and synchronize() wait for the device's queued work too.
+        "to_cpu": lambda: small_dev.to("cpu"),
+        "synchronize": lambda: devtensor.synchronize("cuda:0"),
     }
 
 
-@pytest.mark.parametrize("call", ["copy_d2h", "copy_h2d", "copy_d2pinned"])
+@pytest.mark.parametrize("call", ["copy_d2h", "copy_h2d", "copy_d2pinned", "to_cpu", "synchronize"])
 def test_blocking_gpu_calls_release_the_gil(call):
     """While devtensor waits for the device, another Python thread runs. The call waits for
     device work queued before it; a second thread stamps the time in a loop. Holding the GIL for
