@@ -28,11 +28,16 @@ pub fn module(target: &str) -> Result<(Arc<Vec<u8>>, Origin)> {
             (Output::Ptx, "ptx")
         };
         let options = options(target);
-        // The driver's version is part of the key: what loads depends on it too.
-        let compiler = format!("{version:?} driver {}", super::probe::driver_version());
+        let compiler = compiler_id(version, super::probe::driver_version());
         let file = format!("{}.{ext}", key(&compiler, &options, target));
         disk_cached(&file, || nvrtc::compile(SOURCE_NAME, SOURCE, &options, out))
     })
+}
+
+/// The compiler part of a disk-cache key: NVRTC's version and the driver's,
+/// since what a driver loads depends on it too (a CUDA 13 cubin needs r580+).
+fn compiler_id(nvrtc: (i32, i32), driver: i32) -> String {
+    format!("{nvrtc:?} driver {driver}")
 }
 
 /// What `devtensor kernels --check` reports for one architecture.
@@ -66,4 +71,22 @@ pub fn check(arch: &str) -> Result<CheckReport> {
         entries,
         missing,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_disk_cache_key_changes_with_the_driver_version() {
+        let opts = options("sm_90");
+        let with = |nvrtc, driver| key(&compiler_id(nvrtc, driver), &opts, "sm_90");
+        assert_ne!(
+            with((13, 0), 12040),
+            with((13, 0), 13000),
+            "a cubin cached under one driver must not load under another"
+        );
+        assert_ne!(with((12, 9), 13000), with((13, 0), 13000));
+        assert_eq!(with((13, 0), 13000), with((13, 0), 13000));
+    }
 }
