@@ -19,7 +19,7 @@
 //! Runs are copied with libc's `memcpy`, except for destinations larger than
 //! the last-level cache: those are written with non-temporal (streaming)
 //! stores over whole cache lines, which skips the read-for-ownership of every
-//! destination line (see [`set_stream_threshold`]). Work above 256 KiB is split
+//! destination line (see [`set_stream_threshold`]). Work from 1 MiB on is split
 //! across rayon over a flat index space — rows × row elements, or batch × tiles
 //! — so a short outer dimension still feeds every thread.
 
