@@ -94,6 +94,11 @@ def test_a_plain_object_pointing_at_devtensor_memory_is_imported_zero_copy():
     assert sys.getrefcount(obj) == before + 1, "the tensor keeps the producer object alive"
     np.testing.assert_array_equal(host(u), a)
     del u
+    # The owner goes once the device work that read it is done: at once when its event has
+    # already completed, else at the next poll; draining waits for that work.
+    from devtensor._devtensor import _drain_deleters
+
+    _drain_deleters()
     assert sys.getrefcount(obj) == before
 
 
