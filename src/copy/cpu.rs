@@ -732,7 +732,12 @@ unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
         // One outer dim of short rows (sliced columns, padded rows): a plain
         // pointer walk, the row size a constant where it is a common one.
         let (ds, ss, rows) = (o.dst, o.src, o.len);
-        par_for(rows, plan.bytes(), |r0, r1| {
+        // Short rows cost what they touch, not what they move: a cache line each,
+        // and a TLB walk each when a page or more apart (narrow column slices of a
+        // wide matrix, where a second thread halves the time of a 512 KiB copy).
+        let touched = if ss.unsigned_abs() >= 4096 { 256 } else { 64 };
+        let work = rows.saturating_mul((row as usize).max(touched));
+        par_for(rows, work, |r0, r1| {
             // SAFETY: rows `r0..r1` of the plan, in bounds on both sides.
             unsafe {
                 let (dp, sp) = (d.get().offset(r0 as isize * ds), s.get().offset(r0 as isize * ss));
