@@ -103,10 +103,11 @@ enum Special {
     Fnuz,
 }
 
-/// Encodes `v` in a float8 format (through float32, as ml_dtypes and torch do).
-fn float8(dtype: DType, v: f64) -> Result<u8> {
-    let v = f64::from(v as f32);
-    let (e_bits, m_bits, bias, special) = match dtype {
+/// The layout of the float8 formats with a sign, exponent and mantissa:
+/// (exponent bits, mantissa bits, bias, special values). Not for e8m0 (a bare
+/// exponent), which its callers take first.
+fn float8_format(dtype: DType) -> Result<(u32, u32, i32, Special)> {
+    Ok(match dtype {
         DType::F8E3M4 => (3, 4, 3, Special::Ieee),
         DType::F8E4M3 => (4, 3, 7, Special::Ieee),
         DType::F8E4M3Fn => (4, 3, 7, Special::Fn),
@@ -114,14 +115,22 @@ fn float8(dtype: DType, v: f64) -> Result<u8> {
         DType::F8E4M3B11Fnuz => (4, 3, 11, Special::Fnuz),
         DType::F8E5M2 => (5, 2, 15, Special::Ieee),
         DType::F8E5M2Fnuz => (5, 2, 16, Special::Fnuz),
-        DType::F8E8M0Fnu => return Ok(e8m0(v)),
         _ => {
             return Err(Error::InvalidScalar {
                 dtype,
                 reason: "not a float8 dtype",
             });
         }
-    };
+    })
+}
+
+/// Encodes `v` in a float8 format (through float32, as ml_dtypes and torch do).
+fn float8(dtype: DType, v: f64) -> Result<u8> {
+    let v = f64::from(v as f32);
+    if dtype == DType::F8E8M0Fnu {
+        return Ok(e8m0(v));
+    }
+    let (e_bits, m_bits, bias, special) = float8_format(dtype)?;
     let max_e: i32 = (1 << e_bits) - 1;
     let nan = match special {
         Special::Fnuz => 0x80,
@@ -254,29 +263,15 @@ pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Scalar> {
 
 /// Decodes a float8 byte (the inverse of `float8`).
 fn float8_value(dtype: DType, b: u8) -> Result<f64> {
-    let (e_bits, m_bits, bias, special) = match dtype {
-        DType::F8E3M4 => (3, 4, 3, Special::Ieee),
-        DType::F8E4M3 => (4, 3, 7, Special::Ieee),
-        DType::F8E4M3Fn => (4, 3, 7, Special::Fn),
-        DType::F8E4M3Fnuz => (4, 3, 8, Special::Fnuz),
-        DType::F8E4M3B11Fnuz => (4, 3, 11, Special::Fnuz),
-        DType::F8E5M2 => (5, 2, 15, Special::Ieee),
-        DType::F8E5M2Fnuz => (5, 2, 16, Special::Fnuz),
+    if dtype == DType::F8E8M0Fnu {
         // A power of two: 2^(b - 127); 0xff is the NaN.
-        DType::F8E8M0Fnu => {
-            return Ok(if b == 0xff {
-                f64::NAN
-            } else {
-                2f64.powi(i32::from(b) - 127)
-            });
-        }
-        _ => {
-            return Err(Error::InvalidScalar {
-                dtype,
-                reason: "not a float8 dtype",
-            });
-        }
-    };
+        return Ok(if b == 0xff {
+            f64::NAN
+        } else {
+            2f64.powi(i32::from(b) - 127)
+        });
+    }
+    let (e_bits, m_bits, bias, special) = float8_format(dtype)?;
     if special == Special::Fnuz && b == 0x80 {
         return Ok(f64::NAN);
     }
