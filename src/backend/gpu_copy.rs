@@ -106,11 +106,15 @@ pub trait GpuRuntime {
     ) -> Result<()>;
 }
 
-/// The GPU work on memory of no GPU (pinned host memory) runs on: the calling
-/// thread's current device (see [`crate::backend::current_ordinal`]), so a
-/// process that uses only GPU 1 never touches GPU 0.
-fn current_ordinal<R: GpuRuntime>() -> Result<u32> {
-    crate::backend::current_ordinal(R::device_memory(0).backend())
+/// The GPU work on located memory runs on: its own GPU, or for memory of no
+/// GPU (pinned host memory, `None`) the calling thread's current device (see
+/// [`crate::backend::current_ordinal`]), so a process that uses only GPU 1
+/// never touches GPU 0.
+fn ordinal_of<R: GpuRuntime>(gpu: Option<u32>) -> Result<u32> {
+    match gpu {
+        Some(i) => Ok(i),
+        None => crate::backend::current_ordinal(R::device_memory(0).backend()),
+    }
 }
 
 /// Runs a planned copy between two device-accessible addresses.
@@ -242,10 +246,7 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
     match (R::locate(dst.device()), R::locate(src.device())) {
         // Both reachable from one GPU through unified addressing.
         (Some(d), Some(s)) if d.is_none() || s.is_none() || d == s => {
-            let ordinal = match d.or(s) {
-                Some(i) => i,
-                None => current_ordinal::<R>()?, // pinned on both sides: portable
-            };
+            let ordinal = ordinal_of::<R>(d.or(s))?; // None: pinned on both sides
             let stream = R::default_stream(ordinal);
             let plan = plan_for(dst, src)?;
             let pinned = [dst.device(), src.device()].contains(&R::pinned_host());
@@ -297,10 +298,7 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         (None, Some(_)) if src.device().is_host_accessible() => dst.copy_from(src),
         // Host (pageable) → device memory.
         (Some(d), None) => {
-            let ordinal = match d {
-                Some(i) => i,
-                None => current_ordinal::<R>()?,
-            };
+            let ordinal = ordinal_of::<R>(d)?;
             if src.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
                 return direct_dma::<R>(dst, src, ordinal);
             }
@@ -308,10 +306,7 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         }
         // Device memory → host (pageable).
         (None, Some(s)) => {
-            let ordinal = match s {
-                Some(i) => i,
-                None => current_ordinal::<R>()?,
-            };
+            let ordinal = ordinal_of::<R>(s)?;
             if dst.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
                 return direct_dma::<R>(dst, src, ordinal);
             }
@@ -735,10 +730,7 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
     if dst.is_read_only() {
         return Err(Error::ReadOnly);
     }
-    let ordinal = match g {
-        Some(i) => i,
-        None => current_ordinal::<R>()?, // pinned memory is portable: the caller's GPU
-    };
+    let ordinal = ordinal_of::<R>(g)?;
     let stream = R::default_stream(ordinal);
     let plan = plan_fill(
         dst.shape(),
