@@ -140,12 +140,23 @@ fn producer_consumer(s1: Handle, s2: Handle, with_event: bool) {
     assert_eq!(read(fx.c), want);
 }
 
+/// Runs this binary's test `name` in a child process once per emulator seed;
+/// asserts each child exited successfully and returns `(seed, stderr)` pairs.
+fn run_seeds(name: &str, seeds: &[&'static str]) -> Vec<(&'static str, String)> {
+    seeds
+        .iter()
+        .map(|&seed| {
+            let (st, err) = child(name, &[("DEVTENSOR_EMU_SEED", seed)]);
+            assert!(st.success(), "seed {seed}: {err}");
+            (seed, err)
+        })
+        .collect()
+}
+
 #[test]
 fn event_orders_non_blocking_streams() {
     if !in_child() {
-        for seed in ["0", "7", "12345"] {
-            let (st, err) = child("event_orders_non_blocking_streams", &[("DEVTENSOR_EMU_SEED", seed)]);
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("event_orders_non_blocking_streams", &["0", "7", "12345"]) {
             assert!(!err.contains("race"), "seed {seed}: {err}");
         }
         return;
@@ -156,9 +167,7 @@ fn event_orders_non_blocking_streams() {
 #[test]
 fn race_without_event_is_caught() {
     if !in_child() {
-        for seed in ["0", "3"] {
-            let (st, err) = child("race_without_event_is_caught", &[("DEVTENSOR_EMU_SEED", seed)]);
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("race_without_event_is_caught", &["0", "3"]) {
             assert!(
                 err.contains("data race") && err.contains("inc_u32"),
                 "seed {seed}: {err}"
@@ -382,12 +391,7 @@ fn busy_chain(fx: &Fx, s: Handle, out: u64) {
 #[test]
 fn ctx_synchronize_waits_for_destroyed_stream() {
     if !in_child() {
-        for seed in ["0", "5", "77"] {
-            let (st, err) = child(
-                "ctx_synchronize_waits_for_destroyed_stream",
-                &[("DEVTENSOR_EMU_SEED", seed)],
-            );
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("ctx_synchronize_waits_for_destroyed_stream", &["0", "5", "77"]) {
             assert!(!err.contains("race"), "seed {seed}: {err}");
         }
         return;
@@ -443,9 +447,7 @@ fn mem_free_waits_for_destroyed_stream() {
     // group__CUDA__MEM / api-sync-behavior: cuMemFree synchronises with the
     // device; work still queued on a destroyed stream is device work.
     if !in_child() {
-        for seed in ["0", "9"] {
-            let (st, err) = child("mem_free_waits_for_destroyed_stream", &[("DEVTENSOR_EMU_SEED", seed)]);
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("mem_free_waits_for_destroyed_stream", &["0", "9"]) {
             assert!(!err.contains("race") && !err.contains("freed"), "seed {seed}: {err}");
         }
         return;
@@ -467,12 +469,7 @@ fn legacy_stream_waits_for_destroyed_blocking_stream() {
     // stream-sync-behavior: "the legacy stream first waits on all blocking
     // streams" — a destroyed blocking stream still doing work is one of them.
     if !in_child() {
-        for seed in ["0", "13"] {
-            let (st, err) = child(
-                "legacy_stream_waits_for_destroyed_blocking_stream",
-                &[("DEVTENSOR_EMU_SEED", seed)],
-            );
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("legacy_stream_waits_for_destroyed_blocking_stream", &["0", "13"]) {
             assert!(!err.contains("race"), "seed {seed}: {err}");
         }
         return;
@@ -529,9 +526,7 @@ fn managed() -> u64 {
 #[test]
 fn managed_memset_and_kernel_race() {
     if !in_child() {
-        for seed in ["0", "21"] {
-            let (st, err) = child("managed_memset_and_kernel_race", &[("DEVTENSOR_EMU_SEED", seed)]);
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("managed_memset_and_kernel_race", &["0", "21"]) {
             assert!(
                 err.contains("data race") && err.contains("managed allocation") && err.contains("cuMemsetD32Async"),
                 "seed {seed}: {err}"
@@ -556,9 +551,7 @@ fn managed_memset_and_kernel_race() {
 #[test]
 fn pinned_kernel_and_async_copy_race() {
     if !in_child() {
-        for seed in ["0", "4"] {
-            let (st, err) = child("pinned_kernel_and_async_copy_race", &[("DEVTENSOR_EMU_SEED", seed)]);
-            assert!(st.success(), "seed {seed}: {err}");
+        for (seed, err) in run_seeds("pinned_kernel_and_async_copy_race", &["0", "4"]) {
             assert!(
                 err.contains("data race") && err.contains("pinned host allocation") && err.contains("inc_u32"),
                 "seed {seed}: {err}"
