@@ -3,10 +3,14 @@
 //! On CUDA a stream is a `CUstream`; DLPack spells the legacy default stream as
 //! 1 and the per-thread default stream as 2. The CPU has no streams.
 
-/// A raw device stream handle (`CUstream` / `hipStream_t` as an integer).
-/// devtensor never destroys a handle it did not create.
+/// A device stream handle (`CUstream` / `hipStream_t` as an integer), as
+/// allocators record it and DLPack passes it. Safe code gets one only from a
+/// live stream (the stream types' `handle()`), from the constants below, or
+/// through [`StreamHandle::from_raw`], whose caller vouches for the value: a
+/// function taking a `StreamHandle` may hand it to the driver. devtensor
+/// never destroys a handle it did not create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct StreamHandle(pub usize);
+pub struct StreamHandle(usize);
 
 impl StreamHandle {
     /// CUDA's legacy default stream (`cudaStreamLegacy`, DLPack value 1).
@@ -15,12 +19,46 @@ impl StreamHandle {
     pub const CUDA_PER_THREAD: StreamHandle = StreamHandle(2);
     /// HIP's null (default) stream (DLPack value 0 or `None` on ROCm).
     pub const ROCM_DEFAULT: StreamHandle = StreamHandle(0);
+
+    /// Wraps a raw stream value.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is a stream of the device it will be used with (or one of that
+    /// backend's default-stream values), and stays alive as long as the
+    /// handle, or anything it is recorded in, is used.
+    pub const unsafe fn from_raw(raw: usize) -> StreamHandle {
+        StreamHandle(raw)
+    }
+
+    /// The raw value (`CUstream` / `hipStream_t` as an integer).
+    pub const fn as_raw(self) -> usize {
+        self.0
+    }
 }
 
-/// A raw device event handle (`CUevent` / `hipEvent_t` as an integer), owned
-/// by the allocator that recorded it.
+/// A device event handle (`CUevent` / `hipEvent_t` as an integer), owned by
+/// the allocator that recorded it ([`NDAlloc::record_event`](crate::NDAlloc::record_event)),
+/// which alone makes one in safe code and releases it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EventHandle(pub usize);
+pub struct EventHandle(usize);
+
+impl EventHandle {
+    /// Wraps a raw event value.
+    ///
+    /// # Safety
+    ///
+    /// `raw` is an event the calling allocator created, not yet destroyed; the
+    /// allocator releasing the handle destroys it, once.
+    pub const unsafe fn from_raw(raw: usize) -> EventHandle {
+        EventHandle(raw)
+    }
+
+    /// The raw value (`CUevent` / `hipEvent_t` as an integer).
+    pub const fn as_raw(self) -> usize {
+        self.0
+    }
+}
 
 /// The calling thread's current stream per GPU (torch's `torch.cuda.stream(s)`):
 /// devtensor's copies, fills and allocations on that GPU run on it. Unset: the
@@ -73,7 +111,8 @@ mod current {
 
         #[test]
         fn current_stream_is_per_thread_and_per_gpu() {
-            let s = StreamHandle(0x1234);
+            // SAFETY: only recorded and compared, never handed to a driver.
+            let s = unsafe { StreamHandle::from_raw(0x1234) };
             assert_eq!(current_stream(Device::Cuda(0)), None);
             assert_eq!(set_current_stream(Device::Cuda(0), Some(s)), None);
             assert_eq!(current_stream(Device::Cuda(0)), Some(s));

@@ -62,19 +62,31 @@ unsafe impl NDAlloc for TestRaw {
     }
     fn record_event(&self, stream: StreamHandle) -> devtensor::Result<Option<EventHandle>> {
         let ev = self.next_event.fetch_add(1, Ordering::SeqCst) + 100;
-        self.log.lock().unwrap().push(format!("record {ev} on {}", stream.0));
-        Ok(Some(EventHandle(ev)))
-    }
-    fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> devtensor::Result<()> {
         self.log
             .lock()
             .unwrap()
-            .push(format!("wait {} on {}", event.0, stream.map_or(0, |s| s.0)));
+            .push(format!("record {ev} on {}", stream.as_raw()));
+        // SAFETY: a token this test allocator made; no driver ever sees it.
+        Ok(Some(unsafe { EventHandle::from_raw(ev) }))
+    }
+    fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> devtensor::Result<()> {
+        self.log.lock().unwrap().push(format!(
+            "wait {} on {}",
+            event.as_raw(),
+            stream.map_or(0, |s| s.as_raw())
+        ));
         Ok(())
     }
     fn release_event(&self, event: EventHandle) {
-        self.log.lock().unwrap().push(format!("release {}", event.0));
+        self.log.lock().unwrap().push(format!("release {}", event.as_raw()));
     }
+}
+
+/// A stream token for the pool's bookkeeping (this test's allocator never
+/// hands it to a driver).
+fn stream(raw: usize) -> StreamHandle {
+    // SAFETY: only recorded and compared by the pool and `TestRaw`.
+    unsafe { StreamHandle::from_raw(raw) }
 }
 
 fn fill(a: &Allocation, byte: u8) {
@@ -158,7 +170,7 @@ fn splitting_and_merging_bound_fragmentation() {
 
 #[test]
 fn out_of_memory_recovers_from_other_streams_then_reports() {
-    let (s1, s2) = (StreamHandle(11), StreamHandle(22));
+    let (s1, s2) = (stream(11), stream(22));
     let pool = CachingAlloc::new(TestRaw::new(24 * MIB), PoolConfig::default());
     // Stream 1 caches a whole 20 MiB large segment.
     let a = pool.allocate(5 * MIB, 256, Some(s1)).unwrap();
@@ -198,7 +210,7 @@ fn out_of_memory_recovers_from_other_streams_then_reports() {
 
 #[test]
 fn memory_used_on_another_stream_is_reused_only_after_a_device_wait() {
-    let (s1, reader) = (StreamHandle(1), StreamHandle(7));
+    let (s1, reader) = (stream(1), stream(7));
     let pool = CachingAlloc::new(TestRaw::new(usize::MAX), PoolConfig::default());
     let a = pool.allocate(4096, 256, Some(s1)).unwrap();
     let addr = a.ptr;
@@ -207,7 +219,7 @@ fn memory_used_on_another_stream_is_reused_only_after_a_device_wait() {
     unsafe { pool.deallocate_after(a, Some(s1), &[reader]) };
     assert_eq!(pool.raw().log(), vec!["record 100 on 7".to_string()]);
     // Another stream's pool never sees the block.
-    let other = pool.allocate(4096, 256, Some(StreamHandle(9))).unwrap();
+    let other = pool.allocate(4096, 256, Some(stream(9))).unwrap();
     assert_ne!(other.ptr, addr);
     // The owner stream reuses it, waiting for the reader on the device first.
     let b = pool.allocate(4096, 256, Some(s1)).unwrap();
@@ -216,7 +228,7 @@ fn memory_used_on_another_stream_is_reused_only_after_a_device_wait() {
     // SAFETY: each freed once.
     unsafe {
         pool.deallocate(b, Some(s1));
-        pool.deallocate(other, Some(StreamHandle(9)));
+        pool.deallocate(other, Some(stream(9)));
     }
     // The rest of the split segment still carried the event; it goes with the segment.
     pool.empty_cache();
@@ -255,7 +267,7 @@ fn eight_threads_alloc_and_free_without_leaks() {
         for t in 0..8usize {
             let pool = &pool;
             scope.spawn(move || {
-                let stream = if t % 2 == 0 { None } else { Some(StreamHandle(t)) };
+                let stream = if t % 2 == 0 { None } else { Some(stream(t)) };
                 let mut held: Vec<Allocation> = Vec::with_capacity(16);
                 let mut x = t as u64 + 1;
                 for i in 0..iters {

@@ -152,9 +152,9 @@ fn current_stream_carries_allocations_copies_and_fills() {
     if !ready("current_stream_carries_allocations_copies_and_fills") {
         return;
     }
-    use devtensor::stream::{StreamHandle, current_stream, set_current_stream};
+    use devtensor::stream::{current_stream, set_current_stream};
     let s = CudaStream::new(0).unwrap();
-    let h = StreamHandle(s.raw() as usize);
+    let h = s.handle();
     assert_eq!(
         CudaStream::current(0).raw() as usize,
         1,

@@ -309,7 +309,9 @@ pub(crate) fn current_work_stream(api: &DLPackExchangeAPI, device: Device) -> Re
     Ok(Some(if raw.is_null() {
         default
     } else {
-        StreamHandle(raw as usize)
+        // SAFETY: the framework's current stream of this device, live while
+        // its work may use the memory (the exchange API's contract).
+        unsafe { StreamHandle::from_raw(raw as usize) }
     }))
 }
 

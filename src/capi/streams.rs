@@ -50,10 +50,12 @@ pub(crate) fn pool_stream(device: Device, stream: *mut c_void) -> Result<Option<
     check_stream_for(device, stream)?;
     let raw = stream as usize;
     let default = match device.backend() {
-        Backend::Cuda => raw == 0 || raw == StreamHandle::CUDA_LEGACY.0,
+        Backend::Cuda => raw == 0 || raw == StreamHandle::CUDA_LEGACY.as_raw(),
         _ => raw == 0,
     };
-    Ok((!default).then_some(StreamHandle(raw)))
+    // SAFETY: a live stream of `device` (the contract of every entry point
+    // taking a stream).
+    Ok((!default).then(|| unsafe { StreamHandle::from_raw(raw) }))
 }
 
 /// Runs `work`, which queues on `device`'s default stream (devtensor's copies

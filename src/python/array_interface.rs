@@ -142,7 +142,7 @@ pub(crate) fn cuda_array_interface<'py>(py: Python<'py>, t: &Tensor) -> PyResult
         PyTypeError::new_err(format!("the CUDA Array Interface has no type string for {}", t.dtype()))
     })?;
     let d = interface(py, t, &ts, true)?;
-    let stream = crate::stream::current_stream(Device::Cuda(i)).map_or(1, |s| s.0);
+    let stream = crate::stream::current_stream(Device::Cuda(i)).map_or(1, |s| s.as_raw());
     d.set_item("stream", stream)?;
     Ok(d)
 }

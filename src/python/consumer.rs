@@ -84,7 +84,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
                 let ours = u32::try_from(id)
                     .ok()
                     .and_then(|i| crate::stream::current_stream(Device::Cuda(i)));
-                kwargs.set_item(pyo3::intern!(py, "stream"), ours.map_or(1, |s| s.0))?
+                kwargs.set_item(pyo3::intern!(py, "stream"), ours.map_or(1, |s| s.as_raw()))?
             }
             dl::kDLROCM => kwargs.set_item(pyo3::intern!(py, "stream"), 0)?,
             _ => {}

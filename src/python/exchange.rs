@@ -207,7 +207,7 @@ unsafe extern "C" fn current_work_stream(device_type: DLDeviceType, device_id: i
     let device = crate::Device::from_dlpack(crate::dlpack::ffi::DLDevice { device_type, device_id });
     let stream = device.ok().and_then(crate::stream::current_stream);
     // SAFETY: `out` is non-null and writable by the caller's contract.
-    unsafe { *out = stream.map_or(ptr::null_mut(), |s| s.0 as *mut c_void) };
+    unsafe { *out = stream.map_or(ptr::null_mut(), |s| s.as_raw() as *mut c_void) };
     0
 }
 

@@ -212,8 +212,8 @@ fn default_stream(device: Device) -> Option<StreamHandle> {
 fn is_default_stream(device: Device, s: StreamHandle) -> bool {
     match device {
         // 0 is the NULL stream, the legacy one in the driver API.
-        Device::Cuda(_) | Device::CudaManaged(_) => s.0 <= 1,
-        Device::Rocm(_) => s.0 == 0,
+        Device::Cuda(_) | Device::CudaManaged(_) => s.as_raw() <= 1,
+        Device::Rocm(_) => s.as_raw() == 0,
         _ => true,
     }
 }
@@ -494,8 +494,8 @@ pub fn order_streams(device: Device, producer: StreamHandle, consumer: StreamHan
         // the legacy stream.
         let (p, c) = unsafe {
             (
-                CudaStream::borrowed(i, producer.0.max(1)),
-                CudaStream::borrowed(i, consumer.0.max(1)),
+                CudaStream::borrowed(i, producer.as_raw().max(1)),
+                CudaStream::borrowed(i, consumer.as_raw().max(1)),
             )
         };
         return handoff(&p, &c);
@@ -504,7 +504,12 @@ pub fn order_streams(device: Device, producer: StreamHandle, consumer: StreamHan
     if let Device::Rocm(i) = device {
         use crate::backend::rocm::stream::{RocmStream, handoff};
         // SAFETY: as above, for HIP streams (0 is the null stream).
-        let (p, c) = unsafe { (RocmStream::borrowed(i, producer.0), RocmStream::borrowed(i, consumer.0)) };
+        let (p, c) = unsafe {
+            (
+                RocmStream::borrowed(i, producer.as_raw()),
+                RocmStream::borrowed(i, consumer.as_raw()),
+            )
+        };
         return handoff(&p, &c);
     }
     let _ = (device, producer, consumer);

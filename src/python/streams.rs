@@ -88,7 +88,7 @@ impl PyStream {
     }
 
     pub(crate) fn stream_handle(&self) -> StreamHandle {
-        StreamHandle(self.raw_handle())
+        self.inner.handle()
     }
 
     /// A wrapper of a handle devtensor does not own.
@@ -101,7 +101,7 @@ impl PyStream {
 
     /// The thread's current stream of GPU `ordinal`.
     fn current(ordinal: u32) -> PyStream {
-        let h = current_handle(Device::Cuda(ordinal)).map_or(1, |s| s.0);
+        let h = current_handle(Device::Cuda(ordinal)).map_or(1, |s| s.as_raw());
         PyStream::wrap(ordinal, h)
     }
 }
@@ -365,7 +365,7 @@ fn default_stream(py: Python<'_>, device: Option<&Bound<'_, PyAny>>) -> PyResult
 /// stream object must outlive its time as current.
 fn make_current(stream: &PyStream) -> Option<StreamHandle> {
     let h = stream.raw_handle();
-    let new = (h != 1).then_some(StreamHandle(h));
+    let new = (h != 1).then(|| stream.stream_handle());
     set_current_stream(Device::Cuda(stream.ordinal()), new)
 }
 

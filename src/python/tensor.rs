@@ -461,9 +461,11 @@ impl PyTensor {
         // The consumer's own stream (values > 2 are handles; the default
         // streams are ordered with the pool's reuse already) is recorded on the
         // storage: its queued work keeps the memory from reuse after the deleter.
-        let consumer_stream = stream
-            .filter(|&s| s > 2 && tensor.device() != Device::Cpu)
-            .map(|s| StreamHandle(s as usize));
+        let consumer_stream = stream.filter(|&s| s > 2 && tensor.device() != Device::Cpu).map(|s| {
+            // SAFETY: a value > 2 is the consumer's live stream of this
+            // device, which the DLPack protocol obliges it to pass.
+            unsafe { StreamHandle::from_raw(s as usize) }
+        });
         let opts = ExportOptions {
             minor_version: DLPACK_MINOR_VERSION,
             is_copied,

@@ -472,7 +472,7 @@ macro_rules! gpu_suite {
 
         /// The stream handle `record_stream` and `ExportOptions::stream` take.
         fn handle_of(s: &$stream) -> devtensor::stream::StreamHandle {
-            devtensor::stream::StreamHandle(s.raw() as usize)
+            s.handle()
         }
 
         /// A consumer's own view of an export's memory, as a foreign framework's

@@ -123,11 +123,11 @@ impl CudaAlloc {
         if let Some(gpu) = self.gpu {
             return gpu.bind();
         }
-        if let Some(s) = stream.filter(|s| s.0 > 2) {
+        if let Some(s) = stream.filter(|s| s.as_raw() > 2) {
             let mut ctx: sys::CUcontext = std::ptr::null_mut();
             // SAFETY: a stream handle recorded on our memory is a live stream
             // (the `record_stream` contract); `ctx` is a valid out-pointer.
-            let rc = unsafe { sys::cuStreamGetCtx(s.0 as sys::CUstream, &mut ctx) };
+            let rc = unsafe { sys::cuStreamGetCtx(s.as_raw() as sys::CUstream, &mut ctx) };
             if rc == sys::CUresult::CUDA_SUCCESS && !ctx.is_null() {
                 // SAFETY: the stream's context lives at least as long as the stream.
                 return unsafe { bind_context(ctx) };
@@ -144,9 +144,9 @@ impl CudaAlloc {
     fn event_context(&self, event: EventHandle, forget: bool) -> Option<sys::CUcontext> {
         let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = if forget {
-            map.remove(&event.0)
+            map.remove(&event.as_raw())
         } else {
-            map.get(&event.0).copied()
+            map.get(&event.as_raw()).copied()
         };
         ctx.map(|c| c as sys::CUcontext)
     }
@@ -175,7 +175,7 @@ impl CudaAlloc {
 }
 
 fn raw_stream(stream: Option<StreamHandle>) -> sys::CUstream {
-    stream.map_or(std::ptr::null_mut(), |s| s.0 as sys::CUstream)
+    stream.map_or(std::ptr::null_mut(), |s| s.as_raw() as sys::CUstream)
 }
 
 // SAFETY: every pointer comes from the CUDA allocation call matching
@@ -311,7 +311,7 @@ unsafe impl NDAlloc for CudaAlloc {
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut ev, flags) })?;
         // SAFETY: `ev` was just created; `stream` is a live stream of this context.
         if let Err(e) = check("cuEventRecord", unsafe {
-            sys::cuEventRecord(ev, stream.0 as sys::CUstream)
+            sys::cuEventRecord(ev, stream.as_raw() as sys::CUstream)
         }) {
             // SAFETY: destroying the event we created.
             unsafe { sys::cuEventDestroy_v2(ev) };
@@ -323,27 +323,29 @@ unsafe impl NDAlloc for CudaAlloc {
             let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
             map.insert(ev as usize, ctx as usize);
         }
-        Ok(Some(EventHandle(ev as usize)))
+        // SAFETY: the event was just created and recorded by this allocator,
+        // which destroys it in `release_event`.
+        Ok(Some(unsafe { EventHandle::from_raw(ev as usize) }))
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
         let _current = self.bind(stream)?;
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(raw_stream(stream), event.0 as sys::CUevent, 0)
+            sys::cuStreamWaitEvent(raw_stream(stream), event.as_raw() as sys::CUevent, 0)
         })
     }
 
     fn release_event(&self, event: EventHandle) {
         let _current = self.bind_event(event, true);
         // SAFETY: released once; CUDA defers the release while work is pending.
-        let _ = unsafe { sys::cuEventDestroy_v2(event.0 as sys::CUevent) };
+        let _ = unsafe { sys::cuEventDestroy_v2(event.as_raw() as sys::CUevent) };
     }
 
     fn event_done(&self, event: EventHandle) -> Result<bool> {
         let _current = self.bind_event(event, false)?;
         // SAFETY: `event` came from `record_event` and is not yet released.
-        let rc = unsafe { sys::cuEventQuery(event.0 as sys::CUevent) };
+        let rc = unsafe { sys::cuEventQuery(event.as_raw() as sys::CUevent) };
         if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
             return Ok(false);
         }

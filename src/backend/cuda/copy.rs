@@ -83,7 +83,7 @@ impl GpuRuntime for Cuda {
     }
 
     fn stream_handle(stream: &CudaStream) -> StreamHandle {
-        StreamHandle(stream.raw() as usize)
+        stream.handle()
     }
 
     fn synchronize(stream: &CudaStream) -> Result<()> {

@@ -98,7 +98,7 @@ impl CudaStream {
         match crate::stream::current_stream(crate::Device::Cuda(ordinal)) {
             // SAFETY: a current stream is kept alive by whoever made it current
             // (`set_current_stream`'s contract).
-            Some(s) => unsafe { CudaStream::borrowed(ordinal, s.0) },
+            Some(s) => unsafe { CudaStream::borrowed(ordinal, s.as_raw()) },
             None => CudaStream::legacy(ordinal),
         }
     }
@@ -122,6 +122,14 @@ impl CudaStream {
     /// The raw handle.
     pub fn raw(&self) -> sys::CUstream {
         self.raw
+    }
+
+    /// The handle allocators record and DLPack passes.
+    pub fn handle(&self) -> crate::stream::StreamHandle {
+        // SAFETY: a live stream of this GPU (or its default-stream value); a
+        // handle recorded on memory outlives the stream only as the caller of
+        // `record_stream` allows (the pool then falls back to a device sync).
+        unsafe { crate::stream::StreamHandle::from_raw(self.raw as usize) }
     }
 
     /// The GPU it belongs to.
@@ -263,12 +271,15 @@ impl Drop for CudaEvent {
 pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
     CudaStream::legacy(ordinal).synchronize()?;
     for s in streams {
-        if s.0 <= 2 {
+        if s.as_raw() <= 2 {
             continue; // 0 and 1 are the legacy stream; 2 is this thread's, which the legacy one waits for
         }
         // SAFETY: a recorded stream is a stream of this GPU's context (the
         // `record_stream` contract); a destroyed one is answered with an error.
-        if unsafe { CudaStream::borrowed(ordinal, s.0) }.synchronize().is_err() {
+        if unsafe { CudaStream::borrowed(ordinal, s.as_raw()) }
+            .synchronize()
+            .is_err()
+        {
             let _current = device(ordinal)?.bind()?;
             // SAFETY: the GPU's context is current.
             return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });

@@ -70,13 +70,13 @@ impl HipAlloc {
         if let Some(gpu) = self.gpu {
             return gpu.bind().map(Some);
         }
-        if let Some(s) = stream.filter(|s| s.0 > 2)
+        if let Some(s) = stream.filter(|s| s.as_raw() > 2)
             && let Some(get) = stream_get_device()
         {
             let mut d: std::ffi::c_int = 0;
             // SAFETY: a stream recorded on our memory is live (the `record_stream`
             // contract); `d` is a valid out-pointer.
-            if unsafe { get(s.0 as ffi::Stream, &mut d) } == ffi::SUCCESS
+            if unsafe { get(s.as_raw() as ffi::Stream, &mut d) } == ffi::SUCCESS
                 && let Ok(i) = u32::try_from(d)
             {
                 return device(i)?.bind().map(Some);
@@ -201,32 +201,34 @@ unsafe impl NDAlloc for HipAlloc {
         })?;
         // SAFETY: `ev` was just created; `stream` is a live stream of this GPU.
         if let Err(e) = check("hipEventRecord", unsafe {
-            ffi::hipEventRecord(ev, stream.0 as ffi::Stream)
+            ffi::hipEventRecord(ev, stream.as_raw() as ffi::Stream)
         }) {
             // SAFETY: destroying the event we created.
             unsafe { ffi::hipEventDestroy(ev) };
             return Err(e);
         }
-        Ok(Some(EventHandle(ev as usize)))
+        // SAFETY: the event was just created and recorded by this allocator,
+        // which destroys it in `release_event`.
+        Ok(Some(unsafe { EventHandle::from_raw(ev as usize) }))
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
         let _current = self.bind(stream)?;
-        let stream = stream.map_or(std::ptr::null_mut(), |s| s.0 as ffi::Stream);
+        let stream = stream.map_or(std::ptr::null_mut(), |s| s.as_raw() as ffi::Stream);
         // SAFETY: `event` came from `record_event` and is not yet released.
         check("hipStreamWaitEvent", unsafe {
-            ffi::hipStreamWaitEvent(stream, event.0 as ffi::Event, 0)
+            ffi::hipStreamWaitEvent(stream, event.as_raw() as ffi::Event, 0)
         })
     }
 
     fn release_event(&self, event: EventHandle) {
         // SAFETY: released once; HIP defers the release while work is pending.
-        let _ = unsafe { ffi::hipEventDestroy(event.0 as ffi::Event) };
+        let _ = unsafe { ffi::hipEventDestroy(event.as_raw() as ffi::Event) };
     }
 
     fn event_done(&self, event: EventHandle) -> Result<bool> {
         // SAFETY: `event` came from `record_event` and is not yet released.
-        let rc = unsafe { ffi::hipEventQuery(event.0 as ffi::Event) };
+        let rc = unsafe { ffi::hipEventQuery(event.as_raw() as ffi::Event) };
         if rc == ffi::ERROR_NOT_READY {
             return Ok(false);
         }

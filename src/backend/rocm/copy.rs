@@ -82,7 +82,7 @@ impl GpuRuntime for Rocm {
     }
 
     fn stream_handle(stream: &RocmStream) -> StreamHandle {
-        StreamHandle(stream.raw() as usize)
+        stream.handle()
     }
 
     fn synchronize(stream: &RocmStream) -> Result<()> {

@@ -85,6 +85,14 @@ impl RocmStream {
         self.raw
     }
 
+    /// The handle allocators record and DLPack passes.
+    pub fn handle(&self) -> crate::stream::StreamHandle {
+        // SAFETY: a live stream of this GPU (or its default-stream value); a
+        // handle recorded on memory outlives the stream only as the caller of
+        // `record_stream` allows (the pool then falls back to a device sync).
+        unsafe { crate::stream::StreamHandle::from_raw(self.raw as usize) }
+    }
+
     /// The GPU it belongs to.
     pub fn ordinal(&self) -> u32 {
         self.ordinal
@@ -191,12 +199,15 @@ impl Drop for RocmEvent {
 pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
     RocmStream::default_stream(ordinal).synchronize()?;
     for s in streams {
-        if s.0 == 0 {
+        if s.as_raw() == 0 {
             continue; // the null stream, synchronised above
         }
         // SAFETY: a recorded stream is a stream of this GPU (the `record_stream`
         // contract); a destroyed one is answered with an error.
-        if unsafe { RocmStream::borrowed(ordinal, s.0) }.synchronize().is_err() {
+        if unsafe { RocmStream::borrowed(ordinal, s.as_raw()) }
+            .synchronize()
+            .is_err()
+        {
             let _current = device(ordinal)?.bind()?;
             // SAFETY: the GPU is current.
             return check("hipDeviceSynchronize", unsafe { ffi::hipDeviceSynchronize() });
