@@ -55,6 +55,15 @@ impl Device {
         }
     }
 
+    /// The GPU this memory belongs to (managed memory: the GPU it is attached
+    /// to); `None` for host memory, pinned included, which belongs to none.
+    pub const fn ordinal(self) -> Option<u32> {
+        match self {
+            Device::Cuda(i) | Device::CudaManaged(i) | Device::Rocm(i) => Some(i),
+            Device::Cpu | Device::CudaHost | Device::RocmHost => None,
+        }
+    }
+
     /// True when the host may read and write the bytes directly
     /// (CPU, pinned host and managed memory).
     pub const fn is_host_accessible(self) -> bool {

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use crate::alloc::{Allocation, NDAlloc, default_allocator};
+use crate::alloc::{Allocation, NDAlloc};
+use crate::backend::{default_allocator, for_device};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -246,7 +247,7 @@ impl Tensor {
         // Device memory is ordered on the thread's current stream of its GPU
         // (`torch.cuda.stream(s)`), when one is set; the default stream otherwise.
         let stream = match alloc.device() {
-            d @ Device::Cuda(_) => crate::stream::current_stream(d),
+            d @ (Device::Cuda(_) | Device::Rocm(_)) => crate::stream::current_stream(d),
             _ => None,
         };
         let storage = Arc::new(Storage::new(alloc, bytes, stream)?);
@@ -705,68 +706,44 @@ impl Tensor {
     }
 }
 
-/// Notes on `t`'s storage that its backend's default stream (where blocking
-/// copies and fills run, without a host sync for device memory) may use it:
-/// a foreign owner's deleter then waits for that work instead of running
-/// while a copy still reads (see `Storage::record_default_stream`).
-fn note_default_stream(t: &Tensor) {
-    let stream = match t.device() {
-        d @ Device::Cuda(_) => match crate::stream::current_stream(d) {
-            // The thread's current stream runs the copy: recorded as any other.
-            Some(s) => return t.storage.record_stream(s),
-            None => StreamHandle::CUDA_LEGACY,
-        },
-        Device::Rocm(_) => StreamHandle::ROCM_DEFAULT,
-        // Host-accessible memory: the backend synchronises before returning.
-        _ => return,
+/// Notes on `t`'s storage that the stream its backend's copies and fills run
+/// on (the thread's current stream, else the default one; the host is not
+/// synchronised for device memory) may use it: a foreign owner's deleter then
+/// waits for that work instead of running while a copy still reads (see
+/// `Storage::record_default_stream`). Host-accessible memory needs nothing:
+/// the backend synchronises before returning.
+fn note_work_stream(t: &Tensor) {
+    let device = t.device();
+    if device.is_host_accessible() {
+        return;
+    }
+    let Some(stream) = for_device(device).work_stream(device) else {
+        return;
     };
-    t.storage.record_default_stream(stream);
+    if crate::stream::current_stream(device) == Some(stream) {
+        t.storage.record_stream(stream); // a current stream: recorded as any other
+    } else {
+        t.storage.record_default_stream(stream);
+    }
 }
 
-/// A copy where at least one side is not host memory: the backend's job.
+/// A copy where at least one side is not host memory: the job of that side's
+/// backend (the destination's when both are devices).
 fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
-    note_default_stream(dst);
-    note_default_stream(src);
-    #[cfg(feature = "cuda")]
-    if [dst.device(), src.device()]
-        .iter()
-        .any(|d| d.backend() == crate::device::Backend::Cuda)
-    {
-        return crate::backend::cuda::copy::copy_tensor(dst, src);
-    }
-    #[cfg(feature = "rocm")]
-    if [dst.device(), src.device()]
-        .iter()
-        .any(|d| d.backend() == crate::device::Backend::Rocm)
-    {
-        return crate::backend::rocm::copy::copy_tensor(dst, src);
-    }
-    Err(Error::UnsupportedDevice {
-        op: "copy",
-        device: if dst.device().is_host_accessible() {
-            src.device()
-        } else {
-            dst.device()
-        },
-    })
+    note_work_stream(dst);
+    note_work_stream(src);
+    let device = if dst.device() == Device::Cpu {
+        src.device()
+    } else {
+        dst.device()
+    };
+    for_device(device).copy(dst, src)
 }
 
 /// A fill of device memory: the backend's job.
 fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
-    note_default_stream(dst);
-    #[cfg(feature = "cuda")]
-    if dst.device().backend() == crate::device::Backend::Cuda {
-        return crate::backend::cuda::copy::fill_tensor(dst, value);
-    }
-    #[cfg(feature = "rocm")]
-    if dst.device().backend() == crate::device::Backend::Rocm {
-        return crate::backend::rocm::copy::fill_tensor(dst, value);
-    }
-    let _ = value;
-    Err(Error::UnsupportedDevice {
-        op: "fill",
-        device: dst.device(),
-    })
+    note_work_stream(dst);
+    for_device(dst.device()).fill(dst, value)
 }
 
 impl fmt::Debug for Tensor {

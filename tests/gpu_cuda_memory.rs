@@ -10,10 +10,10 @@ mod common;
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-use devtensor::alloc::memory_stats;
 use devtensor::backend::cuda::alloc::{CudaAlloc, CudaMemory, pool};
 use devtensor::backend::cuda::copy::copy_on_stream;
 use devtensor::backend::cuda::stream::{CudaStream, handoff};
+use devtensor::backend::memory_stats;
 use devtensor::{DType, Device, Tensor};
 use serial_test::serial;
 

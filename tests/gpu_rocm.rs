@@ -37,7 +37,7 @@ fn every_rocm_entry_point_reports_itself_unavailable_without_a_device() {
     assert!(unavailable(
         devtensor::backend::rocm::stream::RocmEvent::new(0, false).map(drop)
     ));
-    assert!(unavailable(devtensor::alloc::memory_stats(Device::Rocm(0)).map(drop)));
+    assert!(unavailable(devtensor::backend::memory_stats(Device::Rocm(0)).map(drop)));
     let cpu = Tensor::zeros(&[4], DType::F32, Device::Cpu).unwrap();
     assert!(unavailable(cpu.to(Device::Rocm(0)).map(drop)));
     // The probe still names the runtime it found and why it cannot be used.

@@ -9,7 +9,6 @@ mod small_blocks;
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use caching::{CachingAlloc, DEFAULT_STAGING_BYTES, MemoryStats, PoolConfig, parse_staging, staging_bytes};
@@ -20,8 +19,8 @@ pub(crate) use env::current_work_stream;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) use per_device::PerDevice;
 
-use crate::device::{Backend, Device};
-use crate::error::{Error, Result};
+use crate::device::Device;
+use crate::error::Result;
 use crate::stream::{EventHandle, StreamHandle};
 
 /// Live-allocation counters of one allocator, as tests and `devtensor info` read them.
@@ -176,70 +175,4 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     fn synchronize_device(&self) -> Result<()> {
         Ok(())
     }
-}
-
-/// The allocator devtensor uses for `device` unless told otherwise.
-pub fn default_allocator(device: Device) -> Result<Arc<dyn NDAlloc>> {
-    // A forked child must not reuse its parent's GPU pool (or driver).
-    crate::fork::check(device.backend())?;
-    match device {
-        Device::Cpu => Ok(CpuAlloc::shared()),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) | Device::CudaHost | Device::CudaManaged(_) => crate::backend::cuda::alloc::shared(device),
-        #[cfg(feature = "rocm")]
-        Device::Rocm(_) | Device::RocmHost => crate::backend::rocm::alloc::shared(device),
-        #[allow(unreachable_patterns)] // with every backend built in, no device is left
-        other => Err(Error::BackendUnavailable {
-            backend: other.backend(),
-            reason: unavailable_reason(other.backend()),
-        }),
-    }
-}
-
-fn unavailable_reason(backend: Backend) -> String {
-    match backend {
-        Backend::Cpu => unreachable!("the CPU is always available"),
-        Backend::Cuda => crate::backend::cuda_status().unavailable_reason(),
-        Backend::Rocm => crate::backend::rocm_status().unavailable_reason(),
-    }
-}
-
-/// Pool figures for `device` (like `torch.cuda.memory_stats`). Memory kinds
-/// without a pool report their live allocations as both allocated and reserved.
-pub fn memory_stats(device: Device) -> Result<MemoryStats> {
-    #[cfg(feature = "cuda")]
-    if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
-        return Ok(p.memory_stats());
-    }
-    #[cfg(feature = "rocm")]
-    if let Some(p) = crate::backend::rocm::alloc::pool(device)? {
-        return Ok(p.memory_stats());
-    }
-    let s = default_allocator(device)?.stats();
-    Ok(MemoryStats {
-        allocated: s.live_bytes,
-        reserved: s.live_bytes,
-        peak_allocated: s.peak_bytes,
-        peak_reserved: s.peak_bytes,
-        active_blocks: s.live_allocations,
-        segments: s.live_allocations,
-        alloc_count: s.total_allocations,
-        segment_allocs: s.total_allocations,
-        oom_count: 0,
-    })
-}
-
-/// Returns the cached free memory of `device`'s pool to the device; the bytes
-/// released (0 for memory kinds without a pool).
-pub fn empty_cache(device: Device) -> Result<usize> {
-    #[cfg(feature = "cuda")]
-    if let Some(p) = crate::backend::cuda::alloc::pool(device)? {
-        return Ok(p.empty_cache());
-    }
-    #[cfg(feature = "rocm")]
-    if let Some(p) = crate::backend::rocm::alloc::pool(device)? {
-        return Ok(p.empty_cache());
-    }
-    let _ = device;
-    Ok(0)
 }

@@ -1,12 +1,18 @@
 //! Device backends and their availability.
 //!
+//! Every backend implements [`DeviceBackend`]; [`for_device`] is the one
+//! place that maps a device to its backend, and the only place (with the
+//! module declarations here) that asks which backends were built in.
+//!
 //! Each backend is probed once, without panicking, and the answer cached:
 //! a missing driver or device becomes a [`BackendStatus`] with the reason and
 //! the fix, and every entry point of that backend returns
 //! [`Error::BackendUnavailable`](crate::Error::BackendUnavailable).
 
+mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod device_backend;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod gpu_copy;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
@@ -15,10 +21,67 @@ pub mod kernels;
 pub mod launch;
 #[cfg(feature = "rocm")]
 pub mod rocm;
+mod unavailable;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-use crate::device::Backend;
+pub use device_backend::{BoundDevice, DeviceBackend};
+
+use crate::alloc::{MemoryStats, NDAlloc};
+use crate::device::{Backend, Device};
+use crate::error::Result;
+
+/// The backend that serves `device`'s memory kind; for a backend not built
+/// in, one whose every entry point says why it is unavailable.
+pub fn for_device(device: Device) -> &'static dyn DeviceBackend {
+    for_backend(device.backend())
+}
+
+/// The backend of that kind (see [`for_device`]).
+pub fn for_backend(backend: Backend) -> &'static dyn DeviceBackend {
+    match backend {
+        Backend::Cpu => &cpu::CpuBackend,
+        #[cfg(feature = "cuda")]
+        Backend::Cuda => &cuda::device_backend::CudaBackend,
+        #[cfg(feature = "rocm")]
+        Backend::Rocm => &rocm::device_backend::RocmBackend,
+        #[allow(unreachable_patterns)] // with every backend built in, none is left
+        other => unavailable::not_built(other),
+    }
+}
+
+/// The allocator devtensor uses for `device` unless told otherwise. A forked
+/// child gets an error instead of its parent's GPU pool (or driver).
+pub fn default_allocator(device: Device) -> Result<Arc<dyn NDAlloc>> {
+    crate::fork::check(device.backend())?;
+    for_device(device).allocator(device)
+}
+
+/// Pool figures for `device` (like `torch.cuda.memory_stats`). Memory kinds
+/// without a pool report their live allocations as both allocated and reserved.
+pub fn memory_stats(device: Device) -> Result<MemoryStats> {
+    if let Some(stats) = for_device(device).pool_stats(device)? {
+        return Ok(stats);
+    }
+    let s = default_allocator(device)?.stats();
+    Ok(MemoryStats {
+        allocated: s.live_bytes,
+        reserved: s.live_bytes,
+        peak_allocated: s.peak_bytes,
+        peak_reserved: s.peak_bytes,
+        active_blocks: s.live_allocations,
+        segments: s.live_allocations,
+        alloc_count: s.total_allocations,
+        segment_allocs: s.total_allocations,
+        oom_count: 0,
+    })
+}
+
+/// Returns the cached free memory of `device`'s pool to the device; the bytes
+/// released (0 for memory kinds without a pool).
+pub fn empty_cache(device: Device) -> Result<usize> {
+    for_device(device).empty_cache(device)
+}
 
 /// One device as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,39 +121,14 @@ impl BackendStatus {
     }
 }
 
-/// The CPU: always there.
-pub fn cpu_status() -> BackendStatus {
-    let threads = rayon::current_num_threads();
-    BackendStatus {
-        backend: Backend::Cpu,
-        versions: vec![("rayon threads", threads.to_string())],
-        devices: vec![DeviceInfo {
-            ordinal: 0,
-            name: format!(
-                "host ({} logical cores)",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            ),
-            arch: std::env::consts::ARCH.to_owned(),
-            total_memory: 0,
-        }],
-        unavailable: None,
-    }
-}
+pub use cpu::cpu_status;
 
 /// The ordinal of `backend`'s GPU current on the calling thread, what a device
 /// named without an index (`"cuda"`, `"rocm"`) means. CUDA: the device of the
 /// current context, else a GPU devtensor already uses (the lowest), else 0;
 /// ROCm: `hipGetDevice`. Never makes a context: asking retains nothing.
-pub fn current_ordinal(backend: Backend) -> crate::Result<u32> {
-    match backend {
-        Backend::Cpu => Ok(0),
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => cuda::context::current_or_used(),
-        #[cfg(feature = "rocm")]
-        Backend::Rocm => Ok(rocm::context::current_device()?.unwrap_or(0)),
-        #[allow(unreachable_patterns)]
-        _ => Ok(0),
-    }
+pub fn current_ordinal(backend: Backend) -> Result<u32> {
+    for_backend(backend).current_ordinal()
 }
 
 /// The CUDA probe's answer (cached after the first call).
@@ -102,20 +140,9 @@ pub fn cuda_status() -> &'static BackendStatus {
 
 fn probe_cuda() -> BackendStatus {
     #[cfg(feature = "cuda")]
-    {
-        cuda::probe()
-    }
+    return cuda::probe();
     #[cfg(not(feature = "cuda"))]
-    {
-        BackendStatus {
-            backend: Backend::Cuda,
-            versions: Vec::new(),
-            devices: Vec::new(),
-            unavailable: Some(
-                "built without the `cuda` feature: rebuild with `--features cuda` (on by default)".to_owned(),
-            ),
-        }
-    }
+    unavailable::not_built_status(Backend::Cuda)
 }
 
 /// The ROCm probe's answer (cached after the first call).
@@ -127,19 +154,7 @@ pub fn rocm_status() -> &'static BackendStatus {
 
 fn probe_rocm() -> BackendStatus {
     #[cfg(feature = "rocm")]
-    {
-        rocm::probe()
-    }
+    return rocm::probe();
     #[cfg(not(feature = "rocm"))]
-    {
-        BackendStatus {
-            backend: Backend::Rocm,
-            versions: Vec::new(),
-            devices: Vec::new(),
-            unavailable: Some(
-                "built without the `rocm` feature: install HIP (libamdhip64) and rebuild with `--features rocm`"
-                    .to_owned(),
-            ),
-        }
-    }
+    unavailable::not_built_status(Backend::Rocm)
 }

@@ -41,7 +41,7 @@ pub unsafe extern "C" fn devtensor_memory_stats(device: DLDevice, out: *mut Devt
         if out.is_null() {
             return Err(Failure::null("out"));
         }
-        let s = crate::alloc::memory_stats(device_of(device)?)?;
+        let s = crate::backend::memory_stats(device_of(device)?)?;
         let stats = DevtensorMemoryStats {
             allocated: s.allocated as u64,
             reserved: s.reserved as u64,
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn devtensor_memory_stats(device: DLDevice, out: *mut Devt
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn devtensor_empty_cache(device: DLDevice, released: *mut u64) -> DevtensorStatus {
     guard("devtensor_empty_cache", || {
-        let n = crate::alloc::empty_cache(device_of(device)?)?;
+        let n = crate::backend::empty_cache(device_of(device)?)?;
         if !released.is_null() {
             // SAFETY: non-null and writable (the caller's contract).
             unsafe { released.write(n as u64) };

@@ -70,91 +70,27 @@ pub(crate) fn ordered_on(
     work: impl FnOnce() -> crate::Result<()>,
 ) -> Result<(), Failure> {
     check_stream_for(device, stream)?;
-    match device.backend() {
-        Backend::Cpu => Ok(work()?),
-        Backend::Cuda => cuda_ordered(device, stream as usize, host_side, work),
-        Backend::Rocm => rocm_ordered(device, stream as usize, host_side, work),
-    }
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_ordered(
-    device: Device,
-    raw: usize,
-    host_side: bool,
-    work: impl FnOnce() -> crate::Result<()>,
-) -> Result<(), Failure> {
-    use crate::backend::cuda::stream::{CudaStream, handoff};
-    let ordinal = match device {
-        Device::Cuda(i) | Device::CudaManaged(i) => i,
-        _ => crate::backend::current_ordinal(Backend::Cuda)?,
+    let backend = crate::backend::for_device(device);
+    let Some(ours) = backend.default_stream() else {
+        return Ok(work()?); // host memory: no streams to order
     };
-    let ours = CudaStream::legacy(ordinal);
-    let theirs = if raw == 0 {
-        CudaStream::legacy(ordinal)
+    let ordinal = match device.ordinal() {
+        Some(i) => i,
+        None => backend.current_ordinal()?, // pinned memory: the thread's GPU
+    };
+    let theirs = if stream.is_null() {
+        ours
     } else {
         // SAFETY: the caller's stream is a live stream of this GPU (the
         // contract of every entry point taking a stream).
-        unsafe { CudaStream::borrowed(ordinal, raw) }
+        unsafe { StreamHandle::from_raw(stream as usize) }
     };
-    handoff(&theirs, &ours)?;
+    backend.order_streams(ordinal, theirs, ours)?;
     if host_side {
-        ours.synchronize()?;
+        backend.synchronize_stream(ordinal, ours)?;
     }
     work()?;
-    Ok(handoff(&ours, &theirs)?)
-}
-
-#[cfg(not(feature = "cuda"))]
-fn cuda_ordered(
-    device: Device,
-    _raw: usize,
-    _host_side: bool,
-    _work: impl FnOnce() -> crate::Result<()>,
-) -> Result<(), Failure> {
-    Err(crate::Error::BackendUnavailable {
-        backend: device.backend(),
-        reason: crate::backend::cuda_status().unavailable_reason(),
-    }
-    .into())
-}
-
-#[cfg(feature = "rocm")]
-fn rocm_ordered(
-    device: Device,
-    raw: usize,
-    host_side: bool,
-    work: impl FnOnce() -> crate::Result<()>,
-) -> Result<(), Failure> {
-    use crate::backend::rocm::stream::{RocmStream, handoff};
-    let ordinal = match device {
-        Device::Rocm(i) => i,
-        _ => crate::backend::current_ordinal(Backend::Rocm)?,
-    };
-    let ours = RocmStream::default_stream(ordinal);
-    // SAFETY: the caller's stream is a live stream of this GPU (the contract
-    // of every entry point taking a stream); 0 is the default stream.
-    let theirs = unsafe { RocmStream::borrowed(ordinal, raw) };
-    handoff(&theirs, &ours)?;
-    if host_side {
-        ours.synchronize()?;
-    }
-    work()?;
-    Ok(handoff(&ours, &theirs)?)
-}
-
-#[cfg(not(feature = "rocm"))]
-fn rocm_ordered(
-    device: Device,
-    _raw: usize,
-    _host_side: bool,
-    _work: impl FnOnce() -> crate::Result<()>,
-) -> Result<(), Failure> {
-    Err(crate::Error::BackendUnavailable {
-        backend: device.backend(),
-        reason: crate::backend::rocm_status().unavailable_reason(),
-    }
-    .into())
+    Ok(backend.order_streams(ordinal, ours, theirs)?)
 }
 
 /// Writes the calling thread's current stream for `device` to `*out`: the

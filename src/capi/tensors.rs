@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::status::{DevtensorStatus, Failure, guard, last_error_ptr};
 use super::streams::{current, device_of, ordered_on, pool_stream};
-use crate::alloc::default_allocator;
+use crate::backend::default_allocator;
 use crate::device::{Backend, Device};
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{

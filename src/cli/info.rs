@@ -33,7 +33,7 @@ fn print_status(s: &BackendStatus) {
         println!("  allocator: caching pool for device and pinned memory (DEVTENSOR_ALLOC_CONF: {conf})");
         for d in &s.devices {
             if let Some(dev) = gpu(d.ordinal)
-                && let Ok(m) = devtensor::alloc::memory_stats(dev)
+                && let Ok(m) = devtensor::backend::memory_stats(dev)
             {
                 println!(
                     "  pool {dev}: {} allocated, {} reserved, peak {}, {} segments",

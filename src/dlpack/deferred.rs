@@ -62,7 +62,7 @@ pub(crate) fn release_after(device: Device, used_on: &[StreamHandle], owner: For
     }
     // The device's allocator records and queries events on its streams. None
     // (a forked child, a backend gone): no work of ours can be left to wait for.
-    let Ok(alloc) = crate::alloc::default_allocator(device) else {
+    let Ok(alloc) = crate::backend::default_allocator(device) else {
         drop(owner);
         return;
     };

@@ -116,10 +116,9 @@ pub(crate) fn array_interface<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Boun
 pub(crate) fn host_ready(py: Python<'_>, t: &Tensor, what: &str) -> PyResult<()> {
     match t.device() {
         Device::Cpu | Device::CudaHost | Device::RocmHost => Ok(()),
-        #[cfg(feature = "cuda")]
-        Device::CudaManaged(i) => {
+        d @ Device::CudaManaged(i) => {
             let streams = t.storage().streams();
-            py.detach(|| crate::backend::cuda::stream::synchronize_streams(i, &streams))
+            py.detach(|| crate::backend::for_device(d).synchronize_streams(i, &streams))
                 .map_err(to_py)
         }
         d => Err(PyAttributeError::new_err(format!(
@@ -264,22 +263,11 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
 
 /// The device `ptr` belongs to (the current GPU for an empty array's 0).
 fn cuda_device(py: Python<'_>, ptr: usize, numel: i64) -> PyResult<Device> {
-    #[cfg(feature = "cuda")]
-    {
-        if ptr == 0 && numel == 0 {
-            return crate::DeviceSpec::Current(Device::Cuda(0)).resolve().map_err(to_py);
-        }
-        py.detach(|| crate::backend::cuda::context::pointer_device(ptr as u64))
-            .map_err(|e| PyBufferError::new_err(format!("not CUDA memory devtensor can use: {e}")))
+    if ptr == 0 && numel == 0 {
+        return crate::DeviceSpec::Current(Device::Cuda(0)).resolve().map_err(to_py);
     }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (py, ptr, numel);
-        Err(to_py(crate::Error::BackendUnavailable {
-            backend: crate::device::Backend::Cuda,
-            reason: crate::backend::cuda_status().unavailable_reason(),
-        }))
-    }
+    py.detach(|| crate::backend::for_backend(crate::device::Backend::Cuda).pointer_device(ptr as u64))
+        .map_err(|e| PyBufferError::new_err(format!("not CUDA memory devtensor can use: {e}")))
 }
 
 /// CAI v3: the producer's pending work on `stream` happens before ours (an
@@ -294,30 +282,24 @@ fn wait_for_producer(py: Python<'_>, device: Device, stream: Option<Bound<'_, Py
             "invalid 'stream' {s} in __cuda_array_interface__: 0 is disallowed (use None, 1 or 2)"
         )));
     }
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) | Device::CudaManaged(i) = device {
-        use crate::backend::cuda::stream::{CudaStream, handoff};
-        // SAFETY: a value > 2 is the producer's live stream of this GPU (the
-        // interface's contract); 1 and 2 are the default streams.
-        let theirs = unsafe { CudaStream::from_dlpack(i, Some(s)) }.map_err(to_py)?;
-        if let Some(theirs) = theirs {
-            return py.detach(|| handoff(&theirs, &CudaStream::current(i))).map_err(to_py);
-        }
+    let backend = crate::backend::for_device(device);
+    let ordinal = match device {
+        Device::Cuda(i) | Device::CudaManaged(i) => i,
+        // Pinned host memory: the host reads it; it waits for the producer's stream.
+        Device::CudaHost => py.detach(|| backend.current_ordinal()).map_err(to_py)?,
+        _ => return Ok(()),
+    };
+    // SAFETY: a value > 2 is the producer's live stream of this GPU (the
+    // interface's contract); 1 and 2 are the default streams.
+    let Some(theirs) = (unsafe { backend.stream_from_dlpack(ordinal, Some(s)) }).map_err(to_py)? else {
         return Ok(());
-    }
-    // Pinned host memory: the host reads it; wait for the producer's stream.
-    #[cfg(feature = "cuda")]
-    if device == Device::CudaHost {
-        use crate::backend::cuda::stream::CudaStream;
-        let ordinal = py
-            .detach(crate::backend::cuda::context::current_or_used)
-            .map_err(to_py)?;
-        // SAFETY: as above.
-        let theirs = unsafe { CudaStream::from_dlpack(ordinal, Some(s)) }.map_err(to_py)?;
-        if let Some(theirs) = theirs {
-            return py.detach(|| theirs.synchronize()).map_err(to_py);
+    };
+    py.detach(|| {
+        if device == Device::CudaHost {
+            backend.synchronize_stream(ordinal, theirs)
+        } else {
+            backend.order_after_producer(device, theirs)
         }
-    }
-    let _ = (py, device);
-    Ok(())
+    })
+    .map_err(to_py)
 }

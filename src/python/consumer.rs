@@ -5,10 +5,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
-use crate::device::Device;
+use crate::backend::BoundDevice;
+use crate::device::{Backend, Device};
 use crate::dlpack::ffi as dl;
 use crate::python::errors::to_py;
 use crate::python::{capsule, exchange};
+use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
 /// Imports any DLPack producer (or a raw capsule), zero-copy where possible.
@@ -153,42 +155,24 @@ fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
 /// For a device tensor from the exchange API ("no sync"): makes our stream wait
 /// for the producer's current work stream. False when that is not possible.
 fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor) -> bool {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) | Device::CudaManaged(i) = t.device()
-        && let Some(current) = api.current_work_stream
-    {
-        use crate::backend::cuda::stream::{CudaStream, handoff};
-        let dl = t.device().to_dlpack();
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the producer's function writes its current stream for the device.
-        if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
-            drop(PyErr::take(py)); // the producer may have set one; we fall back
-            return false;
-        }
-        // SAFETY: the producer's stream handle is live on device `i`; NULL is the
-        // legacy default stream.
-        let theirs = unsafe { CudaStream::borrowed(i, if raw.is_null() { 1 } else { raw as usize }) };
-        return handoff(&theirs, &CudaStream::current(i)).is_ok();
+    let device = t.device();
+    let (Some(current), Some(_)) = (api.current_work_stream, device.ordinal()) else {
+        return false;
+    };
+    let backend = crate::backend::for_device(device);
+    let dl = device.to_dlpack();
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: the producer's function writes its current stream for the device.
+    if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
+        drop(PyErr::take(py)); // the producer may have set one; we fall back
+        return false;
     }
-    #[cfg(feature = "rocm")]
-    if let Device::Rocm(i) = t.device()
-        && let Some(current) = api.current_work_stream
-    {
-        use crate::backend::rocm::stream::{RocmStream, handoff};
-        let dl = t.device().to_dlpack();
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the producer's function writes its current stream for the device.
-        if unsafe { current(dl.device_type, dl.device_id, &mut raw) } != 0 {
-            drop(PyErr::take(py)); // the producer may have set one; we fall back
-            return false;
-        }
-        // SAFETY: the producer's stream handle is live on device `i`; NULL is
-        // the default stream.
-        let theirs = unsafe { RocmStream::borrowed(i, raw as usize) };
-        return handoff(&theirs, &RocmStream::default_stream(i)).is_ok();
-    }
-    let _ = (py, api, t);
-    false
+    // NULL is the default stream: CUDA's legacy stream (DLPack value 1), HIP's null stream.
+    let default = if device.backend() == Backend::Cuda { 1 } else { 0 };
+    let raw = if raw.is_null() { default } else { raw as usize };
+    // SAFETY: the producer's current stream is live on this device.
+    let theirs = unsafe { StreamHandle::from_raw(raw) };
+    backend.order_after_producer(device, theirs).is_ok()
 }
 
 /// A producer's GPU made current (when its backend is usable) until dropped:
@@ -196,30 +180,20 @@ fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor)
 /// the current one.
 #[derive(Default)]
 struct ProducerDevice {
-    #[cfg(feature = "cuda")]
-    _cuda: Option<crate::backend::cuda::context::Current>,
-    #[cfg(feature = "rocm")]
-    _rocm: Option<crate::backend::rocm::context::Current>,
+    _bound: Option<BoundDevice>,
 }
 
 impl ProducerDevice {
     /// Makes the GPU of DLPack device `(device_type, id)` current.
     fn bind(&mut self, device_type: i32, id: i32) {
-        let ordinal = u32::try_from(id).ok();
-        match device_type {
-            #[cfg(feature = "cuda")]
-            dl::kDLCUDA | dl::kDLCUDAManaged => {
-                use crate::backend::cuda::context::device;
-                self._cuda = ordinal.and_then(|i| device(i).ok()).and_then(|g| g.bind().ok());
-            }
-            #[cfg(feature = "rocm")]
-            dl::kDLROCM => {
-                use crate::backend::rocm::context::device;
-                self._rocm = ordinal.and_then(|i| device(i).ok()).and_then(|g| g.bind().ok());
-            }
-            _ => {
-                let _ = ordinal;
-            }
+        let device = Device::from_dlpack(dl::DLDevice {
+            device_type,
+            device_id: id,
+        });
+        if let Ok(d) = device
+            && let Some(ordinal) = d.ordinal()
+        {
+            self._bound = crate::backend::for_device(d).bind(ordinal).ok();
         }
     }
 }

@@ -13,7 +13,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyModule, PyType};
 
-use crate::alloc::{EnvAlloc, default_allocator};
+use crate::alloc::EnvAlloc;
+use crate::backend::default_allocator;
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::DLPackExchangeAPI;
@@ -486,34 +487,10 @@ impl<'py> IntoPyObject<'py> for TensorOut {
 /// for host memory or the same stream. For two arguments that came on
 /// different streams: order the second's stream before the first's.
 pub fn order_streams(device: Device, producer: StreamHandle, consumer: StreamHandle) -> crate::Result<()> {
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) | Device::CudaManaged(i) = device {
-        use crate::backend::cuda::stream::{CudaStream, handoff};
-        // SAFETY: both are live streams of GPU `i` (the producer's current
-        // stream, or a kernel library's stream for this tensor); 0 and 1 are
-        // the legacy stream.
-        let (p, c) = unsafe {
-            (
-                CudaStream::borrowed(i, producer.as_raw().max(1)),
-                CudaStream::borrowed(i, consumer.as_raw().max(1)),
-            )
-        };
-        return handoff(&p, &c);
+    match device.ordinal() {
+        Some(ordinal) => crate::backend::for_device(device).order_streams(ordinal, producer, consumer),
+        None => Ok(()),
     }
-    #[cfg(feature = "rocm")]
-    if let Device::Rocm(i) = device {
-        use crate::backend::rocm::stream::{RocmStream, handoff};
-        // SAFETY: as above, for HIP streams (0 is the null stream).
-        let (p, c) = unsafe {
-            (
-                RocmStream::borrowed(i, producer.as_raw()),
-                RocmStream::borrowed(i, consumer.as_raw()),
-            )
-        };
-        return handoff(&p, &c);
-    }
-    let _ = (device, producer, consumer);
-    Ok(())
 }
 
 // ----- Python: `devtensor.env_alloc(framework)` ---------------------------------------

@@ -167,7 +167,7 @@ fn _live_cpu_allocations() -> usize {
 #[pyo3(signature = (device = None))]
 fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
     let device = device.unwrap_or_default().resolve_py(py)?;
-    let s = crate::alloc::memory_stats(device).map_err(to_py)?;
+    let s = crate::backend::memory_stats(device).map_err(to_py)?;
     let d = pyo3::types::PyDict::new(py);
     for (k, v) in [
         ("allocated_bytes", s.allocated),
@@ -191,10 +191,10 @@ fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bou
 fn empty_cache(py: Python<'_>, device: Option<DeviceArg>) -> PyResult<usize> {
     let device = device.unwrap_or_default();
     if device.is_cpu() {
-        return crate::alloc::empty_cache(crate::Device::Cpu).map_err(to_py);
+        return crate::backend::empty_cache(crate::Device::Cpu).map_err(to_py);
     }
     // Frees device memory: the driver synchronises, the pool waits for events.
-    py.detach(|| crate::alloc::empty_cache(device.resolve()?))
+    py.detach(|| crate::backend::empty_cache(device.resolve()?))
         .map_err(to_py)
 }
 

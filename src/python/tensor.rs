@@ -75,38 +75,20 @@ fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<O
 /// storage: a consumer's writes on its own stream included).
 fn order_for_consumer(py: Python<'_>, t: &Tensor, stream: Option<i64>, host_reads: bool) -> PyResult<()> {
     let device = t.device();
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(i) | Device::CudaManaged(i) = device {
-        use crate::backend::cuda::stream::{CudaStream, handoff, synchronize_streams};
-        if host_reads {
-            let streams = t.storage().streams();
-            return py.detach(|| synchronize_streams(i, &streams)).map_err(to_py);
-        }
-        let ours = CudaStream::current(i); // where our copies and fills ran
-        // SAFETY: a stream value > 2 is the consumer's live CUstream on this
-        // device, which the DLPack protocol obliges it to pass.
-        let theirs = unsafe { CudaStream::from_dlpack(i, stream) }.map_err(to_py)?;
-        if let Some(theirs) = theirs {
-            py.detach(|| handoff(&ours, &theirs)).map_err(to_py)?;
-        }
+    let Some(ordinal) = device.ordinal() else {
+        return Ok(()); // host memory: our work on it is done when a call returns
+    };
+    let backend = crate::backend::for_device(device);
+    if host_reads {
+        let streams = t.storage().streams();
+        return py
+            .detach(|| backend.synchronize_streams(ordinal, &streams))
+            .map_err(to_py);
     }
-    #[cfg(feature = "rocm")]
-    if let Device::Rocm(i) = device {
-        use crate::backend::rocm::stream::{RocmStream, handoff, synchronize_streams};
-        if host_reads {
-            let streams = t.storage().streams();
-            return py.detach(|| synchronize_streams(i, &streams)).map_err(to_py);
-        }
-        let ours = RocmStream::default_stream(i);
-        // SAFETY: a stream value > 2 is the consumer's live hipStream_t on this
-        // device, which the DLPack protocol obliges it to pass.
-        let theirs = unsafe { RocmStream::from_dlpack(i, stream) }.map_err(to_py)?;
-        if let Some(theirs) = theirs {
-            py.detach(|| handoff(&ours, &theirs)).map_err(to_py)?;
-        }
-    }
-    let _ = (py, device, stream, host_reads);
-    Ok(())
+    // SAFETY: a stream value that is not a default stream is the consumer's
+    // live stream on this device, which the DLPack protocol obliges it to pass.
+    py.detach(|| unsafe { backend.order_before_consumer(device, stream) })
+        .map_err(to_py)
 }
 
 #[pymethods]

@@ -181,12 +181,12 @@ macro_rules! gpu_suite {
             // A fill of 2^31 + 95 one-byte elements from an odd address (no wider
             // element fits it) runs on the device, one launch per 32-bit piece: no
             // host scalar expanded through a full-size pinned staging tensor.
-            let pinned_before = devtensor::alloc::memory_stats($host).unwrap().reserved;
+            let pinned_before = devtensor::backend::memory_stats($host).unwrap().reserved;
             let flat = dst.reshape(&[-1]).unwrap();
             let odd = flat.slice(0, Some(1), None, 1).unwrap();
             assert!(odd.numel() > 1 << 31);
             odd.fill(5u8).unwrap();
-            let pinned_after = devtensor::alloc::memory_stats($host).unwrap().reserved;
+            let pinned_after = devtensor::backend::memory_stats($host).unwrap().reserved;
             assert!(
                 pinned_after <= pinned_before + (64 << 20),
                 "a device fill staged through pinned memory: {pinned_before} -> {pinned_after} bytes"
@@ -699,7 +699,7 @@ macro_rules! gpu_suite {
                 vec![1; 10]
             );
             drop(big);
-            devtensor::alloc::empty_cache(dev(last)).unwrap();
+            devtensor::backend::empty_cache(dev(last)).unwrap();
         }
 
         #[test]
@@ -796,7 +796,7 @@ macro_rules! gpu_suite {
             rows.copy_from(&g).unwrap();
             assert_eq!(rows.to_vec::<u8>().unwrap(), data, "device -> pinned rows");
             drop((rows, host));
-            devtensor::alloc::empty_cache($host).unwrap();
+            devtensor::backend::empty_cache($host).unwrap();
         }
     };
 }

@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod context;
 pub mod copy;
+pub mod device_backend;
 pub mod kernels;
 pub mod nvrtc;
 mod probe;

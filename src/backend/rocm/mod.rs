@@ -4,6 +4,7 @@
 pub mod alloc;
 pub mod context;
 pub mod copy;
+pub mod device_backend;
 mod ffi;
 pub mod hiprtc;
 pub mod kernels;

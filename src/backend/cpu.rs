@@ -1,0 +1,67 @@
+//! The CPU [`DeviceBackend`]: host memory, always there; the copy engine runs
+//! on the calling thread (and rayon's pool), so there are no streams to order.
+
+use std::sync::{Arc, OnceLock};
+
+use super::{BackendStatus, DeviceBackend, DeviceInfo};
+use crate::alloc::{CpuAlloc, NDAlloc};
+use crate::device::{Backend, Device};
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The host.
+#[derive(Debug)]
+pub(super) struct CpuBackend;
+
+impl DeviceBackend for CpuBackend {
+    fn kind(&self) -> Backend {
+        Backend::Cpu
+    }
+
+    fn status(&self) -> &'static BackendStatus {
+        static STATUS: OnceLock<BackendStatus> = OnceLock::new();
+        STATUS.get_or_init(cpu_status)
+    }
+
+    fn current_ordinal(&self) -> Result<u32> {
+        Ok(0)
+    }
+
+    fn allocator(&self, device: Device) -> Result<Arc<dyn NDAlloc>> {
+        match device {
+            Device::Cpu => Ok(CpuAlloc::shared()),
+            other => Err(Error::UnsupportedDevice {
+                op: "CPU allocation",
+                device: other,
+            }),
+        }
+    }
+
+    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        // Host memory on both sides (a GPU side is its backend's job): the engine.
+        dst.copy_from(src)
+    }
+
+    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()> {
+        dst.fill_bytes(value)
+    }
+}
+
+/// The CPU as `devtensor info` reports it.
+pub fn cpu_status() -> BackendStatus {
+    let threads = rayon::current_num_threads();
+    BackendStatus {
+        backend: Backend::Cpu,
+        versions: vec![("rayon threads", threads.to_string())],
+        devices: vec![DeviceInfo {
+            ordinal: 0,
+            name: format!(
+                "host ({} logical cores)",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+            arch: std::env::consts::ARCH.to_owned(),
+            total_memory: 0,
+        }],
+        unavailable: None,
+    }
+}

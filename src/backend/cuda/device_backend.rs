@@ -1,0 +1,96 @@
+//! The CUDA [`DeviceBackend`]: the driver API's devices, pools, copies and streams.
+
+use std::sync::Arc;
+
+use super::stream::CudaStream;
+use super::{alloc, context, copy, stream};
+use crate::alloc::{MemoryStats, NDAlloc};
+use crate::backend::device_backend::{BoundDevice, DeviceBackend};
+use crate::backend::{BackendStatus, cuda_status};
+use crate::device::{Backend, Device};
+use crate::error::Result;
+use crate::stream::StreamHandle;
+use crate::tensor::Tensor;
+
+/// CUDA, through the driver API (cudarc) and NVRTC.
+#[derive(Debug)]
+pub struct CudaBackend;
+
+impl DeviceBackend for CudaBackend {
+    fn kind(&self) -> Backend {
+        Backend::Cuda
+    }
+
+    fn status(&self) -> &'static BackendStatus {
+        cuda_status()
+    }
+
+    fn current_ordinal(&self) -> Result<u32> {
+        context::current_or_used()
+    }
+
+    fn allocator(&self, device: Device) -> Result<Arc<dyn NDAlloc>> {
+        alloc::shared(device)
+    }
+
+    fn pool_stats(&self, device: Device) -> Result<Option<MemoryStats>> {
+        Ok(alloc::pool(device)?.map(|p| p.memory_stats()))
+    }
+
+    fn empty_cache(&self, device: Device) -> Result<usize> {
+        Ok(alloc::pool(device)?.map_or(0, |p| p.empty_cache()))
+    }
+
+    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        copy::copy_tensor(dst, src)
+    }
+
+    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()> {
+        copy::fill_tensor(dst, value)
+    }
+
+    fn default_stream(&self) -> Option<StreamHandle> {
+        Some(StreamHandle::CUDA_LEGACY)
+    }
+
+    fn work_stream(&self, device: Device) -> Option<StreamHandle> {
+        match device {
+            Device::Cuda(i) | Device::CudaManaged(i) => Some(CudaStream::current(i).handle()),
+            _ => None,
+        }
+    }
+
+    unsafe fn stream_from_dlpack(&self, ordinal: u32, value: Option<i64>) -> Result<Option<StreamHandle>> {
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { CudaStream::from_dlpack(ordinal, value) }?.map(|s| s.handle()))
+    }
+
+    fn order_streams(&self, ordinal: u32, producer: StreamHandle, consumer: StreamHandle) -> Result<()> {
+        // SAFETY: a StreamHandle is a live stream of its GPU (its contract);
+        // 0 and 1 both name the legacy default stream.
+        let (p, c) = unsafe {
+            (
+                CudaStream::borrowed(ordinal, producer.as_raw().max(1)),
+                CudaStream::borrowed(ordinal, consumer.as_raw().max(1)),
+            )
+        };
+        stream::handoff(&p, &c)
+    }
+
+    fn synchronize_stream(&self, ordinal: u32, s: StreamHandle) -> Result<()> {
+        // SAFETY: as in `order_streams`.
+        unsafe { CudaStream::borrowed(ordinal, s.as_raw().max(1)) }.synchronize()
+    }
+
+    fn synchronize_streams(&self, ordinal: u32, streams: &[StreamHandle]) -> Result<()> {
+        stream::synchronize_streams(ordinal, streams)
+    }
+
+    fn bind(&self, ordinal: u32) -> Result<BoundDevice> {
+        Ok(BoundDevice::new(context::device(ordinal)?.bind()?))
+    }
+
+    fn pointer_device(&self, ptr: u64) -> Result<Device> {
+        context::pointer_device(ptr)
+    }
+}

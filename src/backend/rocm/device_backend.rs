@@ -1,0 +1,93 @@
+//! The ROCm [`DeviceBackend`]: HIP devices, pools, copies and streams.
+
+use std::sync::Arc;
+
+use super::stream::RocmStream;
+use super::{alloc, context, copy, stream};
+use crate::alloc::{MemoryStats, NDAlloc};
+use crate::backend::device_backend::{BoundDevice, DeviceBackend};
+use crate::backend::{BackendStatus, rocm_status};
+use crate::device::{Backend, Device};
+use crate::error::Result;
+use crate::stream::StreamHandle;
+use crate::tensor::Tensor;
+
+/// ROCm, through HIP (hip-sys) and hiprtc.
+#[derive(Debug)]
+pub struct RocmBackend;
+
+impl DeviceBackend for RocmBackend {
+    fn kind(&self) -> Backend {
+        Backend::Rocm
+    }
+
+    fn status(&self) -> &'static BackendStatus {
+        rocm_status()
+    }
+
+    fn current_ordinal(&self) -> Result<u32> {
+        Ok(context::current_device()?.unwrap_or(0))
+    }
+
+    fn allocator(&self, device: Device) -> Result<Arc<dyn NDAlloc>> {
+        alloc::shared(device)
+    }
+
+    fn pool_stats(&self, device: Device) -> Result<Option<MemoryStats>> {
+        Ok(alloc::pool(device)?.map(|p| p.memory_stats()))
+    }
+
+    fn empty_cache(&self, device: Device) -> Result<usize> {
+        Ok(alloc::pool(device)?.map_or(0, |p| p.empty_cache()))
+    }
+
+    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        copy::copy_tensor(dst, src)
+    }
+
+    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()> {
+        copy::fill_tensor(dst, value)
+    }
+
+    fn default_stream(&self) -> Option<StreamHandle> {
+        Some(StreamHandle::ROCM_DEFAULT)
+    }
+
+    fn work_stream(&self, device: Device) -> Option<StreamHandle> {
+        match device {
+            // ROCm has no per-thread current stream here: the null stream.
+            Device::Rocm(_) => Some(StreamHandle::ROCM_DEFAULT),
+            _ => None,
+        }
+    }
+
+    unsafe fn stream_from_dlpack(&self, ordinal: u32, value: Option<i64>) -> Result<Option<StreamHandle>> {
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { RocmStream::from_dlpack(ordinal, value) }?.map(|s| s.handle()))
+    }
+
+    fn order_streams(&self, ordinal: u32, producer: StreamHandle, consumer: StreamHandle) -> Result<()> {
+        // SAFETY: a StreamHandle is a live stream of its GPU (its contract);
+        // 0 is the null stream.
+        let (p, c) = unsafe {
+            (
+                RocmStream::borrowed(ordinal, producer.as_raw()),
+                RocmStream::borrowed(ordinal, consumer.as_raw()),
+            )
+        };
+        stream::handoff(&p, &c)
+    }
+
+    fn synchronize_stream(&self, ordinal: u32, s: StreamHandle) -> Result<()> {
+        // SAFETY: as in `order_streams`.
+        unsafe { RocmStream::borrowed(ordinal, s.as_raw()) }.synchronize()
+    }
+
+    fn synchronize_streams(&self, ordinal: u32, streams: &[StreamHandle]) -> Result<()> {
+        stream::synchronize_streams(ordinal, streams)
+    }
+
+    fn bind(&self, ordinal: u32) -> Result<BoundDevice> {
+        Ok(BoundDevice::new(context::device(ordinal)?.bind()?))
+    }
+}
