@@ -164,7 +164,7 @@ pub enum Error {
     #[error("invalid DLPack tensor: {0}")]
     DLPack(#[from] DLPackError),
     /// A framework's allocator (the `managed_tensor_allocator` of its DLPack
-    /// exchange API, see [`EnvAlloc`](crate::alloc::EnvAlloc)) refused, with
+    /// exchange API, see [`EnvAlloc`](crate::dlpack::EnvAlloc)) refused, with
     /// the error kind and message it passed to `SetError`.
     #[error("the framework's allocator failed ({kind}): {message}")]
     ForeignAlloc {

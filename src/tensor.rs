@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use smallvec::SmallVec;
 
 use crate::alloc::{Allocation, NDAlloc};
+use crate::backend::deferred::ForeignOwner;
 use crate::backend::{default_allocator, for_device};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -33,10 +34,10 @@ pub(crate) enum Owner {
     },
     /// Memory owned by a DLPack producer; dropping the guard calls its deleter
     /// once: at once, or, when device work queued on `used_on` streams may
-    /// still use the memory, once that work is done (`dlpack::deferred`).
+    /// still use the memory, once that work is done (`backend::deferred`).
     Foreign {
         /// The producer's deleter; taken by `Drop`.
-        guard: Option<crate::dlpack::import::ForeignOwner>,
+        guard: Option<ForeignOwner>,
         /// Streams device work touching the memory was queued on.
         used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
     },
@@ -64,7 +65,7 @@ impl Storage {
     pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
         // Foreign deleters whose device work has finished run now (a cheap
         // atomic load when none wait).
-        crate::dlpack::deferred::poll();
+        crate::backend::deferred::poll();
         let allocation = alloc.allocate(size, crate::alloc::CPU_ALIGNMENT, stream)?;
         let device = alloc.device();
         Ok(Storage {
@@ -129,7 +130,7 @@ impl Storage {
         ptr: NonNull<u8>,
         len: usize,
         device: Device,
-        owner: crate::dlpack::import::ForeignOwner,
+        owner: ForeignOwner,
     ) -> Storage {
         Storage {
             ptr,
@@ -188,7 +189,7 @@ impl Drop for Storage {
                 if let Some(guard) = guard.take() {
                     // The guard's own Drop calls the deleter: now, or once the
                     // device work recorded on `used` is done.
-                    crate::dlpack::deferred::release_after(self.device, &used, guard);
+                    crate::backend::deferred::release_after(self.device, &used, guard);
                 }
             }
         }

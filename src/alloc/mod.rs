@@ -2,7 +2,6 @@
 
 mod caching;
 mod cpu;
-mod env;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 mod per_device;
 mod small_blocks;
@@ -13,9 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use caching::{CachingAlloc, DEFAULT_STAGING_BYTES, MemoryStats, PoolConfig, parse_staging, staging_bytes};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
-pub use env::EnvAlloc;
-#[cfg(feature = "python")]
-pub(crate) use env::current_work_stream;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) use per_device::PerDevice;
 

@@ -12,6 +12,7 @@
 mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub(crate) mod deferred;
 mod device_backend;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod gpu_copy;

@@ -149,6 +149,6 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
     };
     // An empty tensor may have NULL data: give the storage a dangling, aligned address.
     let ptr = NonNull::new(storage_start as *mut u8).unwrap_or(NonNull::<u128>::dangling().cast());
-    let storage = Arc::new(Storage::foreign(ptr, len, device, owner));
+    let storage = Arc::new(Storage::foreign(ptr, len, device, Box::new(owner)));
     Ok(Tensor::from_parts(storage, dtype, shape, strides, offset, read_only))
 }

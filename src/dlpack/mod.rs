@@ -1,11 +1,12 @@
 //! DLPack: the C ABI, export of devtensor tensors and validated import of foreign ones.
 
-pub(crate) mod deferred;
+pub mod env_alloc;
 pub mod export;
 pub mod ffi;
 pub mod import;
 
-pub use deferred::{drain_deleters, pending_deleters};
+pub use crate::backend::deferred::{drain_deleters, pending_deleters};
+pub use env_alloc::EnvAlloc;
 pub use export::{ExportOptions, live_exports};
 pub use import::{from_dlpack_legacy, from_dlpack_versioned};
 

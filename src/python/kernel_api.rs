@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyModule, PyType};
 
-use crate::alloc::EnvAlloc;
+use crate::dlpack::EnvAlloc;
 use crate::backend::default_allocator;
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
@@ -127,7 +127,7 @@ impl Framework {
 
     /// Its current work stream for `device`; `None` for host memory.
     pub fn current_stream(&self, device: Device) -> PyResult<Option<StreamHandle>> {
-        crate::alloc::current_work_stream(self.api, device).map_err(to_py)
+        crate::dlpack::env_alloc::current_work_stream(self.api, device).map_err(to_py)
     }
 
     /// `t` as the framework's tensor (no copy, no stream sync: see
@@ -288,7 +288,7 @@ impl<'py> FromPyObject<'_, 'py> for TensorArg {
                 // SAFETY: an owned managed tensor from the producer.
                 let t = unsafe { crate::dlpack::from_dlpack_versioned(out) }.map_err(to_py)?;
                 consumer::refuse_lazy_views(x, &t)?;
-                let stream = crate::alloc::current_work_stream(api, t.device()).map_err(to_py)?;
+                let stream = crate::dlpack::env_alloc::current_work_stream(api, t.device()).map_err(to_py)?;
                 return Ok(TensorArg {
                     tensor: t,
                     stream,

@@ -9,7 +9,7 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use super::{AllocStats, Allocation, Counters, NDAlloc};
+use crate::alloc::{AllocStats, Allocation, Counters, NDAlloc};
 use crate::device::Device;
 use crate::dlpack::ffi::{DLDataType, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor, kDLUInt};
 use crate::dtype::DType;
@@ -25,7 +25,7 @@ use crate::tensor::Tensor;
 ///   (`torch.empty(shape, dtype=..., device=...)`), wrapped without a copy; the
 ///   framework's deleter runs exactly once, when the last view drops.
 /// - as an [`NDAlloc`] (`Tensor::empty_in(Arc::new(env), ..)`, or under a
-///   [`CachingAlloc`](super::CachingAlloc)): raw bytes, asked for as a 1-D
+///   [`CachingAlloc`](crate::alloc::CachingAlloc)): raw bytes, asked for as a 1-D
 ///   `uint8` tensor. Where the framework's block is less aligned than asked
 ///   (torch aligns CPU memory to 64 bytes, devtensor asks 256), the request is
 ///   made again `align - 1` bytes larger and the pointer rounded up.
@@ -37,7 +37,7 @@ use crate::tensor::Tensor;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use devtensor::alloc::EnvAlloc;
+/// use devtensor::dlpack::EnvAlloc;
 /// use devtensor::{DType, Device, Tensor};
 ///
 /// // Any table will do; in a kernel library it comes from the calling

@@ -16,10 +16,13 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use super::import::ForeignOwner;
 use crate::alloc::NDAlloc;
 use crate::device::Device;
 use crate::stream::{EventHandle, StreamHandle};
+
+/// What keeps foreign memory alive: dropping it calls the producer's deleter
+/// (a DLPack import's owner, boxed so this module needs no DLPack types).
+pub type ForeignOwner = Box<dyn Send>;
 
 /// A deleter waiting for the events recorded at its storage's drop.
 struct Pending {
