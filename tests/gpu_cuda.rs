@@ -14,7 +14,6 @@ gpu_suite! {
     managed: |i| Some(Device::CudaManaged(i)),
     stream: devtensor::backend::cuda::stream::CudaStream,
     default_stream: devtensor::backend::cuda::stream::CudaStream::legacy,
-    copy_on_stream: devtensor::backend::cuda::copy::copy_on_stream,
     handoff: devtensor::backend::cuda::stream::handoff,
     current_device: devtensor::backend::cuda::context::current_device,
 }

@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use devtensor::backend::cuda::alloc::{CudaAlloc, CudaMemory, pool};
-use devtensor::backend::cuda::copy::copy_on_stream;
 use devtensor::backend::cuda::stream::{CudaStream, handoff};
 use devtensor::backend::memory_stats;
 use devtensor::{DType, Device, Tensor};
@@ -147,7 +146,8 @@ fn async_allocator_keeps_to_its_own_pool_and_waits_for_recorded_streams() {
         let tmp = Tensor::empty_in(alloc.clone(), &[n], DType::U32).unwrap();
         tmp.fill(round).unwrap();
         handoff(&CudaStream::legacy(0), &side).unwrap(); // the fills before the read
-        copy_on_stream(&out, &tmp.flip(&[0]).unwrap(), &side).unwrap();
+        out.copy_from_on_stream(&tmp.flip(&[0]).unwrap(), side.handle())
+            .unwrap();
         drop(tmp);
         side.synchronize().unwrap();
         assert_eq!(out.to_vec::<u32>().unwrap(), vec![round; n], "round {round}");

@@ -14,7 +14,6 @@ gpu_suite! {
     managed: |_| None::<Device>,
     stream: devtensor::backend::rocm::stream::RocmStream,
     default_stream: devtensor::backend::rocm::stream::RocmStream::default_stream,
-    copy_on_stream: devtensor::backend::rocm::copy::copy_on_stream,
     handoff: devtensor::backend::rocm::stream::handoff,
     current_device: devtensor::backend::rocm::context::current_device,
 }

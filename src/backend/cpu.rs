@@ -1,5 +1,6 @@
-//! The CPU [`DeviceBackend`]: host memory, always there; the copy engine runs
-//! on the calling thread (and rayon's pool), so there are no streams to order.
+//! The CPU [`DeviceBackend`]: host memory, always there; the copy engine
+//! (`crate::copy`) runs on the calling thread and rayon's pool, so there are
+//! no streams to order and no GPU runtime.
 
 use std::sync::{Arc, OnceLock};
 
@@ -7,7 +8,6 @@ use super::{BackendStatus, DeviceBackend, DeviceInfo};
 use crate::alloc::{CpuAlloc, NDAlloc};
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
 
 /// The host.
 #[derive(Debug)]
@@ -35,15 +35,6 @@ impl DeviceBackend for CpuBackend {
                 device: other,
             }),
         }
-    }
-
-    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
-        // Host memory on both sides (a GPU side is its backend's job): the engine.
-        dst.copy_from(src)
-    }
-
-    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()> {
-        dst.fill_bytes(value)
     }
 }
 

@@ -7,11 +7,11 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::BackendStatus;
+use super::gpu_runtime::GpuRuntime;
 use crate::alloc::{MemoryStats, NDAlloc};
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
 use crate::stream::StreamHandle;
-use crate::tensor::Tensor;
 
 /// A device made current on the calling thread until dropped (the backend's
 /// context guard); not `Send`, a current device belongs to a thread.
@@ -67,14 +67,12 @@ pub trait DeviceBackend: Send + Sync {
         Ok(0)
     }
 
-    /// Copies between tensors of which at least one lives on this backend's
-    /// memory (same shape and dtype, checked by the caller); blocking for
-    /// host-visible memory, ordered on the work stream otherwise.
-    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()>;
-
-    /// Writes the raw element `value` to every element of `dst` (this
-    /// backend's memory).
-    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()>;
+    /// The GPU runtime the copy paths run on (DMA, kernels, events, peer
+    /// access); `None` for the CPU, whose copies the host engine runs, and for
+    /// a backend not built in.
+    fn gpu(&self) -> Option<&dyn GpuRuntime> {
+        None
+    }
 
     /// The backend's default stream (CUDA's legacy stream, HIP's null stream),
     /// where blocking work runs unless a current stream is set; `None` for a

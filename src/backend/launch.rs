@@ -4,9 +4,33 @@
 
 use std::ffi::c_void;
 
-use super::kernels::KERNELS;
 use crate::copy::plan::{CopyPlan, PlanKind};
 use crate::error::{Error, Result};
+
+/// Every kernel the source must define (checked against the compiled module by
+/// `devtensor kernels --check`).
+pub const KERNELS: &[&str] = &[
+    "copy_strided_e1",
+    "copy_strided_e2",
+    "copy_strided_e4",
+    "copy_strided_e8",
+    "copy_strided_e16",
+    "copy_strided64_e1",
+    "copy_strided64_e2",
+    "copy_strided64_e4",
+    "copy_strided64_e8",
+    "copy_strided64_e16",
+    "fill_e1",
+    "fill_e2",
+    "fill_e4",
+    "fill_e8",
+    "fill_e16",
+    "copy_contig_v16",
+    "transpose_tiled_e1",
+    "transpose_tiled_e2",
+    "transpose_tiled_e4",
+    "transpose_tiled_e8",
+];
 
 /// Dims a kernel takes after coalescing (`DT_MAX_DIMS` in the kernel source).
 pub const MAX_DIMS: usize = 16;

@@ -14,11 +14,9 @@ mod cpu;
 pub mod cuda;
 pub(crate) mod deferred;
 mod device_backend;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-pub mod gpu_copy;
+pub mod gpu_runtime;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod kernels;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod launch;
 #[cfg(feature = "rocm")]
 pub mod rocm;

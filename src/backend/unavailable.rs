@@ -7,7 +7,6 @@ use crate::alloc::NDAlloc;
 use crate::device::Backend;
 use crate::device::Device;
 use crate::error::Result;
-use crate::tensor::Tensor;
 
 /// A backend not built in (its cargo feature off).
 #[derive(Debug)]
@@ -56,14 +55,6 @@ impl DeviceBackend for NotBuilt {
     }
 
     fn allocator(&self, _: Device) -> Result<Arc<dyn NDAlloc>> {
-        Err(self.unavailable())
-    }
-
-    fn copy(&self, _: &Tensor, _: &Tensor) -> Result<()> {
-        Err(self.unavailable())
-    }
-
-    fn fill(&self, _: &Tensor, _: &[u8]) -> Result<()> {
         Err(self.unavailable())
     }
 }

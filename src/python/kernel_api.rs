@@ -13,9 +13,9 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyModule, PyType};
 
-use crate::dlpack::EnvAlloc;
 use crate::backend::default_allocator;
 use crate::device::Device;
+use crate::dlpack::EnvAlloc;
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::DLPackExchangeAPI;
 use crate::dtype::DType;

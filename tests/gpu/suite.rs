@@ -8,7 +8,7 @@
 /// `$host`: its pinned host memory; `$managed(i)`: managed memory, if any;
 /// `$stream`: its stream type (with `new(ordinal)` and `synchronize()`);
 /// `$default_stream(i)`: the stream blocking calls (fills, copies) run on;
-/// `$copy_on`: its enqueue-a-copy function; `$handoff`: its DLPack handoff;
+/// `$handoff`: its DLPack handoff;
 /// `$current`: the ordinal current on the calling thread.
 #[macro_export]
 macro_rules! gpu_suite {
@@ -19,7 +19,6 @@ macro_rules! gpu_suite {
         managed: $managed:expr,
         stream: $stream:ty,
         default_stream: $default_stream:path,
-        copy_on_stream: $copy_on:path,
         handoff: $handoff:path,
         current_device: $current:path $(,)?
     ) => {
@@ -204,8 +203,13 @@ macro_rules! gpu_suite {
         }
 
         /// Enqueues `src → dst` on `stream`.
+        /// Enqueues `src → dst` on `stream` (`Tensor::copy_from_on_stream`).
+        fn enqueue_copy(dst: &Tensor, src: &Tensor, stream: &$stream) -> devtensor::Result<()> {
+            dst.copy_from_on_stream(src, stream.handle())
+        }
+
         fn copy_on(stream: &$stream, dst: &Tensor, src: &Tensor) {
-            $copy_on(dst, src, stream).unwrap();
+            enqueue_copy(dst, src, stream).unwrap();
         }
 
         #[test]
@@ -261,7 +265,7 @@ macro_rules! gpu_suite {
             let g = Tensor::zeros(&[4], DType::U32, dev(0)).unwrap();
             let h = Tensor::zeros(&[4], DType::U32, Device::Cpu).unwrap();
             assert!(matches!(
-                $copy_on(&g, &h, &s),
+                enqueue_copy(&g, &h, &s),
                 Err(devtensor::Error::DeviceMismatch { .. })
             ));
         }
@@ -600,7 +604,7 @@ macro_rules! gpu_suite {
                 let p = unsafe { Box::from_raw(m.cast::<Producer>()) };
                 // The producer's allocator reuses the block for its next op on P
                 // (an error would be the race, reported by the test's later calls).
-                let _ = $copy_on(&p.block, &p.next_op, &*p.stream);
+                let _ = enqueue_copy(&p.block, &p.next_op, &*p.stream);
                 p.ran.fetch_add(1, Ordering::SeqCst);
             }
             let n = 1 << 16;

@@ -1,4 +1,4 @@
-//! The CUDA side of the shared GPU copy paths (src/backend/gpu_copy.rs): DMA
+//! The CUDA side of the shared GPU copy paths (`tensor::device_copy`): DMA
 //! through the driver API, kernels from the NVRTC-compiled module.
 
 use std::collections::HashMap;
@@ -8,19 +8,14 @@ use std::sync::Arc;
 use cudarc::driver::sys;
 
 use super::context::{Gpu, check, device};
+use super::device_backend::CudaBackend;
 use super::kernels;
 use super::stream::{CudaEvent, CudaStream};
 use crate::alloc::PerDevice;
-use crate::backend::gpu_copy::{self, GpuRuntime};
+use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::StreamHandle;
-use crate::tensor::Tensor;
-
-/// The CUDA runtime for [`gpu_copy`].
-#[derive(Debug)]
-pub enum Cuda {}
 
 /// The kernel `name` on `gpu`, loading the module (cubin for the GPU's arch) once.
 fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
@@ -54,11 +49,8 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     })
 }
 
-impl GpuRuntime for Cuda {
-    type Stream = CudaStream;
-    type Event = CudaEvent;
-
-    fn locate(d: Device) -> Option<Option<u32>> {
+impl GpuRuntime for CudaBackend {
+    fn locate(&self, d: Device) -> Option<Option<u32>> {
         match d {
             Device::Cuda(i) | Device::CudaManaged(i) => Some(Some(i)),
             Device::CudaHost => Some(None),
@@ -66,39 +58,35 @@ impl GpuRuntime for Cuda {
         }
     }
 
-    fn device_memory(ordinal: u32) -> Device {
+    fn device_memory(&self, ordinal: u32) -> Device {
         Device::Cuda(ordinal)
     }
 
-    fn pinned_host() -> Device {
+    fn pinned_host(&self) -> Device {
         Device::CudaHost
     }
 
-    fn default_stream(ordinal: u32) -> CudaStream {
-        CudaStream::current(ordinal)
+    fn work_stream(&self, ordinal: u32) -> GpuStream {
+        GpuStream {
+            ordinal,
+            handle: CudaStream::current(ordinal).handle(),
+        }
     }
 
-    fn stream_ordinal(stream: &CudaStream) -> u32 {
-        stream.ordinal()
+    fn synchronize(&self, stream: &GpuStream) -> Result<()> {
+        stream_of(stream).synchronize()
     }
 
-    fn stream_handle(stream: &CudaStream) -> StreamHandle {
-        stream.handle()
-    }
-
-    fn synchronize(stream: &CudaStream) -> Result<()> {
-        stream.synchronize()
-    }
-
-    unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &CudaStream) -> Result<()> {
+    unsafe fn memcpy(&self, ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &GpuStream) -> Result<()> {
         let _current = device(ordinal)?.bind()?;
         // SAFETY: both ranges are valid device-accessible memory (UVA) of `bytes`.
         check("cuMemcpyAsync", unsafe {
-            sys::cuMemcpyAsync(dst, src, bytes, stream.raw())
+            sys::cuMemcpyAsync(dst, src, bytes, stream_of(stream).raw())
         })
     }
 
     unsafe fn memcpy_2d(
+        &self,
         ordinal: u32,
         dst: u64,
         dst_pitch: usize,
@@ -106,7 +94,7 @@ impl GpuRuntime for Cuda {
         src_pitch: usize,
         width: usize,
         height: usize,
-        stream: &CudaStream,
+        stream: &GpuStream,
     ) -> Result<bool> {
         // Pitches past the device's limit are refused with CUDA_ERROR_INVALID_VALUE
         // (cuMemcpy2D's documentation): the caller's kernel path takes those.
@@ -135,12 +123,18 @@ impl GpuRuntime for Cuda {
         let _current = gpu.bind()?;
         // SAFETY: both pitched regions are valid (caller's contract).
         check("cuMemcpy2DAsync", unsafe {
-            sys::cuMemcpy2DAsync_v2(&copy, stream.raw())
+            sys::cuMemcpy2DAsync_v2(&copy, stream_of(stream).raw())
         })?;
         Ok(true)
     }
 
-    unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &CudaStream) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        ordinal: u32,
+        call: &KernelCall,
+        params: &mut [*mut c_void],
+        stream: &GpuStream,
+    ) -> Result<()> {
         let gpu = device(ordinal)?;
         let f = function(gpu, call.name)?;
         let _current = gpu.bind()?;
@@ -155,28 +149,24 @@ impl GpuRuntime for Cuda {
                 call.block.1,
                 call.block.2,
                 0,
-                stream.raw(),
+                stream_of(stream).raw(),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         })
     }
 
-    fn record(stream: &CudaStream) -> Result<CudaEvent> {
-        let ev = CudaEvent::new(stream.ordinal(), false)?;
-        ev.record(stream)?;
-        Ok(ev)
+    fn record(&self, stream: &GpuStream) -> Result<Box<dyn GpuEvent>> {
+        let ev = CudaEvent::new(stream.ordinal, false)?;
+        ev.record(&stream_of(stream))?;
+        Ok(Box::new(ev))
     }
 
-    fn wait_host(event: &CudaEvent) -> Result<()> {
-        event.synchronize()
+    fn handoff(&self, producer: &GpuStream, consumer: &GpuStream) -> Result<()> {
+        super::stream::handoff(&stream_of(producer), &stream_of(consumer))
     }
 
-    fn handoff(producer: &CudaStream, consumer: &CudaStream) -> Result<()> {
-        super::stream::handoff(producer, consumer)
-    }
-
-    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
+    fn try_enable_peer_access(&self, ordinal: u32, peer: u32) -> Result<bool> {
         let (gpu, other) = (device(ordinal)?, device(peer)?);
         let mut can = 0;
         // SAFETY: both are valid devices; `can` is a valid out-pointer.
@@ -198,34 +188,32 @@ impl GpuRuntime for Cuda {
     }
 
     unsafe fn peer_copy(
+        &self,
         dst_ordinal: u32,
         dst: u64,
         src_ordinal: u32,
         src: u64,
         bytes: usize,
-        stream: &CudaStream,
+        stream: &GpuStream,
     ) -> Result<()> {
         let (dgpu, sgpu) = (device(dst_ordinal)?, device(src_ordinal)?);
-        let _current = device(stream.ordinal())?.bind()?;
+        let _current = device(stream.ordinal)?.bind()?;
         // SAFETY: both ranges are live device memory of their GPUs until the
         // stream's work is done (caller's contract); `stream` is live.
         check("cuMemcpyPeerAsync", unsafe {
-            sys::cuMemcpyPeerAsync(dst, dgpu.ctx, src, sgpu.ctx, bytes, stream.raw())
+            sys::cuMemcpyPeerAsync(dst, dgpu.ctx, src, sgpu.ctx, bytes, stream_of(stream).raw())
         })
     }
 }
 
-/// Enqueues `src → dst` on `stream` without synchronising (both on `stream`'s GPU).
-pub fn copy_on_stream(dst: &Tensor, src: &Tensor, stream: &CudaStream) -> Result<()> {
-    gpu_copy::copy_on_stream::<Cuda>(dst, src, stream)
+/// The stream a [`GpuStream`] names, borrowed (never destroyed here).
+fn stream_of(s: &GpuStream) -> CudaStream {
+    // SAFETY: a StreamHandle is a live stream of its GPU (its contract).
+    unsafe { CudaStream::borrowed(s.ordinal, s.handle.as_raw()) }
 }
 
-/// Copies between tensors of which at least one lives on a CUDA device.
-pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
-    gpu_copy::copy_tensor::<Cuda>(dst, src)
-}
-
-/// Fills a CUDA tensor with one raw element value.
-pub fn fill_tensor(dst: &Tensor, value: &[u8]) -> Result<()> {
-    gpu_copy::fill_tensor::<Cuda>(dst, value)
+impl GpuEvent for CudaEvent {
+    fn synchronize(&self) -> Result<()> {
+        CudaEvent::synchronize(self)
+    }
 }

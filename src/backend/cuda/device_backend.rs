@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use super::stream::CudaStream;
-use super::{alloc, context, copy, stream};
+use super::{alloc, context, stream};
 use crate::alloc::{MemoryStats, NDAlloc};
 use crate::backend::device_backend::{BoundDevice, DeviceBackend};
+use crate::backend::gpu_runtime::GpuRuntime;
 use crate::backend::{BackendStatus, cuda_status};
 use crate::device::{Backend, Device};
 use crate::error::Result;
 use crate::stream::StreamHandle;
-use crate::tensor::Tensor;
 
 /// CUDA, through the driver API (cudarc) and NVRTC.
 #[derive(Debug)]
@@ -41,12 +41,8 @@ impl DeviceBackend for CudaBackend {
         Ok(alloc::pool(device)?.map_or(0, |p| p.empty_cache()))
     }
 
-    fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
-        copy::copy_tensor(dst, src)
-    }
-
-    fn fill(&self, dst: &Tensor, value: &[u8]) -> Result<()> {
-        copy::fill_tensor(dst, value)
+    fn gpu(&self) -> Option<&dyn GpuRuntime> {
+        Some(self)
     }
 
     fn default_stream(&self) -> Option<StreamHandle> {

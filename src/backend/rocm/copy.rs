@@ -1,4 +1,4 @@
-//! The ROCm side of the shared GPU copy paths (src/backend/gpu_copy.rs): DMA
+//! The ROCm side of the shared GPU copy paths (`tensor::device_copy`): DMA
 //! through the HIP runtime, kernels from the hiprtc-compiled code object.
 
 use std::collections::HashMap;
@@ -6,20 +6,15 @@ use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use super::context::{Gpu, check, device};
+use super::device_backend::RocmBackend;
 use super::ffi;
 use super::kernels;
 use super::stream::{RocmEvent, RocmStream};
 use crate::alloc::PerDevice;
-use crate::backend::gpu_copy::{self, GpuRuntime};
+use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::stream::StreamHandle;
-use crate::tensor::Tensor;
-
-/// The HIP runtime for [`gpu_copy`].
-#[derive(Debug)]
-pub enum Rocm {}
 
 /// The kernel `name` on `gpu`, loading the code object for its arch once.
 fn function(gpu: &Gpu, name: &'static str) -> Result<ffi::Function> {
@@ -53,11 +48,8 @@ fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
     })
 }
 
-impl GpuRuntime for Rocm {
-    type Stream = RocmStream;
-    type Event = RocmEvent;
-
-    fn locate(d: Device) -> Option<Option<u32>> {
+impl GpuRuntime for RocmBackend {
+    fn locate(&self, d: Device) -> Option<Option<u32>> {
         match d {
             Device::Rocm(i) => Some(Some(i)),
             Device::RocmHost => Some(None),
@@ -65,31 +57,26 @@ impl GpuRuntime for Rocm {
         }
     }
 
-    fn device_memory(ordinal: u32) -> Device {
+    fn device_memory(&self, ordinal: u32) -> Device {
         Device::Rocm(ordinal)
     }
 
-    fn pinned_host() -> Device {
+    fn pinned_host(&self) -> Device {
         Device::RocmHost
     }
 
-    fn default_stream(ordinal: u32) -> RocmStream {
-        RocmStream::default_stream(ordinal)
+    fn work_stream(&self, ordinal: u32) -> GpuStream {
+        GpuStream {
+            ordinal,
+            handle: RocmStream::default_stream(ordinal).handle(),
+        }
     }
 
-    fn stream_ordinal(stream: &RocmStream) -> u32 {
-        stream.ordinal()
+    fn synchronize(&self, stream: &GpuStream) -> Result<()> {
+        stream_of(stream).synchronize()
     }
 
-    fn stream_handle(stream: &RocmStream) -> StreamHandle {
-        stream.handle()
-    }
-
-    fn synchronize(stream: &RocmStream) -> Result<()> {
-        stream.synchronize()
-    }
-
-    unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &RocmStream) -> Result<()> {
+    unsafe fn memcpy(&self, ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &GpuStream) -> Result<()> {
         let _current = device(ordinal)?.bind()?;
         // SAFETY: both ranges are valid device-accessible memory of `bytes`.
         check("hipMemcpyAsync", unsafe {
@@ -98,12 +85,13 @@ impl GpuRuntime for Rocm {
                 src as *const c_void,
                 bytes,
                 ffi::MEMCPY_DEFAULT,
-                stream.raw(),
+                stream_of(stream).raw(),
             )
         })
     }
 
     unsafe fn memcpy_2d(
+        &self,
         ordinal: u32,
         dst: u64,
         dst_pitch: usize,
@@ -111,7 +99,7 @@ impl GpuRuntime for Rocm {
         src_pitch: usize,
         width: usize,
         height: usize,
-        stream: &RocmStream,
+        stream: &GpuStream,
     ) -> Result<bool> {
         // HIP's 2-D DMA misbehaves on pitches and widths that are not multiples
         // of 4 bytes: those go through the permute kernel instead.
@@ -129,13 +117,19 @@ impl GpuRuntime for Rocm {
                 width,
                 height,
                 ffi::MEMCPY_DEFAULT,
-                stream.raw(),
+                stream_of(stream).raw(),
             )
         })?;
         Ok(true)
     }
 
-    unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &RocmStream) -> Result<()> {
+    unsafe fn launch(
+        &self,
+        ordinal: u32,
+        call: &KernelCall,
+        params: &mut [*mut c_void],
+        stream: &GpuStream,
+    ) -> Result<()> {
         let gpu = device(ordinal)?;
         let f = function(gpu, call.name)?;
         let _current = gpu.bind()?;
@@ -150,28 +144,24 @@ impl GpuRuntime for Rocm {
                 call.block.1,
                 call.block.2,
                 0,
-                stream.raw(),
+                stream_of(stream).raw(),
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
         })
     }
 
-    fn record(stream: &RocmStream) -> Result<RocmEvent> {
-        let ev = RocmEvent::new(stream.ordinal(), false)?;
-        ev.record(stream)?;
-        Ok(ev)
+    fn record(&self, stream: &GpuStream) -> Result<Box<dyn GpuEvent>> {
+        let ev = RocmEvent::new(stream.ordinal, false)?;
+        ev.record(&stream_of(stream))?;
+        Ok(Box::new(ev))
     }
 
-    fn wait_host(event: &RocmEvent) -> Result<()> {
-        event.synchronize()
+    fn handoff(&self, producer: &GpuStream, consumer: &GpuStream) -> Result<()> {
+        super::stream::handoff(&stream_of(producer), &stream_of(consumer))
     }
 
-    fn handoff(producer: &RocmStream, consumer: &RocmStream) -> Result<()> {
-        super::stream::handoff(producer, consumer)
-    }
-
-    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool> {
+    fn try_enable_peer_access(&self, ordinal: u32, peer: u32) -> Result<bool> {
         let gpu = device(ordinal)?;
         device(peer)?;
         let mut can: c_int = 0;
@@ -193,16 +183,17 @@ impl GpuRuntime for Rocm {
     }
 
     unsafe fn peer_copy(
+        &self,
         dst_ordinal: u32,
         dst: u64,
         src_ordinal: u32,
         src: u64,
         bytes: usize,
-        stream: &RocmStream,
+        stream: &GpuStream,
     ) -> Result<()> {
         device(dst_ordinal)?;
         device(src_ordinal)?;
-        let _current = device(stream.ordinal())?.bind()?;
+        let _current = device(stream.ordinal)?.bind()?;
         // SAFETY: both ranges are live device memory of their GPUs until the
         // stream's work is done (caller's contract); `stream` is live.
         check("hipMemcpyPeerAsync", unsafe {
@@ -212,23 +203,20 @@ impl GpuRuntime for Rocm {
                 src as *const c_void,
                 src_ordinal as c_int,
                 bytes,
-                stream.raw(),
+                stream_of(stream).raw(),
             )
         })
     }
 }
 
-/// Enqueues `src → dst` on `stream` without synchronising (both on `stream`'s GPU).
-pub fn copy_on_stream(dst: &Tensor, src: &Tensor, stream: &RocmStream) -> Result<()> {
-    gpu_copy::copy_on_stream::<Rocm>(dst, src, stream)
+/// The stream a [`GpuStream`] names, borrowed (never destroyed here).
+fn stream_of(s: &GpuStream) -> RocmStream {
+    // SAFETY: a StreamHandle is a live stream of its GPU (its contract).
+    unsafe { RocmStream::borrowed(s.ordinal, s.handle.as_raw()) }
 }
 
-/// Copies between tensors of which at least one lives on a ROCm device.
-pub fn copy_tensor(dst: &Tensor, src: &Tensor) -> Result<()> {
-    gpu_copy::copy_tensor::<Rocm>(dst, src)
-}
-
-/// Fills a ROCm tensor with one raw element value.
-pub fn fill_tensor(dst: &Tensor, value: &[u8]) -> Result<()> {
-    gpu_copy::fill_tensor::<Rocm>(dst, value)
+impl GpuEvent for RocmEvent {
+    fn synchronize(&self) -> Result<()> {
+        RocmEvent::synchronize(self)
+    }
 }

@@ -4,6 +4,8 @@
 //! share storage and move no data; `contiguous`, `copy_from` and `fill` run the
 //! strided copy engine.
 
+mod device_copy;
+
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -12,6 +14,7 @@ use smallvec::SmallVec;
 
 use crate::alloc::{Allocation, NDAlloc};
 use crate::backend::deferred::ForeignOwner;
+use crate::backend::gpu_runtime::{GpuRuntime, GpuStream};
 use crate::backend::{default_allocator, for_device};
 use crate::device::Device;
 use crate::dtype::DType;
@@ -126,12 +129,7 @@ impl Storage {
     }
 
     /// Wraps foreign memory (DLPack import).
-    pub(crate) fn foreign(
-        ptr: NonNull<u8>,
-        len: usize,
-        device: Device,
-        owner: ForeignOwner,
-    ) -> Storage {
+    pub(crate) fn foreign(ptr: NonNull<u8>, len: usize, device: Device, owner: ForeignOwner) -> Storage {
         Storage {
             ptr,
             len,
@@ -616,7 +614,7 @@ impl Tensor {
             });
         }
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
-            return device_copy(self, src);
+            return copy_on_device(self, src);
         }
         // SAFETY: both views lie inside their storages (every view constructor
         // keeps them in bounds), both are host-accessible, `self` is writable,
@@ -631,6 +629,25 @@ impl Tensor {
                 self.dtype.size(),
             )
         }
+    }
+
+    /// Enqueues a copy of `src` into `self` on `stream`, a stream of the GPU
+    /// both tensors live on (device or managed memory), without waiting: the
+    /// host may not read the result before the stream's work is done. Both
+    /// storages record the stream, so their memory is not reused elsewhere
+    /// before that work is done.
+    pub fn copy_from_on_stream(&self, src: &Tensor, stream: StreamHandle) -> Result<()> {
+        let Some(ordinal) = self.device().ordinal() else {
+            return Err(Error::UnsupportedDevice {
+                op: "copy on a stream",
+                device: self.device(),
+            });
+        };
+        let stream = GpuStream {
+            ordinal,
+            handle: stream,
+        };
+        device_copy::copy_on_stream(gpu_of(self.device(), "copy on a stream")?, self, src, &stream)
     }
 
     /// This tensor on `device`: itself when already there, else a C-contiguous copy.
@@ -650,7 +667,7 @@ impl Tensor {
             return Err(Error::InvalidLayout("fill value size differs from the element size"));
         }
         if !self.device().is_host_accessible() {
-            return device_fill(self, value);
+            return fill_on_device(self, value);
         }
         // SAFETY: the view lies inside its storage, is host-accessible and writable.
         unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
@@ -728,9 +745,20 @@ fn note_work_stream(t: &Tensor) {
     }
 }
 
-/// A copy where at least one side is not host memory: the job of that side's
-/// backend (the destination's when both are devices).
-fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
+/// The GPU runtime of `device`'s backend; `Err` for memory no GPU runtime
+/// of this build serves.
+fn gpu_of(device: Device, op: &'static str) -> Result<&'static dyn GpuRuntime> {
+    let backend = for_device(device);
+    match backend.gpu() {
+        Some(rt) => Ok(rt),
+        None if backend.status().is_available() => Err(Error::UnsupportedDevice { op, device }),
+        None => Err(backend.unavailable()),
+    }
+}
+
+/// A copy where at least one side is not host memory: on the GPU runtime of
+/// that side (the destination's when both are devices).
+fn copy_on_device(dst: &Tensor, src: &Tensor) -> Result<()> {
     note_work_stream(dst);
     note_work_stream(src);
     let device = if dst.device() == Device::Cpu {
@@ -738,13 +766,13 @@ fn device_copy(dst: &Tensor, src: &Tensor) -> Result<()> {
     } else {
         dst.device()
     };
-    for_device(device).copy(dst, src)
+    device_copy::copy_tensor(gpu_of(device, "copy")?, dst, src)
 }
 
-/// A fill of device memory: the backend's job.
-fn device_fill(dst: &Tensor, value: &[u8]) -> Result<()> {
+/// A fill of device memory, on its GPU runtime.
+fn fill_on_device(dst: &Tensor, value: &[u8]) -> Result<()> {
     note_work_stream(dst);
-    for_device(dst.device()).fill(dst, value)
+    device_copy::fill_tensor(gpu_of(dst.device(), "fill")?, dst, value)
 }
 
 impl fmt::Debug for Tensor {

@@ -1,184 +1,33 @@
-//! GPU copies, written once for every GPU runtime: planned on the host by the
-//! shared planner, then one DMA or one kernel launch. Host↔device copies of
-//! contiguous pageable memory are one DMA (the driver stages it); other
-//! pageable or strided host views go through a bounded, reused ring of pinned
-//! chunks (`staging_mb` in `DEVTENSOR_ALLOC_CONF`): the CPU gathers (scatters)
-//! one chunk while the DMA of the other runs, and the GPU permutes. Copies
-//! between GPUs run on a stream with peer access where the devices allow it,
-//! ordered with both GPUs' work by events. A runtime (CUDA, HIP) supplies the
-//! handful of calls in [`GpuRuntime`].
+//! GPU copies and fills of tensors, written once for every GPU runtime over
+//! [`GpuRuntime`]: planned on the host by the shared planner, then one DMA or
+//! one kernel launch. Host↔device copies of contiguous pageable memory are one
+//! DMA (the driver stages it); other pageable or strided host views go through
+//! a bounded, reused ring of pinned chunks (`staging_mb` in
+//! `DEVTENSOR_ALLOC_CONF`): the CPU gathers (scatters) one chunk while the DMA
+//! of the other runs, and the GPU permutes. Copies between GPUs run on a stream
+//! with peer access where the devices allow it, ordered with both GPUs' work by
+//! events.
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::launch::{KernelCall, copy_call, fill_call, split_for_32bit};
+use super::Tensor;
+use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream, run_plan, try_memcpy_2d};
+use crate::backend::launch::{fill_call, split_for_32bit};
 use crate::copy::plan::{BaseAddrs, CopyPlan, PlanKind, PlanOptions, plan_copy, plan_fill};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout;
-use crate::stream::StreamHandle;
-use crate::tensor::Tensor;
-
-/// What a GPU runtime provides to the shared copy paths.
-pub trait GpuRuntime {
-    /// Its stream type.
-    type Stream;
-    /// Its event type (destroyed on drop).
-    type Event;
-
-    /// `Some(Some(i))` for device or managed memory of GPU `i`, `Some(None)`
-    /// for its pinned host memory (reachable from every GPU), `None` otherwise.
-    fn locate(device: Device) -> Option<Option<u32>>;
-    /// Device memory of GPU `ordinal`.
-    fn device_memory(ordinal: u32) -> Device;
-    /// Pinned host memory.
-    fn pinned_host() -> Device;
-    /// The stream blocking copies run on (the legacy / null default stream).
-    fn default_stream(ordinal: u32) -> Self::Stream;
-    /// The stream's GPU.
-    fn stream_ordinal(stream: &Self::Stream) -> u32;
-    /// The stream as the handle allocators record.
-    fn stream_handle(stream: &Self::Stream) -> StreamHandle;
-    /// Blocks the host until the stream's work is done.
-    fn synchronize(stream: &Self::Stream) -> Result<()>;
-
-    /// Enqueues a copy of `bytes` between unified addresses.
-    ///
-    /// # Safety
-    ///
-    /// Both ranges are device-accessible and stay alive until the work is done.
-    unsafe fn memcpy(ordinal: u32, dst: u64, src: u64, bytes: usize, stream: &Self::Stream) -> Result<()>;
-
-    /// Enqueues a pitched 2-D copy of `height` rows of `width` bytes; `Ok(false)`
-    /// when the runtime cannot do this geometry with DMA.
-    ///
-    /// # Safety
-    ///
-    /// As [`GpuRuntime::memcpy`], for every row.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn memcpy_2d(
-        ordinal: u32,
-        dst: u64,
-        dst_pitch: usize,
-        src: u64,
-        src_pitch: usize,
-        width: usize,
-        height: usize,
-        stream: &Self::Stream,
-    ) -> Result<bool>;
-
-    /// Launches a kernel of the manifest with `params` (pointers to each argument).
-    ///
-    /// # Safety
-    ///
-    /// `params` match the kernel's parameters in order and every pointer
-    /// argument addresses device-accessible memory large enough for the launch.
-    unsafe fn launch(ordinal: u32, call: &KernelCall, params: &mut [*mut c_void], stream: &Self::Stream) -> Result<()>;
-
-    /// Records the current end of `stream`'s work in a new event.
-    fn record(stream: &Self::Stream) -> Result<Self::Event>;
-    /// Blocks the host until the work `event` recorded is done.
-    fn wait_host(event: &Self::Event) -> Result<()>;
-    /// Work enqueued on `producer` so far happens before work later enqueued on
-    /// `consumer` (an event, waited on by the device; the streams may belong to
-    /// different GPUs).
-    fn handoff(producer: &Self::Stream, consumer: &Self::Stream) -> Result<()>;
-
-    /// Makes GPU `peer`'s memory accessible to kernels and copies running on
-    /// GPU `ordinal`; `Ok(false)` where the devices cannot. Called once per
-    /// ordered pair: [`peer_access`] remembers the answer.
-    fn try_enable_peer_access(ordinal: u32, peer: u32) -> Result<bool>;
-
-    /// Enqueues a copy of `bytes` contiguous bytes from device memory of GPU
-    /// `src_ordinal` to device memory of GPU `dst_ordinal` on `stream`.
-    ///
-    /// # Safety
-    ///
-    /// Both ranges are live device memory of their GPUs until the work is done.
-    unsafe fn peer_copy(
-        dst_ordinal: u32,
-        dst: u64,
-        src_ordinal: u32,
-        src: u64,
-        bytes: usize,
-        stream: &Self::Stream,
-    ) -> Result<()>;
-}
 
 /// The GPU work on located memory runs on: its own GPU, or for memory of no
 /// GPU (pinned host memory, `None`) the calling thread's current device (see
 /// [`crate::backend::current_ordinal`]), so a process that uses only GPU 1
 /// never touches GPU 0.
-fn ordinal_of<R: GpuRuntime>(gpu: Option<u32>) -> Result<u32> {
+fn ordinal_of(rt: &dyn GpuRuntime, gpu: Option<u32>) -> Result<u32> {
     match gpu {
         Some(i) => Ok(i),
-        None => crate::backend::current_ordinal(R::device_memory(0).backend()),
-    }
-}
-
-/// Runs a planned copy between two device-accessible addresses.
-///
-/// # Safety
-///
-/// `dst` / `src` are device-accessible addresses of element `[0, ..]` of the
-/// views the plan was made from, valid for the plan's spans, and not freed
-/// before the work on `stream` completes.
-pub unsafe fn run_plan<R: GpuRuntime>(plan: &CopyPlan, dst: u64, src: u64, stream: &R::Stream) -> Result<()> {
-    let dst_base = dst.wrapping_add_signed(plan.dst_offset as i64);
-    let src_base = src.wrapping_add_signed(plan.src_offset as i64);
-    let ordinal = R::stream_ordinal(stream);
-    match plan.kind {
-        PlanKind::Empty => Ok(()),
-        // SAFETY: both ranges are valid device-accessible memory (caller's contract).
-        PlanKind::Memcpy => unsafe { R::memcpy(ordinal, dst_base, src_base, plan.bytes(), stream) },
-        _ => {
-            // Past 2^31 elements (or offsets): one launch per 32-bit piece.
-            for piece in split_for_32bit(plan) {
-                let mut call = copy_call(&piece)?;
-                let mut src_base = src.wrapping_add_signed(piece.src_offset as i64);
-                let mut dst_base = dst.wrapping_add_signed(piece.dst_offset as i64);
-                let mut params = [
-                    (&raw mut src_base).cast::<c_void>(),
-                    (&raw mut dst_base).cast(),
-                    call.args_ptr(),
-                ];
-                // SAFETY: every copy kernel takes `(const u8* src, u8* dst, Args)`, and
-                // every index it forms lies inside the piece's part of the plan's spans.
-                unsafe { R::launch(ordinal, &call, &mut params, stream)? };
-            }
-            Ok(())
-        }
-    }
-}
-
-/// One strided outer dim over contiguous rows: a single 2-D DMA copy.
-/// `Ok(false)` when the plan is not of that shape or the runtime declines.
-///
-/// # Safety
-///
-/// As [`run_plan`].
-unsafe fn try_memcpy_2d<R: GpuRuntime>(plan: &CopyPlan, dst: u64, src: u64, stream: &R::Stream) -> Result<bool> {
-    if plan.kind != PlanKind::Rows || plan.dims.len() != 2 {
-        return Ok(false);
-    }
-    let (row, outer) = (plan.dims[0], plan.dims[1]);
-    let width = row.len * plan.elem_size;
-    if outer.src < width as isize || outer.dst < width as isize {
-        return Ok(false); // negative or overlapping pitches: the kernel handles those
-    }
-    // SAFETY: both pitched regions lie inside the plan's spans (caller's contract).
-    unsafe {
-        R::memcpy_2d(
-            R::stream_ordinal(stream),
-            dst.wrapping_add_signed(plan.dst_offset as i64),
-            outer.dst as usize,
-            src.wrapping_add_signed(plan.src_offset as i64),
-            outer.src as usize,
-            width,
-            outer.len,
-            stream,
-        )
+        None => crate::backend::current_ordinal(rt.device_memory(0).backend()),
     }
 }
 
@@ -218,38 +67,38 @@ fn check_same_kind(dst: &Tensor, src: &Tensor) -> Result<()> {
 /// Enqueues `src → dst` on `stream` without synchronising. Both tensors must
 /// be device or managed memory of `stream`'s GPU. Their storages record the
 /// stream, so the pool does not reuse them elsewhere before this work is done.
-pub fn copy_on_stream<R: GpuRuntime>(dst: &Tensor, src: &Tensor, stream: &R::Stream) -> Result<()> {
+pub(super) fn copy_on_stream(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, stream: &GpuStream) -> Result<()> {
     check_same_kind(dst, src)?;
-    let ordinal = R::stream_ordinal(stream);
+    let ordinal = stream.ordinal;
     for d in [dst.device(), src.device()] {
-        if R::locate(d) != Some(Some(ordinal)) {
+        if rt.locate(d) != Some(Some(ordinal)) {
             return Err(Error::DeviceMismatch {
-                expected: R::device_memory(ordinal),
+                expected: rt.device_memory(ordinal),
                 got: d,
             });
         }
     }
     let plan = plan_for(dst, src)?;
-    let handle = R::stream_handle(stream);
+    let handle = stream.handle;
     dst.storage().record_stream(handle);
     src.storage().record_stream(handle);
     // SAFETY: both views lie inside live device storages of this GPU, and the
     // recorded stream keeps their memory from reuse until the work is done.
-    unsafe { run_plan::<R>(&plan, dst.data_ptr() as u64, src.data_ptr() as u64, stream) }
+    unsafe { run_plan(rt, &plan, dst.data_ptr() as u64, src.data_ptr() as u64, stream) }
 }
 
 /// Copies between tensors of which at least one lives on a GPU of runtime `R`,
 /// on the default stream of the GPU involved. Copies that touch host-visible
 /// memory synchronise before returning, so the host may read the result.
-pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
+pub(super) fn copy_tensor(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor) -> Result<()> {
     check_same_kind(dst, src)?;
-    match (R::locate(dst.device()), R::locate(src.device())) {
+    match (rt.locate(dst.device()), rt.locate(src.device())) {
         // Both reachable from one GPU through unified addressing.
         (Some(d), Some(s)) if d.is_none() || s.is_none() || d == s => {
-            let ordinal = ordinal_of::<R>(d.or(s))?; // None: pinned on both sides
-            let stream = R::default_stream(ordinal);
+            let ordinal = ordinal_of(rt, d.or(s))?; // None: pinned on both sides
+            let stream = rt.work_stream(ordinal);
             let plan = plan_for(dst, src)?;
-            let pinned = [dst.device(), src.device()].contains(&R::pinned_host());
+            let pinned = [dst.device(), src.device()].contains(&rt.pinned_host());
             let (dp, sp) = (dst.data_ptr() as u64, src.data_ptr() as u64);
             // The views lie inside live storages that outlive the synchronisation
             // at the end; pinned and managed memory are device-accessible through
@@ -258,39 +107,39 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
                 // One DMA, or one kernel on device / managed memory.
                 PlanKind::Empty | PlanKind::Memcpy => {
                     // SAFETY: see above.
-                    unsafe { run_plan::<R>(&plan, dp, sp, &stream)? };
+                    unsafe { run_plan(rt, &plan, dp, sp, &stream)? };
                     true
                 }
                 _ if !pinned => {
                     // SAFETY: see above.
-                    unsafe { run_plan::<R>(&plan, dp, sp, &stream)? };
+                    unsafe { run_plan(rt, &plan, dp, sp, &stream)? };
                     true
                 }
                 // Pinned memory: a 2-D DMA when the rows are contiguous.
                 // SAFETY: see above.
-                _ => unsafe { try_memcpy_2d::<R>(&plan, dp, sp, &stream)? },
+                _ => unsafe { try_memcpy_2d(rt, &plan, dp, sp, &stream)? },
             };
             if !done {
                 // A permutation across the bus: pinned chunks gathered (scattered)
                 // by the CPU, DMA'd whole, permuted on the GPU.
-                return if src.device() == R::pinned_host() {
-                    staged_host_to_device::<R>(dst, src, ordinal)
+                return if src.device() == rt.pinned_host() {
+                    staged_host_to_device(rt, dst, src, ordinal)
                 } else {
-                    staged_device_to_host::<R>(dst, src, ordinal)
+                    staged_device_to_host(rt, dst, src, ordinal)
                 };
             }
             if dst.device().is_host_accessible() || src.device().is_host_accessible() {
-                R::synchronize(&stream)?;
+                rt.synchronize(&stream)?;
             }
             Ok(())
         }
-        (Some(Some(d)), Some(Some(s))) => peer_copy_tensor::<R>(dst, d, src, s),
+        (Some(Some(d)), Some(Some(s))) => peer_copy_tensor(rt, dst, d, src, s),
         (Some(_), Some(_)) => unreachable!("the first arm takes every pair with pinned memory"),
         // Another runtime's device memory: through a host tensor.
-        (Some(_), None) if !src.device().is_host_accessible() => copy_tensor::<R>(dst, &src.to(Device::Cpu)?),
+        (Some(_), None) if !src.device().is_host_accessible() => copy_tensor(rt, dst, &src.to(Device::Cpu)?),
         (None, Some(_)) if !dst.device().is_host_accessible() => {
             let host = Tensor::empty(dst.shape(), dst.dtype(), Device::Cpu)?;
-            copy_tensor::<R>(&host, src)?;
+            copy_tensor(rt, &host, src)?;
             dst.copy_from(&host)
         }
         // Host-accessible memory on both sides: the CPU engine.
@@ -298,19 +147,19 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
         (None, Some(_)) if src.device().is_host_accessible() => dst.copy_from(src),
         // Host (pageable) → device memory.
         (Some(d), None) => {
-            let ordinal = ordinal_of::<R>(d)?;
+            let ordinal = ordinal_of(rt, d)?;
             if src.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
-                return direct_dma::<R>(dst, src, ordinal);
+                return direct_dma(rt, dst, src, ordinal);
             }
-            staged_host_to_device::<R>(dst, src, ordinal)
+            staged_host_to_device(rt, dst, src, ordinal)
         }
         // Device memory → host (pageable).
         (None, Some(s)) => {
-            let ordinal = ordinal_of::<R>(s)?;
+            let ordinal = ordinal_of(rt, s)?;
             if dst.device() == Device::Cpu && src.is_contiguous() && dst.is_contiguous() {
-                return direct_dma::<R>(dst, src, ordinal);
+                return direct_dma(rt, dst, src, ordinal);
             }
-            staged_device_to_host::<R>(dst, src, ordinal)
+            staged_device_to_host(rt, dst, src, ordinal)
         }
         (None, None) => Err(Error::UnsupportedDevice {
             op: "GPU copy between host tensors",
@@ -322,17 +171,17 @@ pub fn copy_tensor<R: GpuRuntime>(dst: &Tensor, src: &Tensor) -> Result<()> {
 /// One DMA between contiguous pageable host memory and contiguous device
 /// memory (the driver stages pageable memory itself, a bounded buffer of its
 /// own), then a synchronisation: nothing pinned by devtensor.
-fn direct_dma<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+fn direct_dma(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
     if dst.nbytes() == 0 {
         return Ok(());
     }
-    let stream = R::default_stream(ordinal);
+    let stream = rt.work_stream(ordinal);
     // SAFETY: both views are contiguous inside live storages of `nbytes` bytes
     // from their start; the host range is ordinary memory the driver reads or
     // writes before the synchronisation below returns, and the device range
     // stays alive until then too.
     unsafe {
-        R::memcpy(
+        rt.memcpy(
             ordinal,
             dst.data_ptr() as u64,
             src.data_ptr() as u64,
@@ -340,7 +189,7 @@ fn direct_dma<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result
             &stream,
         )?
     };
-    R::synchronize(&stream)
+    rt.synchronize(&stream)
 }
 
 // ----- the pinned staging ring ----------------------------------------------------------
@@ -452,14 +301,16 @@ impl Area {
 /// `area` is device-accessible (pinned) memory of the chunk's bytes, `view` a
 /// view of live device memory, both alive until the stream's work is done;
 /// work on `stream` runs in order, so one scratch serves every chunk.
-unsafe fn enqueue_chunk<R: GpuRuntime>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn enqueue_chunk(
+    rt: &dyn GpuRuntime,
     view: &Tensor,
     area: &Area,
     to_view: bool,
     scratch: &mut Option<Tensor>,
     slot: usize,
     ordinal: u32,
-    stream: &R::Stream,
+    stream: &GpuStream,
 ) -> Result<()> {
     let e = view.dtype().size();
     let vaddr = view.data_ptr() as u64;
@@ -477,11 +328,11 @@ unsafe fn enqueue_chunk<R: GpuRuntime>(
         PlanKind::Empty => true,
         PlanKind::Memcpy => {
             // SAFETY: both ranges are device-accessible and alive (caller's contract).
-            unsafe { run_plan::<R>(&plan, dst, src, stream)? };
+            unsafe { run_plan(rt, &plan, dst, src, stream)? };
             true
         }
         // SAFETY: as above.
-        _ => unsafe { try_memcpy_2d::<R>(&plan, dst, src, stream)? },
+        _ => unsafe { try_memcpy_2d(rt, &plan, dst, src, stream)? },
     };
     if dma {
         return Ok(());
@@ -490,7 +341,7 @@ unsafe fn enqueue_chunk<R: GpuRuntime>(
     // permute there with a kernel (stream order keeps the scratch's uses apart).
     let scratch = match scratch {
         Some(t) => t,
-        None => scratch.insert(Tensor::empty(&[slot], DType::U8, R::device_memory(ordinal))?),
+        None => scratch.insert(Tensor::empty(&[slot], DType::U8, rt.device_memory(ordinal))?),
     };
     let s_addr = scratch.data_ptr() as u64;
     let bytes = view.nbytes();
@@ -505,25 +356,28 @@ unsafe fn enqueue_chunk<R: GpuRuntime>(
     // GPU's memory; the other ranges as above.
     unsafe {
         if to_view {
-            R::memcpy(ordinal, s_addr, area.addr, bytes, stream)?;
+            rt.memcpy(ordinal, s_addr, area.addr, bytes, stream)?;
             let p = via(vaddr, view.strides(), s_addr, &area.strides)?;
-            run_plan::<R>(&p, vaddr, s_addr, stream)
+            run_plan(rt, &p, vaddr, s_addr, stream)
         } else {
             let p = via(s_addr, &area.strides, vaddr, view.strides())?;
-            run_plan::<R>(&p, s_addr, vaddr, stream)?;
-            R::memcpy(ordinal, area.addr, s_addr, bytes, stream)
+            run_plan(rt, &p, s_addr, vaddr, stream)?;
+            rt.memcpy(ordinal, area.addr, s_addr, bytes, stream)
         }
     }
 }
 
 /// Locks the ring and makes sure its pinned memory is allocated.
-fn ring_buffer<R: GpuRuntime>(ring: &Mutex<Ring>) -> Result<(std::sync::MutexGuard<'_, Ring>, u64, usize)> {
+fn ring_buffer<'r>(
+    rt: &dyn GpuRuntime,
+    ring: &'r Mutex<Ring>,
+) -> Result<(std::sync::MutexGuard<'r, Ring>, u64, usize)> {
     let mut g = ring.lock().unwrap_or_else(PoisonError::into_inner);
     let slot = g.slot;
     let buf = match &g.buf {
         Some(b) => b.data_ptr() as u64,
         None => {
-            let b = Tensor::empty(&[2 * slot], DType::U8, R::pinned_host())?;
+            let b = Tensor::empty(&[2 * slot], DType::U8, rt.pinned_host())?;
             let addr = b.data_ptr() as u64;
             g.buf = Some(b);
             addr
@@ -536,18 +390,18 @@ fn ring_buffer<R: GpuRuntime>(ring: &Mutex<Ring>) -> Result<(std::sync::MutexGua
 /// `ordinal` through the pinned ring: the CPU gathers chunk `c + 1` into one
 /// slot while the DMA of chunk `c` reads the other; a slot is refilled only
 /// after an event says its DMA is done.
-fn staged_host_to_device<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
-    let ring = ring_of(R::pinned_host())?;
-    let (_guard, buf, slot) = ring_buffer::<R>(&ring)?;
-    let stream = R::default_stream(ordinal);
+fn staged_host_to_device(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+    let ring = ring_of(rt.pinned_host())?;
+    let (_guard, buf, slot) = ring_buffer(rt, &ring)?;
+    let stream = rt.work_stream(ordinal);
     let e = dst.dtype().size();
     let chunks = Chunks::new(dst.shape(), e, slot);
     let mut scratch = None;
-    let mut done: [Option<R::Event>; 2] = [None, None];
+    let mut done: [Option<Box<dyn GpuEvent>>; 2] = [None, None];
     for c in 0..chunks.count {
         let j = c % 2;
         if let Some(ev) = done[j].take() {
-            R::wait_host(&ev)?; // the DMA that read this slot (chunk c - 2)
+            ev.synchronize()?; // the DMA that read this slot (chunk c - 2)
         }
         let (dv, sv) = (chunks.view(dst, c)?, chunks.view(src, c)?);
         let area = Area::new(buf + (j * slot) as u64, dv.shape())?;
@@ -564,30 +418,30 @@ fn staged_host_to_device<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
             )?
         };
         // SAFETY: pinned slot and device view, both alive past the synchronisation below.
-        unsafe { enqueue_chunk::<R>(&dv, &area, true, &mut scratch, slot, ordinal, &stream)? };
+        unsafe { enqueue_chunk(rt, &dv, &area, true, &mut scratch, slot, ordinal, &stream)? };
         if c + 2 < chunks.count {
-            done[j] = Some(R::record(&stream)?);
+            done[j] = Some(rt.record(&stream)?);
         }
     }
-    R::synchronize(&stream)
+    rt.synchronize(&stream)
 }
 
 /// Device memory of GPU `ordinal` → host (any host-accessible memory, any
 /// layout) through the pinned ring: the DMA of chunk `c + 1` fills one slot
 /// while the CPU scatters chunk `c` from the other, after its event.
-fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
-    let ring = ring_of(R::pinned_host())?;
-    let (_guard, buf, slot) = ring_buffer::<R>(&ring)?;
-    let stream = R::default_stream(ordinal);
+fn staged_device_to_host(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordinal: u32) -> Result<()> {
+    let ring = ring_of(rt.pinned_host())?;
+    let (_guard, buf, slot) = ring_buffer(rt, &ring)?;
+    let stream = rt.work_stream(ordinal);
     let e = dst.dtype().size();
     let chunks = Chunks::new(dst.shape(), e, slot);
     let mut scratch = None;
     // The chunk whose DMA is in flight, and the event that says it is done.
-    let mut pending: Option<(usize, Option<R::Event>)> = None;
-    let scatter = |c: usize, ev: Option<R::Event>| -> Result<()> {
+    let mut pending: Option<(usize, Option<Box<dyn GpuEvent>>)> = None;
+    let scatter = |c: usize, ev: Option<Box<dyn GpuEvent>>| -> Result<()> {
         match ev {
-            Some(ev) => R::wait_host(&ev)?,
-            None => R::synchronize(&stream)?,
+            Some(ev) => ev.synchronize()?,
+            None => rt.synchronize(&stream)?,
         }
         let dv = chunks.view(dst, c)?;
         let area = Area::new(buf + ((c % 2) * slot) as u64, dv.shape())?;
@@ -609,9 +463,9 @@ fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
         let area = Area::new(buf + ((c % 2) * slot) as u64, sv.shape())?;
         // SAFETY: the slot was scattered by the host (chunk c - 2, below) before
         // this DMA is enqueued; the device view and the slot outlive the work.
-        unsafe { enqueue_chunk::<R>(&sv, &area, false, &mut scratch, slot, ordinal, &stream)? };
+        unsafe { enqueue_chunk(rt, &sv, &area, false, &mut scratch, slot, ordinal, &stream)? };
         let ev = if c + 1 < chunks.count {
-            Some(R::record(&stream)?)
+            Some(rt.record(&stream)?)
         } else {
             None
         };
@@ -622,7 +476,7 @@ fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
     if let Some((p, pev)) = pending {
         scatter(p, pev)?;
     }
-    R::synchronize(&stream)
+    rt.synchronize(&stream)
 }
 
 // ----- between GPUs ---------------------------------------------------------------------
@@ -630,14 +484,14 @@ fn staged_device_to_host<R: GpuRuntime>(dst: &Tensor, src: &Tensor, ordinal: u32
 /// Whether GPU `ordinal` reaches GPU `peer`'s memory, enabling it on the first
 /// ask for each ordered pair of a runtime's GPUs (the answer is kept for the
 /// process: enabling is a context-wide, one-time setting).
-fn peer_access<R: GpuRuntime>(ordinal: u32, peer: u32) -> Result<bool> {
+fn peer_access(rt: &dyn GpuRuntime, ordinal: u32, peer: u32) -> Result<bool> {
     static ENABLED: Mutex<Vec<((Device, Device), bool)>> = Mutex::new(Vec::new());
-    let key = (R::device_memory(ordinal), R::device_memory(peer));
+    let key = (rt.device_memory(ordinal), rt.device_memory(peer));
     let mut enabled = ENABLED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(&(_, ok)) = enabled.iter().find(|(k, _)| *k == key) {
         return Ok(ok);
     }
-    let ok = R::try_enable_peer_access(ordinal, peer)?;
+    let ok = rt.try_enable_peer_access(ordinal, peer)?;
     enabled.push((key, ok));
     Ok(ok)
 }
@@ -648,18 +502,18 @@ fn peer_access<R: GpuRuntime>(ordinal: u32, peer: u32) -> Result<bool> {
 /// gather on `s`, the driver's peer DMA, and a scatter on `d`. Either way it is
 /// ordered after both GPUs' earlier work and before their later work by events:
 /// no host synchronisation, no pinned staging.
-fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -> Result<()> {
-    let (ds, ss) = (R::default_stream(d), R::default_stream(s));
-    let device_pair = dst.device() == R::device_memory(d) && src.device() == R::device_memory(s);
-    let runner = if peer_access::<R>(d, s)? {
+fn peer_copy_tensor(rt: &dyn GpuRuntime, dst: &Tensor, d: u32, src: &Tensor, s: u32) -> Result<()> {
+    let (ds, ss) = (rt.work_stream(d), rt.work_stream(s));
+    let device_pair = dst.device() == rt.device_memory(d) && src.device() == rt.device_memory(s);
+    let runner = if peer_access(rt, d, s)? {
         Some((&ds, &ss))
-    } else if peer_access::<R>(s, d)? {
+    } else if peer_access(rt, s, d)? {
         Some((&ss, &ds))
     } else {
         None
     };
     if let Some((run, other)) = runner {
-        R::handoff(other, run)?;
+        rt.handoff(other, run)?;
         let plan = plan_for(dst, src)?;
         let (dp, sp) = (dst.data_ptr() as u64, src.data_ptr() as u64);
         // SAFETY: both views lie in live memory of their GPUs; GPU `o` may access
@@ -668,7 +522,7 @@ fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -
         unsafe {
             if plan.kind == PlanKind::Memcpy && device_pair {
                 let at = |p: u64, off: isize| p.wrapping_add_signed(off as i64);
-                R::peer_copy(
+                rt.peer_copy(
                     d,
                     at(dp, plan.dst_offset),
                     s,
@@ -677,10 +531,10 @@ fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -
                     run,
                 )?;
             } else {
-                run_plan::<R>(&plan, dp, sp, run)?;
+                run_plan(rt, &plan, dp, sp, run)?;
             }
         }
-        R::handoff(run, other)?;
+        rt.handoff(run, other)?;
     } else {
         // No peer access: gather on `s`, the driver's peer copy, scatter on `d`.
         let src_c = if src.is_contiguous() {
@@ -688,17 +542,17 @@ fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -
         } else {
             src.contiguous()?
         };
-        let tmp = if dst.is_contiguous() && dst.device() == R::device_memory(d) {
+        let tmp = if dst.is_contiguous() && dst.device() == rt.device_memory(d) {
             dst.clone()
         } else {
-            Tensor::empty(dst.shape(), dst.dtype(), R::device_memory(d))?
+            Tensor::empty(dst.shape(), dst.dtype(), rt.device_memory(d))?
         };
-        R::handoff(&ds, &ss)?; // `tmp`'s earlier users on `d`
+        rt.handoff(&ds, &ss)?; // `tmp`'s earlier users on `d`
         // SAFETY: both buffers hold `nbytes` contiguous bytes of device memory of
         // their GPUs; `src_c` is freed on `s` after the copy (same stream) and
         // `tmp` on `d` after the handoff below.
         unsafe {
-            R::peer_copy(
+            rt.peer_copy(
                 d,
                 tmp.data_ptr() as u64,
                 s,
@@ -707,21 +561,21 @@ fn peer_copy_tensor<R: GpuRuntime>(dst: &Tensor, d: u32, src: &Tensor, s: u32) -
                 &ss,
             )?
         };
-        R::handoff(&ss, &ds)?;
+        rt.handoff(&ss, &ds)?;
         if !Arc::ptr_eq(tmp.storage(), dst.storage()) {
-            copy_tensor::<R>(dst, &tmp)?;
+            copy_tensor(rt, dst, &tmp)?;
         }
     }
     if dst.device().is_host_accessible() || src.device().is_host_accessible() {
-        R::synchronize(&ds)?;
-        R::synchronize(&ss)?;
+        rt.synchronize(&ds)?;
+        rt.synchronize(&ss)?;
     }
     Ok(())
 }
 
 /// Fills a GPU tensor of runtime `R` with one raw element value.
-pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
-    let Some(g) = R::locate(dst.device()) else {
+pub(super) fn fill_tensor(rt: &dyn GpuRuntime, dst: &Tensor, value: &[u8]) -> Result<()> {
+    let Some(g) = rt.locate(dst.device()) else {
         return Err(Error::UnsupportedDevice {
             op: "GPU fill",
             device: dst.device(),
@@ -730,8 +584,8 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
     if dst.is_read_only() {
         return Err(Error::ReadOnly);
     }
-    let ordinal = ordinal_of::<R>(g)?;
-    let stream = R::default_stream(ordinal);
+    let ordinal = ordinal_of(rt, g)?;
+    let stream = rt.work_stream(ordinal);
     let plan = plan_fill(
         dst.shape(),
         dst.strides(),
@@ -749,11 +603,11 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
         // byte_offset allows it): the fill kernel's element stores would fault, so
         // copy from one aligned device element, broadcast; the copy planner splits
         // the elements into aligned units.
-        let one = Tensor::empty(&[1], dst.dtype(), R::device_memory(ordinal))?;
-        fill_tensor::<R>(&one, value)?;
+        let one = Tensor::empty(&[1], dst.dtype(), rt.device_memory(ordinal))?;
+        fill_tensor(rt, &one, value)?;
         let shape: Vec<isize> = dst.shape().iter().map(|&d| d as isize).collect();
         let src = one.reshape(&vec![1; shape.len()])?.expand(&shape)?;
-        return copy_tensor::<R>(dst, &src);
+        return copy_tensor(rt, dst, &src);
     }
     // Every size runs on the device: past 2^31 elements, one launch per 32-bit piece.
     for piece in split_for_32bit(&plan) {
@@ -770,10 +624,10 @@ pub fn fill_tensor<R: GpuRuntime>(dst: &Tensor, value: &[u8]) -> Result<()> {
         ];
         // SAFETY: params match `fill_eE(u8*, T, StridedArgs)` (the value is read as
         // `elem_size` bytes from `wide`); every index lies inside the view.
-        unsafe { R::launch(ordinal, &call, &mut params, &stream)? };
+        unsafe { rt.launch(ordinal, &call, &mut params, &stream)? };
     }
     if dst.device().is_host_accessible() {
-        R::synchronize(&stream)?;
+        rt.synchronize(&stream)?;
     }
     Ok(())
 }
