@@ -4,16 +4,18 @@
 //! share storage and move no data; `contiguous`, `copy_from` and `fill` run the
 //! strided copy engine.
 
+mod access;
 mod device_copy;
+mod storage;
 
 use std::fmt;
-use std::ptr::NonNull;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::alloc::{Allocation, NDAlloc};
-use crate::backend::deferred::ForeignOwner;
+pub use storage::Storage;
+
+use crate::alloc::NDAlloc;
 use crate::backend::gpu_runtime::{GpuRuntime, GpuStream};
 use crate::backend::{default_allocator, for_device};
 use crate::device::Device;
@@ -21,188 +23,6 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{self, Shape, Strides};
 use crate::stream::StreamHandle;
-
-/// Who frees a [`Storage`]'s bytes.
-pub(crate) enum Owner {
-    /// Memory from one of our allocators.
-    Alloc {
-        /// The allocator that made it.
-        alloc: Arc<dyn NDAlloc>,
-        /// What it handed out.
-        allocation: Allocation,
-        /// The stream it was allocated on.
-        stream: Option<StreamHandle>,
-        /// Other streams the memory was used on (`record_stream`).
-        used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
-    },
-    /// Memory owned by a DLPack producer; dropping the guard calls its deleter
-    /// once: at once, or, when device work queued on `used_on` streams may
-    /// still use the memory, once that work is done (`backend::deferred`).
-    Foreign {
-        /// The producer's deleter; taken by `Drop`.
-        guard: Option<ForeignOwner>,
-        /// Streams device work touching the memory was queued on.
-        used_on: Mutex<SmallVec<[StreamHandle; 2]>>,
-    },
-}
-
-/// A block of device or host memory shared by every view of it.
-pub struct Storage {
-    ptr: NonNull<u8>,
-    len: usize,
-    device: Device,
-    owner: Owner,
-}
-
-// SAFETY: Storage is an owning handle to raw memory: the pointer is only
-// dereferenced through Tensor methods that check read-only and device
-// accessibility, and freeing (allocator or DLPack deleter) is thread-agnostic
-// by the NDAlloc contract and the DLPack spec ("the deleter can be called from
-// any thread").
-unsafe impl Send for Storage {}
-// SAFETY: shared references only expose the pointer value and metadata.
-unsafe impl Sync for Storage {}
-
-impl Storage {
-    /// Allocates `size` bytes with `alloc`, ordered on `stream`.
-    pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
-        // Foreign deleters whose device work has finished run now (a cheap
-        // atomic load when none wait).
-        crate::backend::deferred::poll();
-        let allocation = alloc.allocate(size, crate::alloc::CPU_ALIGNMENT, stream)?;
-        let device = alloc.device();
-        Ok(Storage {
-            ptr: allocation.ptr,
-            len: size,
-            device,
-            owner: Owner::Alloc {
-                alloc,
-                allocation,
-                stream,
-                used_on: Mutex::new(SmallVec::new()),
-            },
-        })
-    }
-
-    /// Marks the memory as used on `stream` as well (torch's `record_stream`):
-    /// a stream-aware pool will not reuse it elsewhere before that work is done,
-    /// and a foreign (DLPack-imported) owner's deleter waits for that work.
-    /// `stream` must stay a live stream of the storage's device until the
-    /// storage is freed; one destroyed before then makes the free fall back to a
-    /// device synchronize.
-    pub fn record_stream(&self, stream: StreamHandle) {
-        let used_on = match &self.owner {
-            Owner::Alloc {
-                stream: own, used_on, ..
-            } if *own != Some(stream) => used_on,
-            Owner::Foreign { used_on, .. } => used_on,
-            Owner::Alloc { .. } => return,
-        };
-        let mut used = used_on.lock().unwrap_or_else(|p| p.into_inner());
-        if !used.contains(&stream) {
-            used.push(stream);
-        }
-    }
-
-    /// Notes that work queued on `stream`, the device's default stream (the
-    /// one blocking copies and fills run on), may still use the memory. Memory
-    /// our pool allocated on the default stream needs nothing (the pool reuses
-    /// it on that stream, in order); foreign memory and memory allocated on
-    /// another stream record it.
-    pub(crate) fn record_default_stream(&self, stream: StreamHandle) {
-        match &self.owner {
-            Owner::Alloc { stream: None, .. } => {}
-            _ => self.record_stream(stream),
-        }
-    }
-
-    /// The streams work on this memory may be queued on: the one it was
-    /// allocated on and those recorded.
-    pub fn streams(&self) -> SmallVec<[StreamHandle; 2]> {
-        let (own, used_on) = match &self.owner {
-            Owner::Alloc { stream, used_on, .. } => (*stream, used_on),
-            Owner::Foreign { used_on, .. } => (None, used_on),
-        };
-        let mut all: SmallVec<[StreamHandle; 2]> = own.into_iter().collect();
-        all.extend(used_on.lock().unwrap_or_else(|p| p.into_inner()).iter().copied());
-        all
-    }
-
-    /// Wraps foreign memory (DLPack import).
-    pub(crate) fn foreign(ptr: NonNull<u8>, len: usize, device: Device, owner: ForeignOwner) -> Storage {
-        Storage {
-            ptr,
-            len,
-            device,
-            owner: Owner::Foreign {
-                guard: Some(owner),
-                used_on: Mutex::new(SmallVec::new()),
-            },
-        }
-    }
-
-    /// Start address.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-byte storage.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Where the bytes live.
-    pub fn device(&self) -> Device {
-        self.device
-    }
-}
-
-impl Drop for Storage {
-    fn drop(&mut self) {
-        match &mut self.owner {
-            Owner::Alloc {
-                alloc,
-                allocation,
-                stream,
-                used_on,
-            } => {
-                let used = used_on.get_mut().unwrap_or_else(|p| p.into_inner());
-                // SAFETY: `allocation` came from `alloc.allocate` in `Storage::new`
-                // and this is the only place that frees it.
-                unsafe {
-                    if used.is_empty() {
-                        alloc.deallocate(*allocation, *stream)
-                    } else {
-                        alloc.deallocate_after(*allocation, *stream, used)
-                    }
-                }
-            }
-            Owner::Foreign { guard, used_on } => {
-                let used = std::mem::take(used_on.get_mut().unwrap_or_else(|p| p.into_inner()));
-                if let Some(guard) = guard.take() {
-                    // The guard's own Drop calls the deleter: now, or once the
-                    // device work recorded on `used` is done.
-                    crate::backend::deferred::release_after(self.device, &used, guard);
-                }
-            }
-        }
-    }
-}
-
-impl fmt::Debug for Storage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Storage")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("device", &self.device)
-            .finish()
-    }
-}
 
 /// A Rust scalar type that maps to one [`DType`].
 pub trait Element: Copy + Send + Sync + 'static {
@@ -345,7 +165,7 @@ impl Tensor {
 
     /// Where the data lives.
     pub fn device(&self) -> Device {
-        self.storage.device
+        self.storage.device()
     }
 
     /// Bytes from the storage start to element `[0, 0, ..]`.
@@ -613,12 +433,15 @@ impl Tensor {
                 got: src.dtype,
             });
         }
+        let _access = access::lock(Some(&self.storage), Some(&src.storage));
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
             return copy_on_device(self, src);
         }
         // SAFETY: both views lie inside their storages (every view constructor
         // keeps them in bounds), both are host-accessible, `self` is writable,
-        // and the engine copies through a temporary when the ranges overlap.
+        // no other safe call touches either storage while `_access` holds them
+        // (see `access`), and the engine copies through a temporary when the
+        // ranges overlap.
         unsafe {
             crate::copy::copy_strided(
                 self.data_ptr(),
@@ -647,6 +470,7 @@ impl Tensor {
             ordinal,
             handle: stream,
         };
+        let _access = access::lock(Some(&self.storage), Some(&src.storage));
         device_copy::copy_on_stream(gpu_of(self.device(), "copy on a stream")?, self, src, &stream)
     }
 
@@ -666,10 +490,13 @@ impl Tensor {
         if value.len() != self.dtype.size() {
             return Err(Error::InvalidLayout("fill value size differs from the element size"));
         }
+        let _access = access::lock(Some(&self.storage), None);
         if !self.device().is_host_accessible() {
             return fill_on_device(self, value);
         }
-        // SAFETY: the view lies inside its storage, is host-accessible and writable.
+        // SAFETY: the view lies inside its storage, is host-accessible and
+        // writable, and no other safe call touches the storage while `_access`
+        // holds it.
         unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
     }
 
@@ -701,9 +528,11 @@ impl Tensor {
         let n = self.numel();
         let mut out: Vec<T> = Vec::with_capacity(n);
         let strides = layout::contiguous_strides(&self.shape)?;
+        let _access = access::lock(None, Some(&self.storage));
         // SAFETY: `out` has capacity for `n` elements laid out C-contiguously; the
-        // source view lies inside its storage and is host-accessible; after the
-        // copy all `n` elements are initialised.
+        // source view lies inside its storage and is host-accessible, and no safe
+        // call writes it while `_access` holds it; after the copy all `n`
+        // elements are initialised.
         unsafe {
             crate::copy::copy_strided(
                 out.as_mut_ptr().cast::<u8>(),

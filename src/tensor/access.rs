@@ -1,0 +1,138 @@
+//! The aliasing contract of safe code. Tensors that share a storage (clones,
+//! views) may live on several threads, and `copy_from(&self)`, `fill` and
+//! `to_vec` take `&self`; the copy engine, though, requires that nothing else
+//! writes its destination or its source while a call runs. So every safe call
+//! that touches a storage's bytes holds that storage's lock for the call:
+//! shared to read, exclusive to write. Uncontended (the common case) it costs
+//! two atomic operations.
+//!
+//! Locks are taken in address order, so two calls on the same pair of
+//! storages in opposite directions cannot deadlock; a storage the calling
+//! thread already holds (a copy that stages through a temporary and copies
+//! again) is not locked twice. Memory handed out raw — DLPack exports, NumPy
+//! views of host memory, `data_ptr` — is outside this contract, as it is for
+//! any framework: its users order their own accesses.
+
+use std::cell::RefCell;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use smallvec::SmallVec;
+
+use super::Storage;
+
+/// The per-storage lock.
+#[derive(Debug, Default)]
+pub(super) struct AccessLock(RwLock<()>);
+
+thread_local! {
+    /// Storages (by address) the calling thread holds locked.
+    static HELD: RefCell<SmallVec<[usize; 4]>> = RefCell::new(SmallVec::new());
+}
+
+enum Guard<'a> {
+    Read(#[allow(dead_code)] RwLockReadGuard<'a, ()>),
+    Write(#[allow(dead_code)] RwLockWriteGuard<'a, ()>),
+}
+
+/// Access to up to two storages for one call; released on drop.
+#[must_use = "the storages are locked only while this guard lives"]
+pub(super) struct Access<'a> {
+    guards: SmallVec<[Guard<'a>; 2]>,
+    held: SmallVec<[usize; 2]>,
+}
+
+fn address(s: &Storage) -> usize {
+    std::ptr::from_ref(s) as usize
+}
+
+/// Locks `write` for writing and `read` (when given, and another storage) for
+/// reading, for as long as the returned guard lives.
+pub(super) fn lock<'a>(write: Option<&'a Storage>, read: Option<&'a Storage>) -> Access<'a> {
+    let mut wanted: SmallVec<[(&'a Storage, bool); 2]> = SmallVec::new();
+    if let Some(w) = write {
+        wanted.push((w, true));
+    }
+    if let Some(r) = read
+        && !wanted.iter().any(|(s, _)| std::ptr::eq(*s, r))
+    {
+        wanted.push((r, false));
+    }
+    wanted.sort_by_key(|(s, _)| address(s));
+    let mut access = Access {
+        guards: SmallVec::new(),
+        held: SmallVec::new(),
+    };
+    for (s, exclusive) in wanted {
+        let a = address(s);
+        if HELD.with_borrow(|h| h.contains(&a)) {
+            continue; // this thread's own outer call holds it
+        }
+        // A poisoned lock only means a panic elsewhere mid-call; the bytes are
+        // plain data, still valid to overwrite or read.
+        let lock = &s.access_lock().0;
+        access.guards.push(if exclusive {
+            Guard::Write(lock.write().unwrap_or_else(PoisonError::into_inner))
+        } else {
+            Guard::Read(lock.read().unwrap_or_else(PoisonError::into_inner))
+        });
+        HELD.with_borrow_mut(|h| h.push(a));
+        access.held.push(a);
+    }
+    access
+}
+
+/// True while the calling thread holds any storage locked.
+pub(super) fn holds_any() -> bool {
+    HELD.try_with(|h| !h.borrow().is_empty()).unwrap_or(false)
+}
+
+impl Drop for Access<'_> {
+    fn drop(&mut self) {
+        // `try_with`: a guard dropped while the thread exits finds no list.
+        let _ = HELD.try_with(|h| h.borrow_mut().retain(|a| !self.held.contains(a)));
+        self.guards.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{DType, Device, Tensor};
+
+    #[test]
+    fn clones_on_many_threads_copy_into_each_other_without_racing_or_deadlocking() {
+        let a = Tensor::zeros(&[1 << 16], DType::U32, Device::Cpu).unwrap();
+        let b = Tensor::full(&[1 << 16], 7u32, Device::Cpu).unwrap();
+        let (a, b) = (Arc::new(a), Arc::new(b));
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (a, b) = (a.clone(), b.clone());
+                scope.spawn(move || {
+                    for _ in 0..50 {
+                        // Opposite directions on alternate threads: address order
+                        // keeps them from deadlocking.
+                        if t % 2 == 0 { a.copy_from(&b) } else { b.copy_from(&a) }.unwrap();
+                        a.fill(7u32).unwrap();
+                    }
+                });
+            }
+        });
+        assert!(a.to_vec::<u32>().unwrap().iter().all(|&x| x == 7));
+        assert!(b.to_vec::<u32>().unwrap().iter().all(|&x| x == 7));
+    }
+
+    #[test]
+    fn a_copy_within_one_storage_and_a_nested_copy_lock_once() {
+        let t = Tensor::from_slice(&[1u8, 2, 3, 4], &[4]).unwrap();
+        let flipped = t.flip(&[0]).unwrap();
+        // Same storage on both sides: one exclusive lock, no self-deadlock.
+        t.copy_from(&flipped).unwrap();
+        assert_eq!(t.to_vec::<u8>().unwrap(), vec![4, 3, 2, 1]);
+        let guard = super::lock(Some(t.storage()), None);
+        // A nested call on the same thread (as a staged copy makes) goes through.
+        t.fill(9u8).unwrap();
+        drop(guard);
+        assert_eq!(t.to_vec::<u8>().unwrap(), vec![9; 4]);
+    }
+}
