@@ -2,8 +2,6 @@
 
 mod caching;
 mod cpu;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-mod per_device;
 mod small_blocks;
 
 use std::fmt;
@@ -12,8 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub use caching::{CachingAlloc, DEFAULT_STAGING_BYTES, MemoryStats, PoolConfig, parse_staging, staging_bytes};
 pub use cpu::{CPU_ALIGNMENT, CpuAlloc};
-#[cfg(any(feature = "cuda", feature = "rocm"))]
-pub(crate) use per_device::PerDevice;
 
 use crate::device::Device;
 use crate::error::Result;

@@ -18,6 +18,8 @@ pub mod gpu_runtime;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod kernels;
 pub mod launch;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+mod per_device;
 #[cfg(feature = "rocm")]
 pub mod rocm;
 mod unavailable;
@@ -25,6 +27,8 @@ mod unavailable;
 use std::sync::{Arc, OnceLock};
 
 pub use device_backend::{BoundDevice, DeviceBackend};
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) use per_device::PerDevice;
 
 use crate::alloc::{MemoryStats, NDAlloc};
 use crate::device::{Backend, Device};

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::context::{Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device};
-use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PerDevice, PoolConfig};
+use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
+use crate::backend::PerDevice;
 use crate::device::Device;
 use crate::error::Result;
 use crate::stream::{EventHandle, StreamHandle};

@@ -11,7 +11,7 @@ use super::context::{Gpu, check, device};
 use super::device_backend::CudaBackend;
 use super::kernels;
 use super::stream::{CudaEvent, CudaStream};
-use crate::alloc::PerDevice;
+use crate::backend::PerDevice;
 use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use super::context::{Current, Gpu, check, check_alloc, device};
 use super::ffi;
-use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PerDevice, PoolConfig};
+use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
+use crate::backend::PerDevice;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::{EventHandle, StreamHandle};

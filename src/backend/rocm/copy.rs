@@ -10,7 +10,7 @@ use super::device_backend::RocmBackend;
 use super::ffi;
 use super::kernels;
 use super::stream::{RocmEvent, RocmStream};
-use crate::alloc::PerDevice;
+use crate::backend::PerDevice;
 use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;

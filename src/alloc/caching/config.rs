@@ -1,0 +1,139 @@
+//! Pool settings: [`PoolConfig`] and the `DEVTENSOR_ALLOC_CONF` variable
+//! (`max_split_size_mb:256,limit_mb:8192,disable:1,staging_mb:16`), which also
+//! bounds the pinned staging memory of host↔device copies.
+
+use crate::error::{Error, Result};
+
+pub(super) const MIB: usize = 1 << 20;
+
+/// Pool settings; `DEVTENSOR_ALLOC_CONF` overrides them
+/// (`max_split_size_mb:256,limit_mb:8192,disable:1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Blocks at least this large are never split (limits fragmentation by
+    /// huge blocks); `usize::MAX` by default.
+    pub max_split_size: usize,
+    /// Most bytes the pool may hold from the device (a per-process limit).
+    pub limit: usize,
+    /// Largest request served from small segments.
+    pub small_max: usize,
+    /// Size of a small segment.
+    pub small_segment: usize,
+    /// Largest request served from shared large segments.
+    pub large_max: usize,
+    /// Size of a shared large segment.
+    pub large_segment: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            max_split_size: usize::MAX,
+            limit: usize::MAX,
+            small_max: MIB,
+            small_segment: 2 * MIB,
+            large_max: 10 * MIB,
+            large_segment: 20 * MIB,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// The defaults with `DEVTENSOR_ALLOC_CONF` applied; `Ok(None)` when the
+    /// variable says `disable:1` (use the raw allocator).
+    pub fn from_env() -> Result<Option<PoolConfig>> {
+        match std::env::var("DEVTENSOR_ALLOC_CONF") {
+            Ok(s) => PoolConfig::parse(&s),
+            Err(_) => Ok(Some(PoolConfig::default())),
+        }
+    }
+
+    /// Parses `key:value` pairs separated by commas.
+    pub fn parse(conf: &str) -> Result<Option<PoolConfig>> {
+        let mut c = PoolConfig::default();
+        for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = item
+                .split_once(':')
+                .ok_or(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF entries are key:value"))?;
+            let n: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            let mb = n.checked_mul(MIB).ok_or(Error::Overflow {
+                what: "DEVTENSOR_ALLOC_CONF",
+            })?;
+            match key.trim() {
+                "max_split_size_mb" => c.max_split_size = mb,
+                "limit_mb" => c.limit = mb,
+                "disable" if n != 0 => return Ok(None),
+                "disable" => {}
+                // Not a pool setting: read by `staging_bytes`.
+                "staging_mb" => {}
+                _ => return Err(Error::InvalidLayout("unknown DEVTENSOR_ALLOC_CONF key")),
+            }
+        }
+        Ok(Some(c))
+    }
+}
+
+/// Default bound of the pinned host memory host↔device copies stage through.
+pub const DEFAULT_STAGING_BYTES: usize = 16 * MIB;
+
+/// The most pinned host memory host↔device copies of pageable or strided host
+/// views stage through (a ring of two slots of half that size each):
+/// `staging_mb:N` in `DEVTENSOR_ALLOC_CONF`, [`DEFAULT_STAGING_BYTES`] without it.
+/// Read once per process.
+pub fn staging_bytes() -> Result<usize> {
+    static BYTES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let conf = || std::env::var("DEVTENSOR_ALLOC_CONF").ok();
+    match BYTES.get_or_init(|| conf().map_or(Ok(DEFAULT_STAGING_BYTES), |s| parse_staging(&s)).ok()) {
+        Some(b) => Ok(*b),
+        // A bad value: its error again (the variable is read once; the error is not `Clone`).
+        None => parse_staging(&conf().unwrap_or_default())
+            .and(Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is invalid"))),
+    }
+}
+
+/// The `staging_mb` entry of a `DEVTENSOR_ALLOC_CONF` value, in bytes (at least 1 MiB).
+pub fn parse_staging(conf: &str) -> Result<usize> {
+    let mut bytes = DEFAULT_STAGING_BYTES;
+    for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if let Some((key, value)) = item.split_once(':')
+            && key.trim() == "staging_mb"
+        {
+            let n: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            if n == 0 {
+                return Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is at least 1"));
+            }
+            bytes = n.checked_mul(MIB).ok_or(Error::Overflow {
+                what: "DEVTENSOR_ALLOC_CONF",
+            })?;
+        }
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_parses_and_rejects() {
+        let c = PoolConfig::parse("max_split_size_mb:64, limit_mb:1024")
+            .unwrap()
+            .unwrap();
+        assert_eq!((c.max_split_size, c.limit), (64 * MIB, 1024 * MIB));
+        assert!(PoolConfig::parse("disable:1").unwrap().is_none());
+        assert!(PoolConfig::parse("bogus:1").is_err());
+        assert!(PoolConfig::parse("limit_mb:x").is_err());
+        // The staging bound shares the variable without being a pool setting.
+        assert_eq!(PoolConfig::parse("staging_mb:4").unwrap(), Some(PoolConfig::default()));
+        assert_eq!(parse_staging("limit_mb:64, staging_mb:4").unwrap(), 4 * MIB);
+        assert_eq!(parse_staging("").unwrap(), DEFAULT_STAGING_BYTES);
+        assert!(parse_staging("staging_mb:0").is_err());
+        assert!(parse_staging("staging_mb:x").is_err());
+    }
+}
