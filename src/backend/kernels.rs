@@ -43,7 +43,6 @@ pub const KERNELS: &[&str] = &[
     "fill_e4",
     "fill_e8",
     "fill_e16",
-    "copy_contig_v16",
     "transpose_tiled_e1",
     "transpose_tiled_e2",
     "transpose_tiled_e4",
