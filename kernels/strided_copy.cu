@@ -5,8 +5,10 @@
 // first) and coalesced them, so kernels get a small, dense problem. All kernels
 // are dtype-agnostic: they move E-byte elements (E in 1, 2, 4, 8, 16) and the
 // host widens E when alignment allows. Arguments are passed by value (no
-// per-launch upload, CUDA-graph friendly). No system headers, no templates in
-// the exported names, no assumption of 32 lanes (wave64 on CDNA).
+// per-launch upload, CUDA-graph friendly). No system headers, no assumption of
+// 32 lanes (wave64 on CDNA). Each kernel is a `__device__` template over the
+// element type, exported by a one-line `extern "C"` instance so the names the
+// host looks up (src/backend/kernels.rs) stay unmangled.
 
 // Offline HIP compilers (hipcc, clang -x hip) need the runtime header; hiprtc
 // pre-includes it and NVRTC never defines __HIP__.
@@ -28,7 +30,7 @@ struct alignas(16) v16 {
   u32 x, y, z, w;
 };
 
-#define DT_MAX_DIMS 16
+enum { DT_MAX_DIMS = 16 };
 
 // Granlund-Montgomery division by an invariant: q = (umulhi(n, mul) + n) >> shift,
 // exact for n < 2^31 (the host checks the 32-bit index bound).
@@ -40,7 +42,8 @@ __device__ __forceinline__ u32 dt_div(u32 n, DivMagic m) {
   return (__umulhi(n, m.mul) + n) >> m.shift;
 }
 
-// 32-bit problem: numel < 2^31, every byte offset fits in int32.
+// 32-bit problem: numel < 2^31 and every element offset (not byte offset: the
+// kernels index typed pointers) fits in int32.
 struct StridedArgs {
   u32 numel;
   int ndim;
@@ -58,84 +61,109 @@ struct StridedArgs64 {
   i64 dst_stride[DT_MAX_DIMS];
 };
 
-// Elements each thread handles in the strided kernels; all loads are issued
-// before the stores so several are in flight.
-#define DT_ILP 4
-
-#define DT_STRIDED(E, T)                                                                   \
-  extern "C" __global__ void copy_strided_e##E(const u8* __restrict__ src,                 \
-                                               u8* __restrict__ dst, StridedArgs a) {      \
-    const T* s = (const T*)src;                                                            \
-    T* d = (T*)dst;                                                                        \
-    u32 base = (blockIdx.x * blockDim.x) * DT_ILP + threadIdx.x;                           \
-    T v[DT_ILP];                                                                           \
-    int doff[DT_ILP];                                                                      \
-    _Pragma("unroll") for (int k = 0; k < DT_ILP; ++k) {                                   \
-      u32 i = base + k * blockDim.x;                                                       \
-      doff[k] = -1;                                                                        \
-      if (i < a.numel) {                                                                   \
-        int so = 0, dof = 0;                                                               \
-        u32 rem = i;                                                                       \
-        for (int dim = 0; dim < a.ndim; ++dim) {                                           \
-          u32 q = dt_div(rem, a.size[dim]);                                                \
-          int c = (int)(rem - q * a.size[dim].div);                                        \
-          so += c * a.src_stride[dim];                                                     \
-          dof += c * a.dst_stride[dim];                                                    \
-          rem = q;                                                                         \
-        }                                                                                  \
-        v[k] = s[so];                                                                      \
-        doff[k] = dof;                                                                     \
-      }                                                                                    \
-    }                                                                                      \
-    _Pragma("unroll") for (int k = 0; k < DT_ILP; ++k) {                                   \
-      if (base + k * blockDim.x < a.numel) d[doff[k]] = v[k];                              \
-    }                                                                                      \
-  }                                                                                        \
-  extern "C" __global__ void copy_strided64_e##E(const u8* __restrict__ src,               \
-                                                 u8* __restrict__ dst, StridedArgs64 a) {  \
-    const T* s = (const T*)src;                                                            \
-    T* d = (T*)dst;                                                                        \
-    u64 step = (u64)gridDim.x * blockDim.x;                                                \
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += step) {     \
-      i64 so = 0, dof = 0;                                                                 \
-      u64 rem = i;                                                                         \
-      for (int dim = 0; dim < a.ndim; ++dim) {                                             \
-        u64 q = rem / a.size[dim];                                                         \
-        i64 c = (i64)(rem - q * a.size[dim]);                                              \
-        so += c * a.src_stride[dim];                                                       \
-        dof += c * a.dst_stride[dim];                                                      \
-        rem = q;                                                                           \
-      }                                                                                    \
-      d[dof] = s[so];                                                                      \
-    }                                                                                      \
-  }                                                                                        \
-  extern "C" __global__ void fill_e##E(u8* __restrict__ dst, T value, StridedArgs a) {     \
-    T* d = (T*)dst;                                                                        \
-    u32 step = gridDim.x * blockDim.x;                                                     \
-    for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += step) {          \
-      int dof = 0;                                                                         \
-      u32 rem = i;                                                                         \
-      for (int dim = 0; dim < a.ndim; ++dim) {                                             \
-        u32 q = dt_div(rem, a.size[dim]);                                                  \
-        dof += (int)(rem - q * a.size[dim].div) * a.dst_stride[dim];                       \
-        rem = q;                                                                           \
-      }                                                                                    \
-      d[dof] = value;                                                                      \
-    }                                                                                      \
-  }
-
-DT_STRIDED(1, u8)
-DT_STRIDED(2, u16)
-DT_STRIDED(4, u32)
-DT_STRIDED(8, u64)
-DT_STRIDED(16, v16)
-
-// Contiguous copy with 16-byte accesses; the host passes 16-byte aligned
-// pointers and handles the head and tail.
-extern "C" __global__ void copy_contig_v16(const v16* __restrict__ src, v16* __restrict__ dst, u64 n) {
-  u64 step = (u64)gridDim.x * blockDim.x;
-  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) dst[i] = src[i];
+// The next digit of a linear index in the problem's mixed radix, innermost
+// first: returns rem % size and leaves rem / size in `rem`. The 32-bit form
+// multiplies by the host's magic instead of dividing.
+__device__ __forceinline__ u32 dt_digit(u32& rem, const DivMagic& size) {
+  u32 q = dt_div(rem, size);
+  u32 c = rem - q * size.div;
+  rem = q;
+  return c;
 }
+
+__device__ __forceinline__ u64 dt_digit(u64& rem, u64 size) {
+  u64 q = rem / size;
+  u64 c = rem - q * size;
+  rem = q;
+  return c;
+}
+
+// Source and destination element offsets of linear index `i`, in the index
+// width of `Args` (u32 / int for StridedArgs, u64 / i64 for StridedArgs64).
+template <typename Args, typename Index, typename Offset>
+__device__ __forceinline__ void dt_offsets(const Args& a, Index i, Offset& so, Offset& dof) {
+  so = 0;
+  dof = 0;
+  Index rem = i;
+  for (int dim = 0; dim < a.ndim; ++dim) {
+    Offset c = (Offset)dt_digit(rem, a.size[dim]);
+    so += c * a.src_stride[dim];
+    dof += c * a.dst_stride[dim];
+  }
+}
+
+// Elements each thread handles in the 32-bit strided copy; all loads are
+// issued before the stores so several are in flight.
+enum { DT_ILP = 4 };
+
+template <typename T>
+__device__ __forceinline__ void dt_copy_strided(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                const StridedArgs& a) {
+  const T* s = (const T*)src;
+  T* d = (T*)dst;
+  u32 base = (blockIdx.x * blockDim.x) * DT_ILP + threadIdx.x;
+  T v[DT_ILP];
+  int doff[DT_ILP];
+#pragma unroll
+  for (int k = 0; k < DT_ILP; ++k) {
+    u32 i = base + k * blockDim.x;
+    doff[k] = -1;
+    if (i < a.numel) {
+      int so, dof;
+      dt_offsets(a, i, so, dof);
+      v[k] = s[so];
+      doff[k] = dof;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < DT_ILP; ++k) {
+    if (base + k * blockDim.x < a.numel) d[doff[k]] = v[k];
+  }
+}
+
+// Grid-stride loop: the host caps the grid, so one thread may take many elements.
+template <typename T>
+__device__ __forceinline__ void dt_copy_strided64(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                  const StridedArgs64& a) {
+  const T* s = (const T*)src;
+  T* d = (T*)dst;
+  u64 step = (u64)gridDim.x * blockDim.x;
+  for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += step) {
+    i64 so, dof;
+    dt_offsets(a, i, so, dof);
+    d[dof] = s[so];
+  }
+}
+
+// The source strides are unused (the host passes zeros).
+template <typename T>
+__device__ __forceinline__ void dt_fill(u8* __restrict__ dst, T value, const StridedArgs& a) {
+  T* d = (T*)dst;
+  u32 step = gridDim.x * blockDim.x;
+  for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < a.numel; i += step) {
+    int so, dof;
+    dt_offsets(a, i, so, dof);
+    d[dof] = value;
+  }
+}
+
+extern "C" __global__ void copy_strided_e1(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs a) { dt_copy_strided<u8>(src, dst, a); }
+extern "C" __global__ void copy_strided_e2(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs a) { dt_copy_strided<u16>(src, dst, a); }
+extern "C" __global__ void copy_strided_e4(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs a) { dt_copy_strided<u32>(src, dst, a); }
+extern "C" __global__ void copy_strided_e8(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs a) { dt_copy_strided<u64>(src, dst, a); }
+extern "C" __global__ void copy_strided_e16(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs a) { dt_copy_strided<v16>(src, dst, a); }
+
+extern "C" __global__ void copy_strided64_e1(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs64 a) { dt_copy_strided64<u8>(src, dst, a); }
+extern "C" __global__ void copy_strided64_e2(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs64 a) { dt_copy_strided64<u16>(src, dst, a); }
+extern "C" __global__ void copy_strided64_e4(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs64 a) { dt_copy_strided64<u32>(src, dst, a); }
+extern "C" __global__ void copy_strided64_e8(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs64 a) { dt_copy_strided64<u64>(src, dst, a); }
+extern "C" __global__ void copy_strided64_e16(const u8* __restrict__ src, u8* __restrict__ dst, StridedArgs64 a) { dt_copy_strided64<v16>(src, dst, a); }
+
+extern "C" __global__ void fill_e1(u8* __restrict__ dst, u8 value, StridedArgs a) { dt_fill<u8>(dst, value, a); }
+extern "C" __global__ void fill_e2(u8* __restrict__ dst, u16 value, StridedArgs a) { dt_fill<u16>(dst, value, a); }
+extern "C" __global__ void fill_e4(u8* __restrict__ dst, u32 value, StridedArgs a) { dt_fill<u32>(dst, value, a); }
+extern "C" __global__ void fill_e8(u8* __restrict__ dst, u64 value, StridedArgs a) { dt_fill<u64>(dst, value, a); }
+extern "C" __global__ void fill_e16(u8* __restrict__ dst, v16 value, StridedArgs a) { dt_fill<v16>(dst, value, a); }
 
 // Shared-memory tiled transpose over two dims: the source's fastest dim (unit
 // source stride) and the destination's fastest dim (unit destination stride).
@@ -143,8 +171,8 @@ extern "C" __global__ void copy_contig_v16(const v16* __restrict__ src, v16* __r
 // TILE x TILE tile, reading along the source's fast dim and writing along the
 // destination's fast dim, so both sides are coalesced; the +1 column of padding
 // keeps shared-memory accesses free of bank conflicts for 4- and 8-byte types.
-#define DT_TILE 32
-#define DT_TILE_ROWS 8
+enum { DT_TILE = 32 };
+enum { DT_TILE_ROWS = 8 };
 
 struct TransposeArgs {
   u32 n_src_fast;      // extent of the source's fastest dim (dst stride = dst_stride_sf)
@@ -155,43 +183,34 @@ struct TransposeArgs {
   StridedArgs batch;   // remaining dims (numel = number of batches)
 };
 
-#define DT_TRANSPOSE(E, T)                                                                 \
-  extern "C" __global__ void transpose_tiled_e##E(const u8* __restrict__ src,              \
-                                                  u8* __restrict__ dst, TransposeArgs a) { \
-    __shared__ T tile[DT_TILE][DT_TILE + 1];                                               \
-    const T* s = (const T*)src;                                                            \
-    T* d = (T*)dst;                                                                        \
-    u32 b = blockIdx.x;                                                                    \
-    u32 t_sf = b % a.tiles_sf;                                                             \
-    b /= a.tiles_sf;                                                                       \
-    u32 t_df = b % a.tiles_df;                                                             \
-    b /= a.tiles_df;                                                                       \
-    int so = 0, dof = 0;                                                                   \
-    u32 rem = b;                                                                           \
-    for (int dim = 0; dim < a.batch.ndim; ++dim) {                                         \
-      u32 q = dt_div(rem, a.batch.size[dim]);                                              \
-      int c = (int)(rem - q * a.batch.size[dim].div);                                      \
-      so += c * a.batch.src_stride[dim];                                                   \
-      dof += c * a.batch.dst_stride[dim];                                                  \
-      rem = q;                                                                             \
-    }                                                                                      \
-    u32 sf0 = t_sf * DT_TILE, df0 = t_df * DT_TILE;                                        \
-    /* read: threadIdx.x walks the source-fast dim */                                      \
-    for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {                            \
-      u32 sf = sf0 + threadIdx.x, df = df0 + r;                                            \
-      if (sf < a.n_src_fast && df < a.n_dst_fast)                                          \
-        tile[r][threadIdx.x] = s[so + (int)sf + (int)df * a.src_stride_df];                \
-    }                                                                                      \
-    __syncthreads();                                                                       \
-    /* write: threadIdx.x walks the destination-fast dim */                                \
-    for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {                            \
-      u32 df = df0 + threadIdx.x, sf = sf0 + r;                                            \
-      if (sf < a.n_src_fast && df < a.n_dst_fast)                                          \
-        d[dof + (int)df + (int)sf * a.dst_stride_sf] = tile[threadIdx.x][r];               \
-    }                                                                                      \
+template <typename T>
+__device__ __forceinline__ void dt_transpose_tiled(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                   const TransposeArgs& a) {
+  __shared__ T tile[DT_TILE][DT_TILE + 1];
+  const T* s = (const T*)src;
+  T* d = (T*)dst;
+  u32 b = blockIdx.x;
+  u32 t_sf = b % a.tiles_sf;
+  b /= a.tiles_sf;
+  u32 t_df = b % a.tiles_df;
+  b /= a.tiles_df;
+  int so, dof;
+  dt_offsets(a.batch, b, so, dof);
+  u32 sf0 = t_sf * DT_TILE, df0 = t_df * DT_TILE;
+  // read: threadIdx.x walks the source-fast dim
+  for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
+    u32 sf = sf0 + threadIdx.x, df = df0 + r;
+    if (sf < a.n_src_fast && df < a.n_dst_fast) tile[r][threadIdx.x] = s[so + (int)sf + (int)df * a.src_stride_df];
   }
+  __syncthreads();
+  // write: threadIdx.x walks the destination-fast dim
+  for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
+    u32 df = df0 + threadIdx.x, sf = sf0 + r;
+    if (sf < a.n_src_fast && df < a.n_dst_fast) d[dof + (int)df + (int)sf * a.dst_stride_sf] = tile[threadIdx.x][r];
+  }
+}
 
-DT_TRANSPOSE(1, u8)
-DT_TRANSPOSE(2, u16)
-DT_TRANSPOSE(4, u32)
-DT_TRANSPOSE(8, u64)
+extern "C" __global__ void transpose_tiled_e1(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u8>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_e2(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u16>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_e4(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u32>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_e8(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u64>(src, dst, a); }

@@ -2,6 +2,11 @@
 //! compute_80/90/100/120 (fixtures generated with `--gpu-architecture=compute_XY
 //! --std=c++17 -default-device`): every module parses and every kernel copies,
 //! fills and transposes correctly, checked against a host reference.
+//!
+//! The fixtures are a snapshot of an earlier, macro-based strided_copy.cu that also had
+//! `copy_contig_v16` (since removed from the project); they test the interpreter and are not
+//! regenerated when the source changes. The current source is compiled by cubin_parse.rs and
+//! nvrtc_shim.rs and run on the emulator by the project's GPU suite (tests/gpu_cuda.rs).
 
 mod ptx_support;
 

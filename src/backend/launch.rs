@@ -25,7 +25,6 @@ pub const KERNELS: &[&str] = &[
     "fill_e4",
     "fill_e8",
     "fill_e16",
-    "copy_contig_v16",
     "transpose_tiled_e1",
     "transpose_tiled_e2",
     "transpose_tiled_e4",
@@ -56,7 +55,8 @@ fn magic(d: u32) -> DivMagic {
     DivMagic { mul, shift, div: d }
 }
 
-/// `StridedArgs` of the kernel source: a 32-bit problem.
+/// `StridedArgs` of the kernel source: a 32-bit problem (element count and
+/// element offsets below 2^31).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct StridedArgs {
@@ -135,7 +135,8 @@ fn unit_dims(plan: &CopyPlan) -> Vec<(usize, i64, i64)> {
         .collect()
 }
 
-/// True when every element and offset fits the 32-bit kernels.
+/// True when the element count and every element offset (not byte offset:
+/// the kernels index typed pointers) fit the 32-bit kernels.
 fn fits_i32(numel: usize, dims: &[(usize, i64, i64)]) -> bool {
     let reach = |f: fn(&(usize, i64, i64)) -> i64| -> i128 {
         dims.iter().map(|d| (d.0 as i128 - 1) * i128::from(f(d)).abs()).sum()
