@@ -1,6 +1,6 @@
 //! Criterion benchmark of the CPU strided-copy engine over the pattern matrix
-//! (`devtensor::copy::patterns::cpu_matrix`), plus a memcpy baseline of the
-//! same byte counts. Throughput is read + write bytes (`2 × numel × elem_size`),
+//! (`cpu_matrix` of `src/cli/patterns.rs`, shared with `devtensor bench`),
+//! plus a memcpy baseline of the same byte counts. Throughput is read + write bytes (`2 × numel × elem_size`),
 //! so criterion's GB/s compare directly with `devtensor bench` and the peer
 //! scripts.
 //!
@@ -12,7 +12,14 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use devtensor::copy::copy_strided;
-use devtensor::copy::patterns::{Pattern, cpu_matrix, quick_matrix};
+
+// The binary's module, not the library's API: included here as source. Its unit
+// tests run with the binary's; a checked bench keeps their imports, not the tests.
+#[path = "../src/cli/patterns.rs"]
+#[allow(dead_code, unused_imports, reason = "the bench uses part of the binary's module")]
+mod patterns;
+
+use patterns::{Pattern, cpu_matrix, quick_matrix};
 
 fn matrix() -> Vec<Pattern> {
     if std::env::var_os("DEVTENSOR_BENCH_QUICK").is_some() {

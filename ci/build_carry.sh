@@ -16,7 +16,8 @@ cp target/release/devtensor carry/devtensor
 VENV=${VENV:-$HOME/.cache/devtensor-ci/venv}
 [ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q "maturin>=1.9.4,<2"
 rm -f carry/wheels/*.whl
-"$VENV/bin/maturin" build --release --features python -o carry/wheels
+# pyproject.toml picks the features (python, cuda; not the default set, which adds the CLI).
+"$VENV/bin/maturin" build --release -o carry/wheels
 rm -rf carry/ext-wheels
 "$VENV/bin/maturin" build --release --locked -m examples/axpy_ext/Cargo.toml -o carry/ext-wheels \
   --target-dir "${CARGO_TARGET_DIR:-$PWD/target}"

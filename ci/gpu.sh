@@ -109,7 +109,7 @@ fi
 echo "==> Python tests (GPU required)"
 wheel=$(ls carry/wheels/*.whl 2>/dev/null | head -n 1)
 if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"
-elif [ "$BACKEND" = rocm ]; then $PY -m pip install -q . --config-settings=build-args="--features python,rocm"
+elif [ "$BACKEND" = rocm ]; then $PY -m pip install -q . --config-settings=build-args="--features python,cuda,rocm"
 else $PY -m pip install -q . ; fi
 $PY -m pytest tests/python -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
 [ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure

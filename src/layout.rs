@@ -210,6 +210,39 @@ pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> 
     (view_d == -1).then_some(out)
 }
 
+/// Source strides of `src_shape` broadcast to `dst_shape` (NumPy rules: shapes
+/// are right-aligned, missing leading dimensions and size-1 dimensions get
+/// stride 0). Errors with [`Error::ShapeMismatch`] when the shapes are not
+/// broadcast-compatible.
+pub fn broadcast_strides(src_shape: &[usize], src_strides: &[isize], dst_shape: &[usize]) -> Result<Strides> {
+    if src_strides.len() != src_shape.len() {
+        return Err(Error::ShapeMismatch {
+            expected: vec![src_shape.len()],
+            got: vec![src_strides.len()],
+        });
+    }
+    let mismatch = || Error::ShapeMismatch {
+        expected: dst_shape.to_vec(),
+        got: src_shape.to_vec(),
+    };
+    if src_shape.len() > dst_shape.len() {
+        return Err(mismatch());
+    }
+    let lead = dst_shape.len() - src_shape.len();
+    let mut out: Strides = SmallVec::from_elem(0, dst_shape.len());
+    for (i, (&len, &s)) in src_shape.iter().zip(src_strides).enumerate() {
+        let d = dst_shape[lead + i];
+        out[lead + i] = if len == d {
+            s
+        } else if len == 1 {
+            0
+        } else {
+            return Err(mismatch());
+        };
+    }
+    Ok(out)
+}
+
 fn check_rank(shape: &[usize], strides: &[isize]) -> Result<()> {
     if shape.len() != strides.len() {
         return Err(Error::InvalidLayout("shape and strides differ in length"));
@@ -285,5 +318,18 @@ mod tests {
         assert_eq!(normalize_dim(-1, 3).unwrap(), 2);
         assert!(normalize_dim(3, 3).is_err());
         assert!(normalize_dim(0, 0).is_err());
+    }
+
+    #[test]
+    fn broadcast_strides_rules() {
+        assert_eq!(
+            broadcast_strides(&[1, 5], &[5, 1], &[3, 4, 5]).unwrap().as_slice(),
+            &[0, 0, 1]
+        );
+        assert_eq!(
+            broadcast_strides(&[4, 1], &[1, 1], &[4, 6]).unwrap().as_slice(),
+            &[1, 0]
+        );
+        assert!(broadcast_strides(&[3], &[1], &[4]).is_err());
     }
 }

@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 use clap::Args;
-use devtensor::copy::patterns::{self, Pattern};
 use indicatif::{ProgressBar, ProgressStyle};
+
+use super::patterns::{self, Pattern};
 
 /// Options of `devtensor bench`.
 #[derive(Args, Debug)]

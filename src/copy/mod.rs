@@ -5,8 +5,6 @@
 //! classifies it into a [`plan::PlanKind`]; it touches no memory, so the GPU
 //! backends reuse it. [`cpu`] runs plans on host memory with memcpy, row,
 //! blocked-transpose, general and fill kernels, in parallel with rayon.
-//! [`patterns`] is the benchmark matrix shared by `benches/strided_copy.rs`
-//! and `devtensor bench`.
 //!
 //! ```
 //! use devtensor::copy::copy_strided;
@@ -22,7 +20,6 @@
 //! ```
 
 pub mod cpu;
-pub mod patterns;
 pub mod plan;
 
 pub use cpu::{copy_strided, fill_strided, set_stream_threshold};

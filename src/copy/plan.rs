@@ -7,8 +7,8 @@
 //! (research notes §a.1):
 //!
 //! 1. strides are converted to **bytes** (checked), size-1 dimensions dropped;
-//! 2. the destination is checked for internal overlap
-//!    ([`dst_has_internal_overlap`]);
+//! 2. the destination is checked for internal overlap (sorted by stride, each
+//!    stride must clear the extent of the faster dims);
 //! 3. negative destination strides are flipped: both base offsets move to the
 //!    last element of that dimension and both strides are negated;
 //! 4. dimensions are sorted by destination stride, fastest first (stable,
@@ -184,123 +184,17 @@ fn check_lengths(shape: &[usize], strides: &[isize]) -> Result<()> {
     }
 }
 
-/// Number of elements of `shape`, checked.
-pub fn numel(shape: &[usize]) -> Result<usize> {
-    shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or(overflow("number of elements"))
-}
-
-/// Converts element strides to byte strides, checked.
-pub fn byte_strides(strides: &[isize], elem_size: usize) -> Result<SmallVec<[isize; INLINE_DIMS]>> {
-    let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
-    strides
-        .iter()
-        .map(|&s| s.checked_mul(e).ok_or(overflow("byte stride")))
-        .collect()
-}
-
-/// The byte range `[lo, hi)` covered by a layout, relative to its first
-/// logical element: `lo ≤ 0` gathers the negative strides, `hi` the positive
-/// ones plus one element. Returns `(0, 0)` for an empty shape (numel 0).
-pub fn byte_span(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> Result<(isize, isize)> {
-    check_lengths(shape, byte_strides)?;
-    if shape.contains(&0) {
-        return Ok((0, 0));
-    }
-    let mut lo: isize = 0;
-    let mut hi: isize = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
-    for (&len, &s) in shape.iter().zip(byte_strides) {
-        if len <= 1 {
-            continue;
-        }
-        let last = isize::try_from(len - 1).map_err(|_| overflow("extent"))?;
-        let ext = last.checked_mul(s).ok_or(overflow("extent"))?;
-        if ext < 0 {
-            lo = lo.checked_add(ext).ok_or(overflow("extent"))?;
-        } else {
-            hi = hi.checked_add(ext).ok_or(overflow("extent"))?;
-        }
-    }
-    Ok((lo, hi))
-}
-
-/// `true` when the layout *may* address one element twice: a dimension of
-/// size > 1 with stride 0, or strides whose extents interleave.
-///
-/// Conservative: dimensions are sorted by `|stride|` and each stride must be
-/// at least the byte extent of all faster dimensions combined (element
-/// included). Every permutation, slice (with steps or flips) and broadcast-free
-/// view of a dense tensor passes; exotic interleaved layouts that happen not to
-/// collide may be reported as overlapping. Size-1 dimensions are ignored;
-/// layouts with 0 or 1 element never overlap.
-pub fn dst_has_internal_overlap(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> bool {
-    if shape.len() != byte_strides.len() || shape.iter().product::<usize>() <= 1 {
-        return false;
-    }
-    let mut dims: SmallVec<[(usize, usize); INLINE_DIMS]> = shape
-        .iter()
-        .zip(byte_strides)
-        .filter(|&(&len, _)| len > 1)
-        .map(|(&len, &s)| (s.unsigned_abs(), len))
-        .collect();
-    insertion_sort_by_key(&mut dims, |&(s, len)| (s, len));
-    let mut extent = elem_size; // bytes covered by the faster dims, exclusive end
-    for &(stride, len) in &dims {
-        if stride == 0 || stride < extent {
-            return true;
-        }
-        // extent += (len - 1) * stride, saturating: a saturated extent makes
-        // every later stride "overlap", which is conservative.
-        extent = extent.saturating_add((len - 1).saturating_mul(stride));
-    }
-    false
-}
-
 /// `true` when the half-open address ranges `a = [a.0, a.1)` and
 /// `b = [b.0, b.1)` share a byte. Empty ranges overlap nothing.
-pub fn ranges_overlap(a: (usize, usize), b: (usize, usize)) -> bool {
+pub(crate) fn ranges_overlap(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
 }
 
 /// Absolute address range `[base + span.0, base + span.1)`, checked.
-pub fn absolute_range(base: usize, span: (isize, isize)) -> Result<(usize, usize)> {
+pub(crate) fn absolute_range(base: usize, span: (isize, isize)) -> Result<(usize, usize)> {
     let lo = base.checked_add_signed(span.0).ok_or(overflow("address range"))?;
     let hi = base.checked_add_signed(span.1).ok_or(overflow("address range"))?;
     Ok((lo, hi))
-}
-
-/// Source strides of `src_shape` broadcast to `dst_shape` (NumPy rules: shapes
-/// are right-aligned, missing leading dimensions and size-1 dimensions get
-/// stride 0). Errors with [`Error::ShapeMismatch`] when the shapes are not
-/// broadcast-compatible.
-pub fn broadcast_strides(
-    src_shape: &[usize],
-    src_strides: &[isize],
-    dst_shape: &[usize],
-) -> Result<SmallVec<[isize; INLINE_DIMS]>> {
-    check_lengths(src_shape, src_strides)?;
-    let mismatch = || Error::ShapeMismatch {
-        expected: dst_shape.to_vec(),
-        got: src_shape.to_vec(),
-    };
-    if src_shape.len() > dst_shape.len() {
-        return Err(mismatch());
-    }
-    let lead = dst_shape.len() - src_shape.len();
-    let mut out: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, dst_shape.len());
-    for (i, (&len, &s)) in src_shape.iter().zip(src_strides).enumerate() {
-        let d = dst_shape[lead + i];
-        out[lead + i] = if len == d {
-            s
-        } else if len == 1 {
-            0
-        } else {
-            return Err(mismatch());
-        };
-    }
-    Ok(out)
 }
 
 fn insertion_sort_by_key<T: Copy, K: Ord>(v: &mut [T], key: impl Fn(&T) -> K) {
@@ -353,7 +247,7 @@ fn plan(
         return Err(Error::InvalidLayout("element size must be at least one byte"));
     }
     let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
-    let n = numel(shape)?;
+    let n = crate::layout::numel(shape)?;
     let mut plan = CopyPlan {
         kind: PlanKind::Empty,
         elem_size,
@@ -407,7 +301,7 @@ fn plan(
 
     // 2. Sort by destination stride, fastest first (stable), then check the
     //    destination for internal overlap: each stride must clear the extent
-    //    of the faster dims (the rule of `dst_has_internal_overlap`).
+    //    of the faster dims (the tests' `dst_has_internal_overlap` states the rule).
     insertion_sort_by_key(&mut dims, |d| (d.dst, d.src.unsigned_abs(), d.len));
     let mut extent = e;
     for d in &dims {
@@ -827,6 +721,39 @@ mod tests {
         assert_eq!((p.kind, p.elem_size), (PlanKind::Rows, 4));
     }
 
+    /// The rule the planner's step 2 applies inline, on its own: `true` when
+    /// the layout *may* address one element twice: a dimension of
+    /// size > 1 with stride 0, or strides whose extents interleave.
+    ///
+    /// Conservative: dimensions are sorted by `|stride|` and each stride must be
+    /// at least the byte extent of all faster dimensions combined (element
+    /// included). Every permutation, slice (with steps or flips) and broadcast-free
+    /// view of a dense tensor passes; exotic interleaved layouts that happen not to
+    /// collide may be reported as overlapping. Size-1 dimensions are ignored;
+    /// layouts with 0 or 1 element never overlap.
+    fn dst_has_internal_overlap(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> bool {
+        if shape.len() != byte_strides.len() || shape.iter().product::<usize>() <= 1 {
+            return false;
+        }
+        let mut dims: SmallVec<[(usize, usize); INLINE_DIMS]> = shape
+            .iter()
+            .zip(byte_strides)
+            .filter(|&(&len, _)| len > 1)
+            .map(|(&len, &s)| (s.unsigned_abs(), len))
+            .collect();
+        insertion_sort_by_key(&mut dims, |&(s, len)| (s, len));
+        let mut extent = elem_size; // bytes covered by the faster dims, exclusive end
+        for &(stride, len) in &dims {
+            if stride == 0 || stride < extent {
+                return true;
+            }
+            // extent += (len - 1) * stride, saturating: a saturated extent makes
+            // every later stride "overlap", which is conservative.
+            extent = extent.saturating_add((len - 1).saturating_mul(stride));
+        }
+        false
+    }
+
     #[test]
     fn overlap_detection() {
         // Stride 0 on a real dim.
@@ -881,18 +808,5 @@ mod tests {
     fn empty() {
         let p = plan(&[3, 0, 2], &[0, 0, 0], &[1, 1, 1], 4);
         assert_eq!(p.kind, PlanKind::Empty);
-    }
-
-    #[test]
-    fn broadcast_strides_rules() {
-        assert_eq!(
-            broadcast_strides(&[1, 5], &[5, 1], &[3, 4, 5]).unwrap().as_slice(),
-            &[0, 0, 1]
-        );
-        assert_eq!(
-            broadcast_strides(&[4, 1], &[1, 1], &[4, 6]).unwrap().as_slice(),
-            &[1, 0]
-        );
-        assert!(broadcast_strides(&[3], &[1], &[4]).is_err());
     }
 }

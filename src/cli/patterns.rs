@@ -1,5 +1,6 @@
 //! The strided-copy benchmark matrix (research notes §c, sized for a CPU):
-//! shared by `benches/strided_copy.rs` and `devtensor bench`.
+//! shared by `devtensor bench` and `benches/strided_copy.rs` (which includes
+//! this file with `#[path]`), so it uses only the library's public API.
 //!
 //! Every [`Pattern`] is a view of a source buffer (`src_alloc_elems` elements
 //! of `elem_size` bytes) described by `shape`, `src_strides` and `src_offset`
@@ -14,8 +15,8 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use crate::copy::cpu::copy_strided;
-use crate::error::Result;
+use devtensor::Result;
+use devtensor::copy::copy_strided;
 
 /// One benchmark case: a strided view of a source buffer, copied into a
 /// contiguous destination.

@@ -1,0 +1,202 @@
+//! The element types the kernels move (`u8/u16/u32/u64/u128`, `[u8; N]`),
+//! their unaligned loads and stores, and each type's register micro-transpose.
+
+/// Reads a `T` at `p`, unaligned.
+///
+/// # Safety
+///
+/// `p` is readable for `size_of::<T>()` bytes.
+#[inline(always)]
+pub(super) unsafe fn ld<T: Copy>(p: *const u8) -> T {
+    // SAFETY: the caller guarantees `p` is readable for `size_of::<T>()` bytes.
+    unsafe { p.cast::<T>().read_unaligned() }
+}
+
+/// Writes `v` at `p`, unaligned.
+///
+/// # Safety
+///
+/// `p` is writable for `size_of::<T>()` bytes.
+#[inline(always)]
+pub(super) unsafe fn st<T: Copy>(p: *mut u8, v: T) {
+    // SAFETY: the caller guarantees `p` is writable for `size_of::<T>()` bytes.
+    unsafe { p.cast::<T>().write_unaligned(v) }
+}
+
+/// An element type the kernels move: a power-of-two integer or a byte array.
+pub(super) trait Elem: Copy + Send + Sync + 'static {
+    /// Edge of the register micro tile.
+    const MICRO: usize;
+
+    /// Transposes one `MICRO × MICRO` block:
+    /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i, j < MICRO`.
+    ///
+    /// # Safety
+    ///
+    /// Every address formed is readable (source) or writable (destination).
+    #[inline(always)]
+    unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        let e = size_of::<Self>();
+        // SAFETY: forwarded; indices stay below MICRO.
+        unsafe {
+            for j in 0..Self::MICRO {
+                let dr = dst.offset(j as isize * db);
+                let sc = src.add(j * e);
+                for i in 0..Self::MICRO {
+                    st(dr.add(i * e), ld::<Self>(sc.offset(i as isize * sa)));
+                }
+            }
+        }
+    }
+}
+
+macro_rules! scalar_elem {
+    ($($t:ty => $micro:expr;)*) => {
+        $(impl Elem for $t {
+            const MICRO: usize = $micro;
+        })*
+    };
+}
+
+scalar_elem! {
+    [u8; 3] => 4;
+    [u8; 5] => 4;
+    [u8; 6] => 4;
+    [u8; 7] => 4;
+    [u8; 9] => 4;
+    [u8; 10] => 4;
+    [u8; 11] => 4;
+    [u8; 12] => 4;
+    [u8; 13] => 4;
+    [u8; 14] => 4;
+    [u8; 15] => 4;
+    u128 => 4;
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+scalar_elem! {
+    u8 => 8;
+    u16 => 8;
+    u32 => 8;
+    u64 => 4;
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse {
+    //! SSE2 (x86-64 baseline) register transposes: a `16/E × 16/E` block of
+    //! `E`-byte elements in `log2(16/E)` rounds of interleaves.
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpackhi_epi16,
+        _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8, _mm_unpacklo_epi16, _mm_unpacklo_epi32,
+        _mm_unpacklo_epi64,
+    };
+
+    use super::Elem;
+
+    /// Loads `N` rows, runs `rounds` perfect shuffles, stores `N` rows.
+    ///
+    /// # Safety
+    ///
+    /// `src + i·sa` readable and `dst + j·db` writable for 16 bytes, `i, j < N`.
+    #[inline(always)]
+    unsafe fn transpose<const N: usize>(
+        dst: *mut u8,
+        src: *const u8,
+        sa: isize,
+        db: isize,
+        lo: impl Fn(__m128i, __m128i) -> __m128i,
+        hi: impl Fn(__m128i, __m128i) -> __m128i,
+    ) {
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        let zero = unsafe { _mm_setzero_si128() };
+        let mut r = [zero; N];
+        for (i, row) in r.iter_mut().enumerate() {
+            // SAFETY: forwarded from the caller.
+            *row = unsafe { _mm_loadu_si128(src.offset(i as isize * sa).cast()) };
+        }
+        let h = N / 2;
+        let mut rounds = N.trailing_zeros();
+        while rounds > 0 {
+            let mut t = [zero; N];
+            for k in 0..h {
+                t[2 * k] = lo(r[k], r[k + h]);
+                t[2 * k + 1] = hi(r[k], r[k + h]);
+            }
+            r = t;
+            rounds -= 1;
+        }
+        for (j, row) in r.iter().enumerate() {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm_storeu_si128(dst.offset(j as isize * db).cast(), *row) };
+        }
+    }
+
+    impl Elem for u8 {
+        const MICRO: usize = 16;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe {
+                transpose::<16>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi8(a, b),
+                    |a, b| _mm_unpackhi_epi8(a, b),
+                )
+            }
+        }
+    }
+    impl Elem for u16 {
+        const MICRO: usize = 8;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe {
+                transpose::<8>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi16(a, b),
+                    |a, b| _mm_unpackhi_epi16(a, b),
+                )
+            }
+        }
+    }
+    impl Elem for u32 {
+        const MICRO: usize = 4;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe {
+                transpose::<4>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi32(a, b),
+                    |a, b| _mm_unpackhi_epi32(a, b),
+                )
+            }
+        }
+    }
+    impl Elem for u64 {
+        const MICRO: usize = 2;
+        #[inline(always)]
+        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+            // SAFETY: forwarded.
+            unsafe {
+                transpose::<2>(
+                    dst,
+                    src,
+                    sa,
+                    db,
+                    |a, b| _mm_unpacklo_epi64(a, b),
+                    |a, b| _mm_unpackhi_epi64(a, b),
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! The general kernel (`PlanKind::General`, broadcast fills): an odometer over
+//! the outer dims with an inner loop specialised on its (source, destination)
+//! strides, gathers and scatters included.
+
+use super::elem::{Elem, ld, st};
+use super::fill::{fill_pattern, fill_run};
+use super::parallel::{Shared, for_each_segment, par_for};
+use super::runs::{copy_run, store_fence};
+use super::stage::{STAGE, with_stage};
+use crate::copy::plan::{CopyPlan, PlanDim};
+
+/// General copy: odometer over the outer dims, innermost loop specialised on
+/// the strides. When `dims[0]` is short, a longer dim with unit source stride
+/// becomes the inner loop.
+///
+/// # Safety
+///
+/// As [`execute`](super::execute).
+pub(super) unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: bool) {
+    let e = size_of::<T>() as isize;
+    let mut dims = plan.dims.clone();
+    if dims[0].len < 16
+        && let Some(k) = (1..dims.len()).find(|&k| dims[k].src == e && dims[k].len >= 2 * dims[0].len)
+    {
+        let d = dims.remove(k);
+        dims.insert(0, d);
+    }
+    let d0 = dims[0];
+    let b = plan.bytes();
+    // SAFETY: forwarded.
+    unsafe {
+        match (d0.src, d0.dst) {
+            (s, t) if s == e && t == e => general_k::<T, CONTIG>(&dims, b, dst, src, nt),
+            (0, t) if t == e => general_k::<T, BCAST>(&dims, b, dst, src, nt),
+            (_, t) if t == e => general_k::<T, GATHER>(&dims, b, dst, src, nt),
+            (s, _) if s == e => general_k::<T, SCATTER>(&dims, b, dst, src, false),
+            _ => general_k::<T, STRIDED>(&dims, b, dst, src, false),
+        }
+    }
+}
+
+/// Inner loop (E, E).
+const CONTIG: u8 = 0;
+/// Inner loop (0, E).
+const BCAST: u8 = 1;
+/// Inner loop (s, E).
+const GATHER: u8 = 2;
+/// Inner loop (E, t).
+const SCATTER: u8 = 3;
+/// Inner loop (s, t).
+const STRIDED: u8 = 4;
+
+/// # Safety
+///
+/// As [`execute`](super::execute), with `dims` a reordering of the plan's dims.
+unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *mut u8, src: *const u8, nt: bool) {
+    let e = size_of::<T>();
+    let d0 = dims[0];
+    let (ss, ds) = (d0.src, d0.dst);
+    let outer = &dims[1..];
+    let total = d0.len * outer.iter().map(|d| d.len).product::<usize>();
+    let (d, s) = (Shared(dst), Shared(src));
+    let chunk = STAGE / e; // elements staged at a time
+    par_for(total, bytes, |w0, w1| {
+        with_stage(if nt { STAGE } else { 0 }, |buf| {
+            for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
+                let i0 = i0 as isize;
+                // SAFETY: `n` elements of one row starting at index `i0`; every address
+                // formed is an element of the plan, in bounds on its side. Staged
+                // pieces hold at most `chunk` elements, inside the buffer.
+                unsafe {
+                    let dp = d.get().offset(dof + i0 * ds);
+                    let sp = s.get().offset(so + i0 * ss);
+                    match K {
+                        CONTIG => copy_run(dp, sp, n * e, nt),
+                        BCAST if n * e >= 256 => {
+                            let pat = fill_pattern(sp, e);
+                            fill_run(dp, &pat, e, n * e, nt);
+                        }
+                        BCAST => {
+                            let v = ld::<T>(sp);
+                            for i in 0..n {
+                                st(dp.add(i * e), v);
+                            }
+                        }
+                        GATHER if nt => {
+                            let mut i = 0;
+                            while i < n {
+                                let c = (n - i).min(chunk);
+                                gather::<T>(buf, sp.offset(i as isize * ss), c, ss);
+                                copy_run(dp.add(i * e), buf, c * e, true);
+                                i += c;
+                            }
+                        }
+                        GATHER => gather::<T>(dp, sp, n, ss),
+                        SCATTER => scatter::<T>(dp, sp, n, ds),
+                        _ => {
+                            for i in 0..n {
+                                let i = i as isize;
+                                st(dp.offset(i * ds), ld::<T>(sp.offset(i * ss)));
+                            }
+                        }
+                    }
+                }
+            });
+        });
+        store_fence(nt);
+    });
+}
+
+/// `dst[i] = src[i·ss]` for `i < n` (contiguous destination). Source strides
+/// of 2, 3, 4 and −1 elements get loops with constant strides, which LLVM
+/// turns into wide loads and shuffles (every other element, one channel of
+/// three, a reversal).
+///
+/// # Safety
+///
+/// Every address formed is an element of its operand.
+#[inline(always)]
+pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded; `ss == k·e` in the constant-stride arms.
+    unsafe {
+        match ss / e as isize {
+            2 if ss == 2 * e as isize => gather_const::<T, 2>(dst, src, n),
+            3 if ss == 3 * e as isize => gather_const::<T, 3>(dst, src, n),
+            4 if ss == 4 * e as isize => gather_const::<T, 4>(dst, src, n),
+            -1 if ss == -(e as isize) => {
+                // Reversal: contiguous backwards, vectorised with a lane shuffle.
+                for i in 0..n {
+                    st(dst.add(i * e), ld::<T>(src.sub(i * e)));
+                }
+            }
+            _ => {
+                for i in 0..n {
+                    st(dst.add(i * e), ld::<T>(src.offset(i as isize * ss)));
+                }
+            }
+        }
+    }
+}
+
+/// `dst[i·ds] = src[i]` for `i < n` (contiguous source); destination strides
+/// of 2, 3 and 4 elements are constant-stride loops (interleaving channels).
+///
+/// # Safety
+///
+/// Every address formed is an element of its operand.
+#[inline(always)]
+pub(super) unsafe fn scatter<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ds: isize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded; `ds == k·e` in the constant-stride arms.
+    unsafe {
+        match ds / e as isize {
+            2 if ds == 2 * e as isize => scatter_const::<T, 2>(dst, src, n),
+            3 if ds == 3 * e as isize => scatter_const::<T, 3>(dst, src, n),
+            4 if ds == 4 * e as isize => scatter_const::<T, 4>(dst, src, n),
+            _ => {
+                for i in 0..n {
+                    st(dst.offset(i as isize * ds), ld::<T>(src.add(i * e)));
+                }
+            }
+        }
+    }
+}
+
+/// [`scatter`] with a destination stride of `S` elements.
+///
+/// # Safety
+///
+/// As [`scatter`].
+#[inline(always)]
+unsafe fn scatter_const<T: Elem, const S: usize>(dst: *mut u8, src: *const u8, n: usize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded.
+    unsafe {
+        for i in 0..n {
+            st(dst.add(i * S * e), ld::<T>(src.add(i * e)));
+        }
+    }
+}
+
+/// [`gather`] with a source stride of `S` elements.
+///
+/// # Safety
+///
+/// As [`gather`].
+#[inline(always)]
+unsafe fn gather_const<T: Elem, const S: usize>(dst: *mut u8, src: *const u8, n: usize) {
+    let e = size_of::<T>();
+    // SAFETY: forwarded.
+    unsafe {
+        for i in 0..n {
+            st(dst.add(i * e), ld::<T>(src.add(i * S * e)));
+        }
+    }
+}

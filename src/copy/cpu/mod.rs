@@ -1,0 +1,279 @@
+//! The CPU executor of copy plans.
+//!
+//! [`copy_strided`] plans the copy with [`plan_copy`] (CPU options: unaligned
+//! widening up to 16 bytes) and runs the cheapest kernel for the plan's
+//! [`PlanKind`] (research notes §d):
+//!
+//! | kind | kernel |
+//! |---|---|
+//! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
+//! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with SSE2 register micro-transposes for 1/2/4/8-byte elements (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise; the other dims are a batch |
+//! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
+//! | `Fill` | a repeated-element pattern written over contiguous runs |
+//!
+//! Elements are moved as `u8/u16/u32/u64/u128` (powers of two) or `[u8; N]`
+//! (other sizes up to 16) with unaligned loads and stores, so odd addresses are
+//! fine. Larger elements become an extra byte dimension.
+//!
+//! Runs are copied with libc's `memcpy`, except for destinations larger than
+//! the last-level cache: those are written with non-temporal (streaming)
+//! stores over whole cache lines, which skips the read-for-ownership of every
+//! destination line (see [`set_stream_threshold`]). Work from 1 MiB on is split
+//! across rayon over a flat index space — rows × row elements, or batch × tiles
+//! — so a short outer dimension still feeds every thread.
+//!
+//! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
+//! (contiguous runs, streaming stores), `rows`, `general` (the odometer),
+//! `transpose`, `fill`; `elem` (element types) and `stage` (scratch) are what
+//! they share.
+
+mod elem;
+mod fill;
+mod general;
+mod parallel;
+mod rows;
+mod runs;
+mod stage;
+mod transpose;
+
+use std::ptr;
+
+use smallvec::SmallVec;
+
+use self::fill::{fill_pattern, fill_rows, fill_run};
+use self::general::general;
+use self::parallel::PAR_MIN_BYTES;
+use self::rows::rows;
+use self::runs::{memcpy_par, stream_threshold};
+use self::transpose::transpose;
+use crate::copy::plan::{
+    BaseAddrs, CopyPlan, INLINE_DIMS, PlanKind, PlanOptions, absolute_range, plan_copy, ranges_overlap,
+};
+use crate::error::{Error, Result};
+
+pub use self::runs::set_stream_threshold;
+
+/// Calls `$f::<T>(args)` with `T` the element type of `$e` bytes.
+macro_rules! with_elem {
+    ($e:expr, $f:ident ( $($a:expr),* )) => {
+        match $e {
+            1 => $f::<u8>($($a),*),
+            2 => $f::<u16>($($a),*),
+            3 => $f::<[u8; 3]>($($a),*),
+            4 => $f::<u32>($($a),*),
+            5 => $f::<[u8; 5]>($($a),*),
+            6 => $f::<[u8; 6]>($($a),*),
+            7 => $f::<[u8; 7]>($($a),*),
+            8 => $f::<u64>($($a),*),
+            9 => $f::<[u8; 9]>($($a),*),
+            10 => $f::<[u8; 10]>($($a),*),
+            11 => $f::<[u8; 11]>($($a),*),
+            12 => $f::<[u8; 12]>($($a),*),
+            13 => $f::<[u8; 13]>($($a),*),
+            14 => $f::<[u8; 14]>($($a),*),
+            15 => $f::<[u8; 15]>($($a),*),
+            16 => $f::<u128>($($a),*),
+            _ => unreachable!("elements above {MAX_ELEM} bytes become a byte dimension"),
+        }
+    };
+}
+
+/// Largest element the typed kernels handle; larger ones get a byte dimension.
+const MAX_ELEM: usize = 16;
+
+/// Copies `shape` elements of `elem_size` bytes from `src` to `dst`.
+///
+/// Pointers point at the logical element `[0, 0, …, 0]`; strides are in
+/// elements and may be negative (the source's may also be 0 to broadcast).
+/// Any `elem_size ≥ 1` works; 1–16 byte elements take the typed fast paths.
+/// When the source and destination byte ranges overlap, the source is first
+/// copied into a temporary buffer (a copy onto an identical layout is a no-op).
+///
+/// Errors: [`Error::ShapeMismatch`] when a stride slice's length differs from
+/// `shape`'s, [`Error::OverlappingDestination`] when the destination (with more
+/// than one element) may address an element twice, [`Error::Overflow`] when
+/// an extent overflows, [`Error::InvalidLayout`] for `elem_size == 0`.
+///
+/// # Safety
+///
+/// For every index within `shape`, `src` offset by `Σ index·src_stride·elem_size`
+/// bytes must be valid for reads of `elem_size` bytes, and `dst` offset by
+/// `Σ index·dst_stride·elem_size` bytes valid for writes of `elem_size` bytes,
+/// all inside one allocation each. Nothing else may access the destination
+/// during the call. The destination may be uninitialised; the source may not.
+pub unsafe fn copy_strided(
+    dst: *mut u8,
+    dst_strides: &[isize],
+    src: *const u8,
+    src_strides: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+) -> Result<()> {
+    for strides in [dst_strides, src_strides] {
+        if strides.len() != shape.len() {
+            return Err(Error::ShapeMismatch {
+                expected: vec![shape.len()],
+                got: vec![strides.len()],
+            });
+        }
+    }
+    if elem_size > MAX_ELEM {
+        // A wide element is a row of bytes: add a byte dimension.
+        let e = isize::try_from(elem_size).map_err(|_| Error::Overflow { what: "element size" })?;
+        let widen = |s: &[isize]| -> Result<SmallVec<[isize; INLINE_DIMS]>> {
+            let mut v: SmallVec<[isize; INLINE_DIMS]> = s
+                .iter()
+                .map(|&x| x.checked_mul(e).ok_or(Error::Overflow { what: "byte stride" }))
+                .collect::<Result<_>>()?;
+            v.push(1);
+            Ok(v)
+        };
+        let mut shape2: SmallVec<[usize; INLINE_DIMS]> = shape.iter().copied().collect();
+        shape2.push(elem_size);
+        let (d2, s2) = (widen(dst_strides)?, widen(src_strides)?);
+        // SAFETY: the same bytes as the caller's layout, described with one more
+        // (byte) dimension; the caller's guarantees carry over unchanged.
+        return unsafe { copy_strided(dst, &d2, src, &s2, &shape2, 1) };
+    }
+    let bases = BaseAddrs {
+        dst: dst as usize,
+        src: src as usize,
+    };
+    let plan = plan_copy(shape, dst_strides, src_strides, elem_size, bases, PlanOptions::CPU)?;
+    if plan.kind == PlanKind::Empty {
+        return Ok(());
+    }
+    let d_range = absolute_range(bases.dst, plan.dst_span)?;
+    let s_range = absolute_range(bases.src, plan.src_span)?;
+    if ranges_overlap(d_range, s_range) {
+        let same = bases.dst == bases.src
+            && shape
+                .iter()
+                .zip(dst_strides.iter().zip(src_strides))
+                .all(|(&n, (a, b))| n == 1 || a == b);
+        if same {
+            return Ok(()); // every element is copied onto itself
+        }
+        // SAFETY: forwarded from the caller.
+        return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.bytes()) };
+    }
+    // SAFETY: the plan's offsets move the bases to elements of the caller's
+    // layouts (the flipped dimensions' last elements), which are in bounds.
+    unsafe {
+        execute(&plan, dst.offset(plan.dst_offset), src.offset(plan.src_offset));
+    }
+    Ok(())
+}
+
+/// Writes `value` (`elem_size = value.len()` bytes) to every element.
+///
+/// Errors as [`copy_strided`]; an empty `value` is [`Error::InvalidLayout`].
+///
+/// # Safety
+///
+/// For every index within `shape`, `dst` offset by
+/// `Σ index·dst_stride·value.len()` bytes must be valid for writes of
+/// `value.len()` bytes, all inside one allocation, and nothing else may access
+/// the destination during the call.
+pub unsafe fn fill_strided(dst: *mut u8, dst_strides: &[isize], shape: &[usize], value: &[u8]) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::InvalidLayout("fill value must be at least one byte"));
+    }
+    if dst_strides.len() != shape.len() {
+        return Err(Error::ShapeMismatch {
+            expected: vec![shape.len()],
+            got: vec![dst_strides.len()],
+        });
+    }
+    // A small dense fill (a fresh `zeros` or `full`) is one run: no plan, no
+    // overlap analysis, which cost ten times the writes of a 4 KiB tensor.
+    let e = value.len();
+    if e <= MAX_ELEM && crate::layout::is_contiguous(shape, dst_strides) {
+        let bytes = crate::layout::numel(shape)?
+            .checked_mul(e)
+            .ok_or(Error::Overflow { what: "fill size" })?;
+        if bytes < PAR_MIN_BYTES {
+            // SAFETY: a C-contiguous view of `bytes` bytes starting at `dst`, all
+            // writable (the caller's guarantee). `value` is read into `pat` (or
+            // `b`) before the first write, so it may alias the destination.
+            unsafe {
+                if value.iter().all(|&b| b == value[0]) {
+                    ptr::write_bytes(dst, value[0], bytes);
+                } else {
+                    let pat = fill_pattern(value.as_ptr(), e);
+                    fill_run(dst, &pat, e, bytes, false);
+                }
+            }
+            return Ok(());
+        }
+    }
+    let zeros: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
+    // SAFETY: a fill is a copy from a fully broadcast source; `value` is valid
+    // for reads of `value.len()` bytes at every (zero) source offset. Should
+    // `value` alias the destination, `copy_strided` goes through a temporary.
+    unsafe { copy_strided(dst, dst_strides, value.as_ptr(), &zeros, shape, value.len()) }
+}
+
+/// Copies through a temporary laid out like the destination (same dimension
+/// order and signs, dense), so both copies stay cache-friendly.
+///
+/// # Safety
+///
+/// As [`copy_strided`].
+unsafe fn copy_via_temp(
+    dst: *mut u8,
+    dst_strides: &[isize],
+    src: *const u8,
+    src_strides: &[isize],
+    shape: &[usize],
+    elem_size: usize,
+    bytes: usize,
+) -> Result<()> {
+    let mut order: SmallVec<[usize; INLINE_DIMS]> = (0..shape.len()).filter(|&i| shape[i] > 1).collect();
+    order.sort_by_key(|&i| dst_strides[i].unsigned_abs());
+    let mut tmp_strides: SmallVec<[isize; INLINE_DIMS]> = SmallVec::from_elem(0, shape.len());
+    let mut acc: isize = 1;
+    let mut base: isize = 0; // element offset of logical [0..0] inside the temporary
+    for &i in &order {
+        let len = shape[i] as isize; // numel fits isize: the plan checked it
+        if dst_strides[i] < 0 {
+            tmp_strides[i] = -acc;
+            base += (len - 1) * acc;
+        } else {
+            tmp_strides[i] = acc;
+        }
+        acc *= len;
+    }
+    let mut tmp: Vec<u8> = Vec::with_capacity(bytes);
+    // SAFETY: `tmp` holds `bytes` = numel × elem_size bytes, dense; `base` is the element offset of
+    // logical index 0 in that dense layout, so every element lies inside it.
+    // The temporary overlaps neither operand. The first copy initialises every
+    // byte of it before the second reads it.
+    unsafe {
+        let t = tmp.as_mut_ptr().add(base as usize * elem_size);
+        copy_strided(t, &tmp_strides, src, src_strides, shape, elem_size)?;
+        copy_strided(dst, dst_strides, t, &tmp_strides, shape, elem_size)
+    }
+}
+
+/// Runs a plan on bases already moved by the plan's offsets.
+///
+/// # Safety
+///
+/// `dst`/`src` are the plan's bases of layouts satisfying [`copy_strided`]'s
+/// contract, and the two do not overlap.
+unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
+    let nt = plan.bytes() >= stream_threshold();
+    // SAFETY: every arm forwards the caller's guarantees.
+    unsafe {
+        match plan.kind {
+            PlanKind::Empty => {}
+            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes(), nt),
+            PlanKind::Rows => rows(plan, dst, src, nt),
+            PlanKind::Fill if plan.dims[0].dst == plan.elem_size as isize => fill_rows(plan, dst, src, nt),
+            PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src, nt)),
+            PlanKind::Transpose { src_fast } => with_elem!(plan.elem_size, transpose(plan, src_fast, dst, src, nt)),
+        }
+    }
+}
