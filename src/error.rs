@@ -56,16 +56,20 @@ pub enum Error {
         what: &'static str,
     },
     /// Two shapes that must agree do not.
-    #[error("shape mismatch: expected {expected:?}, got {got:?}")]
+    #[error("{op}: shape mismatch: expected {expected:?}, got {got:?}")]
     ShapeMismatch {
+        /// The operation that compared them (`copy`, `expand`, ...).
+        op: &'static str,
         /// The shape required.
         expected: Vec<usize>,
         /// The shape given.
         got: Vec<usize>,
     },
     /// Two dtypes that must agree do not.
-    #[error("dtype mismatch: expected {expected}, got {got}")]
+    #[error("{op}: dtype mismatch: expected {expected}, got {got}")]
     DTypeMismatch {
+        /// The operation that compared them (`copy`, `fill`, ...).
+        op: &'static str,
         /// The dtype required.
         expected: DType,
         /// The dtype given.
@@ -113,6 +117,29 @@ pub enum Error {
     /// incompatible reshape, unsupported broadcast, ...).
     #[error("invalid layout: {0}")]
     InvalidLayout(&'static str),
+    /// A configuration variable that cannot be used as it is set.
+    #[error("{var}: {reason}")]
+    Config {
+        /// The environment variable (`DEVTENSOR_ALLOC_CONF`, ...).
+        var: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
+    /// An argument outside what the operation accepts (not a layout: an
+    /// alignment, a stream value, a string with a NUL, a null pointer, ...).
+    #[error("invalid argument to {op}: {reason}")]
+    InvalidArgument {
+        /// The operation.
+        op: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A kernel the loaded module does not define, or no kernel for a request.
+    #[error("no kernel {0}")]
+    MissingKernel(String),
+    /// A broken internal invariant: a bug in devtensor, never the caller's input.
+    #[error("internal error (a devtensor bug, please report it): {0}")]
+    Internal(&'static str),
     /// The destination of a write refers to the same element more than once
     /// (a zero or overlapping stride).
     #[error("destination overlaps itself (a stride of 0 or overlapping strides): cannot write to it")]

@@ -217,11 +217,13 @@ pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> 
 pub fn broadcast_strides(src_shape: &[usize], src_strides: &[isize], dst_shape: &[usize]) -> Result<Strides> {
     if src_strides.len() != src_shape.len() {
         return Err(Error::ShapeMismatch {
+            op: "broadcast",
             expected: vec![src_shape.len()],
             got: vec![src_strides.len()],
         });
     }
     let mismatch = || Error::ShapeMismatch {
+        op: "broadcast",
         expected: dst_shape.to_vec(),
         got: src_shape.to_vec(),
     };

@@ -220,15 +220,17 @@ fn round_half_even(x: f64) -> i64 {
 /// bfloat16 values come out exactly as ml_dtypes widens them.
 pub fn from_bytes(dtype: DType, bytes: &[u8]) -> Result<Scalar> {
     if bytes.len() != dtype.size() {
-        return Err(Error::InvalidLayout("element bytes differ from the dtype's size"));
+        return Err(Error::InvalidArgument {
+            op: "scalar from bytes",
+            reason: "element bytes differ from the dtype's size".into(),
+        });
     }
     macro_rules! ne {
         ($t:ty) => {
-            <$t>::from_ne_bytes(
-                bytes
-                    .try_into()
-                    .map_err(|_| Error::InvalidLayout("element size"))?,
-            )
+            <$t>::from_ne_bytes(bytes.try_into().map_err(|_| Error::InvalidArgument {
+                op: "scalar from bytes",
+                reason: "element size".into(),
+            })?)
         };
     }
     let half = |b: &[u8]| half::f16::from_ne_bytes([b[0], b[1]]).to_f64();

@@ -44,7 +44,10 @@ pub fn resolve_all(mut get: impl FnMut(&CStr) -> Result<usize>) -> Result<HashMa
     KERNELS
         .iter()
         .map(|&k| {
-            let name = CString::new(k).map_err(|_| Error::InvalidLayout("kernel name"))?;
+            let name = CString::new(k).map_err(|_| Error::InvalidArgument {
+                op: "kernel lookup",
+                reason: "the kernel name contains a NUL byte".into(),
+            })?;
             Ok((k, get(&name)?))
         })
         .collect()

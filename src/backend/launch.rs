@@ -231,14 +231,16 @@ fn strided_args(numel: usize, dims: &[(usize, i64, i64)]) -> StridedArgs {
 /// The manifest entry `{prefix}_eE` for an element size.
 fn kernel_name(prefix: &str, elem: usize) -> Result<&'static str> {
     if !matches!(elem, 1 | 2 | 4 | 8 | 16) {
-        return Err(Error::InvalidLayout("GPU kernels move 1, 2, 4, 8 or 16-byte elements"));
+        return Err(Error::MissingKernel(format!(
+            "{prefix} for {elem}-byte elements (GPU kernels move 1, 2, 4, 8 or 16 bytes)"
+        )));
     }
     let want = format!("{prefix}_e{elem}");
     KERNELS
         .iter()
         .copied()
         .find(|k| *k == want)
-        .ok_or(Error::InvalidLayout("no such kernel"))
+        .ok_or(Error::MissingKernel(want))
 }
 
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
@@ -248,7 +250,7 @@ fn kernel_name(prefix: &str, elem: usize) -> Result<&'static str> {
 pub fn copy_call(plan: &CopyPlan) -> Result<KernelCall> {
     let dims = unit_dims(plan);
     if dims.len() > MAX_DIMS {
-        return Err(Error::InvalidLayout("more than 16 dimensions remain after coalescing"));
+        return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
     }
     if let PlanKind::Transpose { src_fast } = plan.kind
         && plan.elem_size <= 8

@@ -71,7 +71,7 @@ mod tests {
         assert_eq!(MAP.get_or_try_init(Device::Cuda(0), || make(8)).unwrap(), 7);
         assert_eq!(MAP.get_or_try_init(Device::Cuda(1), || make(9)).unwrap(), 9);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        let failed = MAP.get_or_try_init(Device::Rocm(0), || Err(Error::InvalidLayout("no")));
+        let failed = MAP.get_or_try_init(Device::Rocm(0), || Err(Error::Internal("no")));
         assert!(failed.is_err());
         assert_eq!(MAP.get_or_try_init(Device::Rocm(0), || make(3)).unwrap(), 3);
     }

@@ -54,7 +54,8 @@ impl DevtensorStatus {
         match e {
             Error::BackendUnavailable { .. } | Error::ForkedChild { .. } => S::BackendUnavailable,
             Error::OutOfMemory { .. } => S::OutOfMemory,
-            Error::Driver { .. } | Error::KernelCompile { .. } => S::DriverError,
+            Error::Driver { .. } | Error::KernelCompile { .. } | Error::MissingKernel(_) => S::DriverError,
+            Error::Internal(_) => S::Internal,
             Error::UnsupportedDType { .. } | Error::UnknownDTypeName(_) => S::UnsupportedDtype,
             Error::UnsupportedDevice { .. } | Error::UnknownDevice(_) => S::UnsupportedDevice,
             Error::DLPack(DLPackError::UnsupportedDevice(_) | DLPackError::BadDeviceId(_)) => S::UnsupportedDevice,
@@ -74,6 +75,8 @@ impl DevtensorStatus {
             | Error::TooManyDimensions { .. }
             | Error::IndexOutOfRange { .. }
             | Error::InvalidLayout(_)
+            | Error::Config { .. }
+            | Error::InvalidArgument { .. }
             | Error::OverlappingDestination
             | Error::InvalidScalar { .. } => S::InvalidArgument,
         }

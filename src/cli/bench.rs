@@ -119,7 +119,10 @@ pub fn run(args: &BenchArgs) -> devtensor::Result<()> {
 fn run_emulated(device: devtensor::Device, matrix: &[Pattern]) -> devtensor::Result<()> {
     use super::bench_emulated::{metrics_of, report_path};
     let Some(path) = report_path() else {
-        return Err(devtensor::Error::InvalidLayout("DEVTENSOR_EMU_REPORT is not set"));
+        return Err(devtensor::Error::Config {
+            var: "DEVTENSOR_EMU_REPORT",
+            reason: "not set (run under ci/emu.sh)".into(),
+        });
     };
     let devtensor::Device::Cuda(ordinal) = device else {
         return Err(devtensor::Error::UnsupportedDevice { op: "bench", device });
@@ -193,7 +196,12 @@ mod gpu {
             4 => DType::U32,
             8 => DType::U64,
             16 => DType::C128,
-            _ => return Err(devtensor::Error::InvalidLayout("no dtype of this element size")),
+            _ => {
+                return Err(devtensor::Error::InvalidArgument {
+                    op: "bench",
+                    reason: "no dtype of this element size".into(),
+                });
+            }
         })
     }
 

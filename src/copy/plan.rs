@@ -178,6 +178,7 @@ fn check_lengths(shape: &[usize], strides: &[isize]) -> Result<()> {
         Ok(())
     } else {
         Err(Error::ShapeMismatch {
+            op: "copy",
             expected: vec![shape.len()],
             got: vec![strides.len()],
         })
@@ -244,7 +245,10 @@ fn plan(
     check_lengths(shape, dst_strides)?;
     check_lengths(shape, src_strides)?;
     if elem_size == 0 {
-        return Err(Error::InvalidLayout("element size must be at least one byte"));
+        return Err(Error::InvalidArgument {
+            op: "copy",
+            reason: "the element size must be at least one byte".into(),
+        });
     }
     let e = isize::try_from(elem_size).map_err(|_| overflow("element size"))?;
     let n = crate::layout::numel(shape)?;
@@ -800,7 +804,7 @@ mod tests {
         ));
         assert!(matches!(
             plan_copy(&[2], &[1], &[1], 0, BaseAddrs::default(), PlanOptions::CPU),
-            Err(Error::InvalidLayout(_))
+            Err(Error::InvalidArgument { .. })
         ));
     }
 

@@ -328,7 +328,10 @@ unsafe impl NDAlloc for EnvAlloc {
     fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
         let align = align.max(1);
         if !align.is_power_of_two() {
-            return Err(Error::InvalidLayout("alignment must be a power of two"));
+            return Err(Error::InvalidArgument {
+                op: "EnvAlloc::allocate",
+                reason: "alignment must be a power of two".into(),
+            });
         }
         if size == 0 {
             let ptr = NonNull::new(align as *mut u8).ok_or(Error::Overflow { what: "alignment" })?;

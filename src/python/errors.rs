@@ -25,6 +25,8 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         Error::BackendUnavailable { .. }
         | Error::Driver { .. }
         | Error::KernelCompile { .. }
+        | Error::MissingKernel(_)
+        | Error::Internal(_)
         | Error::ForkedChild { .. } => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }

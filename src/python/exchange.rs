@@ -72,7 +72,10 @@ unsafe extern "C" fn allocator(
 ) -> c_int {
     let result = catch_unwind(AssertUnwindSafe(|| -> crate::Result<*mut DLManagedTensorVersioned> {
         if prototype.is_null() || out.is_null() {
-            return Err(crate::Error::InvalidLayout("null prototype or out pointer"));
+            return Err(crate::Error::InvalidArgument {
+                op: "managed_tensor_allocator",
+                reason: "null prototype or out pointer".into(),
+            });
         }
         // SAFETY: non-null; the caller passes a readable prototype.
         let p = unsafe { *prototype };

@@ -51,12 +51,14 @@ fn check_same_kind(dst: &Tensor, src: &Tensor) -> Result<()> {
     }
     if dst.shape() != src.shape() {
         return Err(Error::ShapeMismatch {
+            op: "copy",
             expected: dst.shape().to_vec(),
             got: src.shape().to_vec(),
         });
     }
     if dst.dtype() != src.dtype() {
         return Err(Error::DTypeMismatch {
+            op: "copy",
             expected: dst.dtype(),
             got: src.dtype(),
         });
@@ -612,9 +614,7 @@ pub(super) fn fill_tensor(rt: &dyn GpuRuntime, dst: &Tensor, value: &[u8]) -> Re
     // Every size runs on the device: past 2^31 elements, one launch per 32-bit piece.
     for piece in split_for_32bit(&plan) {
         let Some((mut call, mut wide)) = fill_call(&piece, value)? else {
-            return Err(Error::InvalidLayout(
-                "a fill value of 1 to 16 bytes over at most 16 dims",
-            ));
+            return Err(Error::Internal("a fill value of 1 to 16 bytes over at most 16 dims"));
         };
         let mut base = (dst.data_ptr() as u64).wrapping_add_signed(piece.dst_offset as i64);
         let mut params = [

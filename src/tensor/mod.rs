@@ -98,6 +98,7 @@ impl Tensor {
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize]) -> Result<Tensor> {
         if layout::numel(shape)? != data.len() {
             return Err(Error::ShapeMismatch {
+                op: "from_slice",
                 expected: shape.to_vec(),
                 got: vec![data.len()],
             });
@@ -361,6 +362,7 @@ impl Tensor {
                 out_strides.push(0);
             } else {
                 return Err(Error::ShapeMismatch {
+                    op: "expand",
                     expected: self.shape.to_vec(),
                     got: shape.iter().map(|&s| s.max(0) as usize).collect(),
                 });
@@ -423,12 +425,14 @@ impl Tensor {
         self.check_writable()?;
         if self.shape != src.shape {
             return Err(Error::ShapeMismatch {
+                op: "copy_from",
                 expected: self.shape.to_vec(),
                 got: src.shape.to_vec(),
             });
         }
         if self.dtype != src.dtype {
             return Err(Error::DTypeMismatch {
+                op: "copy_from",
                 expected: self.dtype,
                 got: src.dtype,
             });
@@ -488,7 +492,10 @@ impl Tensor {
     pub fn fill_bytes(&self, value: &[u8]) -> Result<()> {
         self.check_writable()?;
         if value.len() != self.dtype.size() {
-            return Err(Error::InvalidLayout("fill value size differs from the element size"));
+            return Err(Error::InvalidArgument {
+                op: "fill",
+                reason: "the value's size differs from the element size".into(),
+            });
         }
         let _access = access::lock(Some(&self.storage), None);
         if !self.device().is_host_accessible() {
@@ -504,6 +511,7 @@ impl Tensor {
     pub fn fill<T: Element>(&self, value: T) -> Result<()> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch {
+                op: "fill",
                 expected: self.dtype,
                 got: T::DTYPE,
             });
@@ -518,6 +526,7 @@ impl Tensor {
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
             return Err(Error::DTypeMismatch {
+                op: "to_vec",
                 expected: self.dtype,
                 got: T::DTYPE,
             });

@@ -52,13 +52,14 @@ impl PoolConfig {
     pub fn parse(conf: &str) -> Result<Option<PoolConfig>> {
         let mut c = PoolConfig::default();
         for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = item
-                .split_once(':')
-                .ok_or(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF entries are key:value"))?;
-            let n: usize = value
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            let (key, value) = item.split_once(':').ok_or(Error::Config {
+                var: "DEVTENSOR_ALLOC_CONF",
+                reason: "entries are key:value".into(),
+            })?;
+            let n: usize = value.trim().parse().map_err(|_| Error::Config {
+                var: "DEVTENSOR_ALLOC_CONF",
+                reason: "values are integers".into(),
+            })?;
             let mb = n.checked_mul(MIB).ok_or(Error::Overflow {
                 what: "DEVTENSOR_ALLOC_CONF",
             })?;
@@ -69,7 +70,12 @@ impl PoolConfig {
                 "disable" => {}
                 // Not a pool setting: read by `staging_bytes`.
                 "staging_mb" => {}
-                _ => return Err(Error::InvalidLayout("unknown DEVTENSOR_ALLOC_CONF key")),
+                _ => {
+                    return Err(Error::Config {
+                        var: "DEVTENSOR_ALLOC_CONF",
+                        reason: format!("unknown key {:?}", key.trim()),
+                    });
+                }
             }
         }
         Ok(Some(c))
@@ -89,8 +95,10 @@ pub fn staging_bytes() -> Result<usize> {
     match BYTES.get_or_init(|| conf().map_or(Ok(DEFAULT_STAGING_BYTES), |s| parse_staging(&s)).ok()) {
         Some(b) => Ok(*b),
         // A bad value: its error again (the variable is read once; the error is not `Clone`).
-        None => parse_staging(&conf().unwrap_or_default())
-            .and(Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is invalid"))),
+        None => parse_staging(&conf().unwrap_or_default()).and(Err(Error::Config {
+            var: "DEVTENSOR_ALLOC_CONF",
+            reason: "staging_mb is invalid".into(),
+        })),
     }
 }
 
@@ -101,12 +109,15 @@ pub fn parse_staging(conf: &str) -> Result<usize> {
         if let Some((key, value)) = item.split_once(':')
             && key.trim() == "staging_mb"
         {
-            let n: usize = value
-                .trim()
-                .parse()
-                .map_err(|_| Error::InvalidLayout("DEVTENSOR_ALLOC_CONF values are integers"))?;
+            let n: usize = value.trim().parse().map_err(|_| Error::Config {
+                var: "DEVTENSOR_ALLOC_CONF",
+                reason: "values are integers".into(),
+            })?;
             if n == 0 {
-                return Err(Error::InvalidLayout("DEVTENSOR_ALLOC_CONF staging_mb is at least 1"));
+                return Err(Error::Config {
+                    var: "DEVTENSOR_ALLOC_CONF",
+                    reason: "staging_mb is at least 1".into(),
+                });
             }
             bytes = n.checked_mul(MIB).ok_or(Error::Overflow {
                 what: "DEVTENSOR_ALLOC_CONF",

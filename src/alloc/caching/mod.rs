@@ -295,9 +295,10 @@ unsafe impl<A: NDAlloc> NDAlloc for CachingAlloc<A> {
 
     fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
         if align > 256 {
-            return Err(Error::InvalidLayout(
-                "pooled allocations are aligned to 256 bytes at most",
-            ));
+            return Err(Error::InvalidArgument {
+                op: "pooled allocation",
+                reason: "alignments above 256 bytes are not supported".into(),
+            });
         }
         if size == 0 {
             let ptr = NonNull::new(256 as *mut u8).ok_or(Error::Overflow { what: "alignment" })?;

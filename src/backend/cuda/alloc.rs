@@ -203,9 +203,10 @@ unsafe impl NDAlloc for CudaAlloc {
             });
         }
         if align > 256 {
-            return Err(crate::Error::InvalidLayout(
-                "CUDA allocations are aligned to 256 bytes at most",
-            ));
+            return Err(crate::Error::InvalidArgument {
+                op: "CUDA allocation",
+                reason: "alignments above 256 bytes are not supported".into(),
+            });
         }
         let _current = self.bind(stream)?;
         let dev = self.device();

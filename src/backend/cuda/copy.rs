@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
     static MODULES: PerDevice<Arc<HashMap<&'static str, usize>>> = PerDevice::new();
     let funcs = MODULES.get_or_try_init(Device::Cuda(gpu.ordinal), || load_module(gpu).map(Arc::new))?;
-    let f = funcs.get(name).copied().ok_or(Error::InvalidLayout("unknown kernel"))?;
+    let f = funcs.get(name).copied().ok_or(Error::MissingKernel(name.to_owned()))?;
     Ok(f as sys::CUfunction)
 }
 

@@ -159,8 +159,14 @@ pub enum Output {
 /// Compiles `source` with `options`; a failed compile returns the log.
 pub fn compile(name: &str, source: &str, options: &[String], output: Output) -> Result<Vec<u8>> {
     let api = api()?;
-    let src = CString::new(source).map_err(|_| Error::InvalidLayout("kernel source contains NUL"))?;
-    let cname = CString::new(name).map_err(|_| Error::InvalidLayout("kernel name contains NUL"))?;
+    let src = CString::new(source).map_err(|_| Error::InvalidArgument {
+        op: "NVRTC",
+        reason: "the kernel source contains a NUL byte".into(),
+    })?;
+    let cname = CString::new(name).map_err(|_| Error::InvalidArgument {
+        op: "NVRTC",
+        reason: "the kernel name contains a NUL byte".into(),
+    })?;
     let opts: Vec<CString> = options.iter().filter_map(|o| CString::new(o.as_str()).ok()).collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: Program = std::ptr::null_mut();

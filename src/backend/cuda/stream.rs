@@ -85,9 +85,10 @@ impl CudaStream {
                 // SAFETY: forwarded from the caller.
                 Ok(Some(unsafe { CudaStream::borrowed(ordinal, v as usize) }))
             }
-            Some(_) => Err(Error::InvalidLayout(
-                "invalid CUDA stream: 0 and negative values other than -1 are not allowed",
-            )),
+            Some(_) => Err(Error::InvalidArgument {
+                op: "a CUDA DLPack stream",
+                reason: "0 and negative values other than -1 are not allowed".into(),
+            }),
         }
     }
 

@@ -131,7 +131,10 @@ unsafe impl NDAlloc for HipAlloc {
             });
         }
         if align > 256 {
-            return Err(Error::InvalidLayout("HIP allocations are aligned to 256 bytes at most"));
+            return Err(Error::InvalidArgument {
+                op: "HIP allocation",
+                reason: "alignments above 256 bytes are not supported".into(),
+            });
         }
         let _current = self.bind(stream)?;
         let dev = self.device();

@@ -333,8 +333,14 @@ pub fn compile(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>> 
             ),
         });
     }
-    let src = CString::new(source).map_err(|_| Error::InvalidLayout("kernel source contains NUL"))?;
-    let cname = CString::new(name).map_err(|_| Error::InvalidLayout("kernel name contains NUL"))?;
+    let src = CString::new(source).map_err(|_| Error::InvalidArgument {
+        op: "hiprtc",
+        reason: "the kernel source contains a NUL byte".into(),
+    })?;
+    let cname = CString::new(name).map_err(|_| Error::InvalidArgument {
+        op: "hiprtc",
+        reason: "the kernel name contains a NUL byte".into(),
+    })?;
     let opts: Vec<CString> = options.iter().filter_map(|o| CString::new(o.as_str()).ok()).collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     // One compile at a time: HIP 5.x's hiprtc keeps global compiler state.

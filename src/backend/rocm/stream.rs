@@ -74,9 +74,10 @@ impl RocmStream {
                 // SAFETY: forwarded from the caller.
                 Ok(Some(unsafe { RocmStream::borrowed(ordinal, v as usize) }))
             }
-            Some(_) => Err(Error::InvalidLayout(
-                "invalid ROCm stream: 1, 2 and negative values other than -1 are not allowed",
-            )),
+            Some(_) => Err(Error::InvalidArgument {
+                op: "a ROCm DLPack stream",
+                reason: "1, 2 and negative values other than -1 are not allowed".into(),
+            }),
         }
     }
 

@@ -113,6 +113,7 @@ pub unsafe fn copy_strided(
     for strides in [dst_strides, src_strides] {
         if strides.len() != shape.len() {
             return Err(Error::ShapeMismatch {
+                op: "copy",
                 expected: vec![shape.len()],
                 got: vec![strides.len()],
             });
@@ -178,10 +179,14 @@ pub unsafe fn copy_strided(
 /// the destination during the call.
 pub unsafe fn fill_strided(dst: *mut u8, dst_strides: &[isize], shape: &[usize], value: &[u8]) -> Result<()> {
     if value.is_empty() {
-        return Err(Error::InvalidLayout("fill value must be at least one byte"));
+        return Err(Error::InvalidArgument {
+            op: "fill",
+            reason: "the value must be at least one byte".into(),
+        });
     }
     if dst_strides.len() != shape.len() {
         return Err(Error::ShapeMismatch {
+            op: "fill",
             expected: vec![shape.len()],
             got: vec![dst_strides.len()],
         });
