@@ -27,7 +27,7 @@ fn export_describes_the_view_and_frees_once() {
             .unwrap()
             .slice(0, Some(1), None, 2)
             .unwrap();
-        let m = t.to_dlpack_versioned(ExportOptions::default());
+        let m = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
         assert_eq!(live_exports(), exports + 1);
         drop(t); // the export keeps the storage alive
         // SAFETY: `m` is a live export; reading its descriptor is allowed.
@@ -81,8 +81,8 @@ fn export_describes_every_rank_inline_and_on_the_heap() {
         };
         let want_shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
         let want_strides: Vec<i64> = t.strides().iter().map(|&s| s as i64).collect();
-        let versioned = t.to_dlpack_versioned(ExportOptions::default());
-        let legacy = t.to_dlpack_legacy().unwrap();
+        let versioned = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
+        let legacy = t.to_dlpack_legacy().unwrap().into_raw();
         drop(t);
         // SAFETY: live exports; each is read, then freed once.
         unsafe {
@@ -106,14 +106,15 @@ fn round_trip_is_zero_copy_both_versions() {
         let t = arange(&[2, 5]).flip(&[1]).unwrap();
         // SAFETY: a fresh export, consumed once.
         let back =
-            unsafe { devtensor::from_dlpack_versioned(t.to_dlpack_versioned(ExportOptions::default())) }.unwrap();
+            unsafe { devtensor::from_dlpack_versioned(t.to_dlpack_versioned(ExportOptions::default()).into_raw()) }
+                .unwrap();
         assert_eq!(back.data_ptr(), t.data_ptr());
         assert_eq!(back.strides(), t.strides());
         assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
         back.select(1, 0).unwrap().fill(42i32).unwrap();
         assert_eq!(t.to_vec::<i32>().unwrap()[0], 42);
         // SAFETY: as above, legacy struct.
-        let legacy = unsafe { devtensor::from_dlpack_legacy(t.to_dlpack_legacy().unwrap()) }.unwrap();
+        let legacy = unsafe { devtensor::from_dlpack_legacy(t.to_dlpack_legacy().unwrap().into_raw()) }.unwrap();
         assert_eq!(legacy.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
         assert_eq!(live_exports(), exports + 2);
     }
@@ -126,12 +127,14 @@ fn round_trip_is_zero_copy_both_versions() {
 fn read_only_and_copied_flags() {
     let exports = live_exports();
     let t = arange(&[4]);
-    let m = t.to_dlpack_versioned(ExportOptions {
-        is_copied: true,
-        minor_version: 1,
-        as_host: false,
-        stream: None,
-    });
+    let m = t
+        .to_dlpack_versioned(ExportOptions {
+            is_copied: true,
+            minor_version: 1,
+            as_host: false,
+            stream: None,
+        })
+        .into_raw();
     // SAFETY: `m` is live; then consumed once.
     unsafe {
         assert_eq!((*m).flags, DLPACK_FLAG_BITMASK_IS_COPIED);
@@ -148,7 +151,7 @@ fn read_only_and_copied_flags() {
     ));
     // A read-only tensor cannot travel in the legacy struct, and re-exports as read-only.
     assert!(matches!(ro.to_dlpack_legacy(), Err(Error::ReadOnly)));
-    let again = ro.to_dlpack_versioned(ExportOptions::default());
+    let again = ro.to_dlpack_versioned(ExportOptions::default()).into_raw();
     // SAFETY: live export, then freed once.
     unsafe {
         assert_eq!(
@@ -353,7 +356,7 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
 fn every_dtype_exports_with_its_encoding() {
     for &dt in DType::ALL {
         let t = Tensor::zeros(&[2, 2], dt, Device::Cpu).unwrap();
-        let m = t.to_dlpack_versioned(ExportOptions::default());
+        let m = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
         // SAFETY: live export consumed once.
         let back = unsafe {
             assert_eq!((*m).dl_tensor.dtype, dt.to_dlpack());
@@ -362,4 +365,32 @@ fn every_dtype_exports_with_its_encoding() {
         .unwrap();
         assert_eq!(back.dtype(), dt);
     }
+}
+
+#[test]
+#[serial] // moves live_exports(), which other tests count
+fn an_export_not_handed_over_runs_its_deleter_once_on_drop() {
+    let t = Tensor::zeros(&[3, 5], DType::F32, Device::Cpu).unwrap();
+    let refs = std::sync::Arc::strong_count(t.storage());
+    let versioned = t.to_dlpack_versioned(ExportOptions::default());
+    let legacy = t.to_dlpack_legacy().unwrap();
+    assert_eq!(
+        std::sync::Arc::strong_count(t.storage()),
+        refs + 2,
+        "each export keeps the storage"
+    );
+    // SAFETY: live structs owned by the two values.
+    unsafe {
+        assert_eq!((*versioned.as_ptr()).dl_tensor.ndim, 2);
+        assert_eq!((*legacy.as_ptr()).dl_tensor.ndim, 2);
+    }
+    drop(versioned);
+    drop(legacy);
+    assert_eq!(std::sync::Arc::strong_count(t.storage()), refs, "both deleters ran");
+    // Handed over, the struct is the receiver's: its deleter runs when it calls it.
+    let raw = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
+    assert_eq!(std::sync::Arc::strong_count(t.storage()), refs + 1);
+    // SAFETY: the struct was handed over by `into_raw`; its deleter is called once.
+    unsafe { ((*raw).deleter.unwrap())(raw) };
+    assert_eq!(std::sync::Arc::strong_count(t.storage()), refs);
 }

@@ -158,7 +158,7 @@ fn no_tensor_has_more_dimensions_than_dlpack_import_accepts() {
     assert!(too_many(Tensor::from_slice(&[1i32], &ones)));
     // The limit itself is fine, and exchanges.
     let full = Tensor::zeros(&ones[..MAX_NDIM], DType::F32, Device::Cpu).unwrap();
-    let dl = full.to_dlpack_versioned(Default::default());
+    let dl = full.to_dlpack_versioned(Default::default()).into_raw();
     // SAFETY: a live export, imported once (the import owns it).
     let back = unsafe { devtensor::from_dlpack_versioned(dl) }.unwrap();
     assert_eq!(back.ndim(), MAX_NDIM);

@@ -49,6 +49,24 @@ impl Pending {
 
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 static LIST: Mutex<Vec<Pending>> = Mutex::new(Vec::new());
+/// Deleters taken off the list whose calls have not finished yet (they run
+/// outside the list's lock, on whichever thread took them).
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// True while this thread runs deleters (one may drain: it must not wait for itself).
+    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Calls the deleters of `owners`, which were counted in [`IN_FLIGHT`] when
+/// they were taken off the list.
+fn run(owners: Vec<ForeignOwner>) {
+    let n = owners.len();
+    let was = RUNNING.replace(true);
+    drop(owners);
+    RUNNING.set(was);
+    IN_FLIGHT.fetch_sub(n, Ordering::AcqRel);
+}
 
 fn list() -> std::sync::MutexGuard<'static, Vec<Pending>> {
     LIST.lock().unwrap_or_else(|p| p.into_inner())
@@ -112,10 +130,11 @@ pub(crate) fn poll() {
             }
         }
         COUNT.store(l.len(), Ordering::Release);
+        IN_FLIGHT.fetch_add(ready.len(), Ordering::AcqRel);
         ready
     };
     // Outside the lock: a deleter may drop devtensor storages (and poll again).
-    drop(ready);
+    run(ready);
 }
 
 /// Deleters of imported tensors still waiting for device work (see the
@@ -126,12 +145,14 @@ pub fn pending_deleters() -> usize {
 
 /// Waits for the device work every waiting deleter depends on (a device
 /// synchronize where an event is not yet complete), then runs those
-/// deleters; returns how many ran. For shutdown, tests and leak checks: the
-/// normal path runs them without blocking, from later calls.
+/// deleters, and waits for those other threads took off the list and are
+/// still running; returns how many this call ran. For shutdown, tests and
+/// leak checks: the normal path runs them without blocking, from later calls.
 pub fn drain_deleters() -> usize {
     let all: Vec<Pending> = {
         let mut l = list();
         COUNT.store(0, Ordering::Release);
+        IN_FLIGHT.fetch_add(l.len(), Ordering::AcqRel);
         std::mem::take(&mut *l)
     };
     let n = all.len();
@@ -144,6 +165,13 @@ pub fn drain_deleters() -> usize {
             p.finish()
         })
         .collect();
-    drop(owners);
+    run(owners);
+    // A deleter another thread's `poll` took runs there: wait until it has
+    // (unless this thread is itself inside a deleter, which would wait for itself).
+    if !RUNNING.get() {
+        while IN_FLIGHT.load(Ordering::Acquire) > 0 {
+            std::thread::yield_now();
+        }
+    }
     n
 }

@@ -84,7 +84,7 @@ pub fn read_cached(path: &Path) -> Option<Vec<u8>> {
 
 /// Stores `payload` at `path` (atomically; silently skipped when the directory
 /// cannot be written: every run then compiles, still correct).
-pub fn write_cached(path: &Path, payload: &[u8]) {
+pub(crate) fn write_cached(path: &Path, payload: &[u8]) {
     let Some(dir) = path.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;

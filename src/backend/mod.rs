@@ -14,10 +14,10 @@ mod cpu;
 pub mod cuda;
 pub(crate) mod deferred;
 mod device_backend;
-pub mod gpu_runtime;
+pub(crate) mod gpu_runtime;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod kernels;
-pub mod launch;
+pub(crate) mod launch;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 mod per_device;
 #[cfg(feature = "rocm")]

@@ -86,7 +86,7 @@ fn zero(t: &Tensor, stream: *mut c_void) -> Result<(), Failure> {
 unsafe fn hand_out(t: &Tensor, out: *mut *mut DLManagedTensorVersioned) {
     let m = t.to_dlpack_versioned(ExportOptions::default());
     // SAFETY: the caller's contract.
-    unsafe { out.write(m) };
+    unsafe { out.write(m.into_raw()) };
 }
 
 /// The shared body of `devtensor_empty` and `devtensor_zeros`.

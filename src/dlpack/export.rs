@@ -5,6 +5,7 @@
 //! points at the block and the deleter frees it exactly once.
 
 use std::ffi::c_void;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,6 +13,7 @@ use super::ffi::{
     DLManagedTensor, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
+use super::managed::{DeleterStruct, ManagedTensor};
 use crate::error::{Error, Result};
 use crate::tensor::{Storage, Tensor};
 
@@ -154,7 +156,7 @@ impl Dims {
 
 /// Boxes `managed` with the storage and the dims, then points the struct's
 /// descriptor and `manager_ctx` into the block.
-fn export<M: Managed>(t: &Tensor, managed: M, opts: ExportOptions) -> *mut M {
+fn export<M: Managed + DeleterStruct>(t: &Tensor, managed: M, opts: ExportOptions) -> ManagedTensor<M> {
     if let Some(s) = opts.stream {
         t.storage().record_stream(s);
     }
@@ -175,14 +177,15 @@ fn export<M: Managed>(t: &Tensor, managed: M, opts: ExportOptions) -> *mut M {
         b.managed.set(dl, raw.cast::<c_void>());
     }
     LIVE_EXPORTS.fetch_add(1, Ordering::Relaxed);
-    raw.cast::<M>()
+    // SAFETY: a live struct (the block starts with it) whose deleter has not run.
+    unsafe { ManagedTensor::from_raw(NonNull::new_unchecked(raw.cast::<M>())) }
 }
 
 impl Tensor {
-    /// Exports as an owned `DLManagedTensorVersioned` (DLPack ≥ 1.0). READ_ONLY
-    /// is set for read-only tensors. The caller owns the result and must call
-    /// its deleter once (a consumer does).
-    pub fn to_dlpack_versioned(&self, opts: ExportOptions) -> *mut DLManagedTensorVersioned {
+    /// Exports as a `DLManagedTensorVersioned` (DLPack ≥ 1.0). READ_ONLY is set
+    /// for read-only tensors. Dropping the result runs its deleter; hand it to
+    /// a consumer with [`ManagedTensor::into_raw`].
+    pub fn to_dlpack_versioned(&self, opts: ExportOptions) -> ManagedTensor<DLManagedTensorVersioned> {
         let mut flags = 0;
         if self.is_read_only() {
             flags |= DLPACK_FLAG_BITMASK_READ_ONLY;
@@ -205,13 +208,13 @@ impl Tensor {
 
     /// Exports as a legacy `DLManagedTensor` (the `"dltensor"` capsule kind).
     /// A read-only tensor cannot be described by the legacy struct: `Err(ReadOnly)`.
-    pub fn to_dlpack_legacy(&self) -> Result<*mut DLManagedTensor> {
+    pub fn to_dlpack_legacy(&self) -> Result<ManagedTensor<DLManagedTensor>> {
         self.to_dlpack_legacy_with(ExportOptions::default())
     }
 
     /// As [`Tensor::to_dlpack_legacy`]; of `opts` only `as_host` and `stream`
     /// apply (the legacy struct has no version or flags).
-    pub fn to_dlpack_legacy_with(&self, opts: ExportOptions) -> Result<*mut DLManagedTensor> {
+    pub fn to_dlpack_legacy_with(&self, opts: ExportOptions) -> Result<ManagedTensor<DLManagedTensor>> {
         if self.is_read_only() {
             return Err(Error::ReadOnly);
         }

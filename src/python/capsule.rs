@@ -9,6 +9,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
+use crate::dlpack::ManagedTensor;
 use crate::dlpack::ffi::{DLManagedTensor, DLManagedTensorVersioned};
 use crate::python::errors::to_py;
 use crate::tensor::Tensor;
@@ -47,31 +48,26 @@ unsafe extern "C" fn destroy_legacy(capsule: *mut ffi::PyObject) {
 }
 
 /// Wraps an owned versioned export in a `"dltensor_versioned"` capsule.
-pub(crate) fn versioned<'py>(py: Python<'py>, m: *mut DLManagedTensorVersioned) -> PyResult<Bound<'py, PyCapsule>> {
-    let ptr = NonNull::new(m.cast::<c_void>()).ok_or_else(|| PyValueError::new_err("null DLPack export"))?;
-    // SAFETY: `m` is a live export owned by us; the destructor frees it unless a
-    // consumer renamed the capsule. On failure the capsule does not exist, so
-    // free the export here.
-    unsafe {
-        PyCapsule::new_with_pointer_and_destructor(py, ptr, VERSIONED, Some(destroy_versioned)).inspect_err(|_| {
-            if let Some(del) = (*m).deleter {
-                del(m)
-            }
-        })
-    }
+pub(crate) fn versioned<'py>(
+    py: Python<'py>,
+    m: ManagedTensor<DLManagedTensorVersioned>,
+) -> PyResult<Bound<'py, PyCapsule>> {
+    let ptr = NonNull::new(m.as_ptr().cast::<c_void>()).ok_or_else(|| PyValueError::new_err("null DLPack export"))?;
+    // SAFETY: `m` is a live export; the destructor frees it unless a consumer
+    // renamed the capsule. On failure the capsule does not exist and `m`'s drop
+    // frees the export.
+    let capsule = unsafe { PyCapsule::new_with_pointer_and_destructor(py, ptr, VERSIONED, Some(destroy_versioned)) }?;
+    let _owned_by_the_capsule = m.into_raw();
+    Ok(capsule)
 }
 
 /// Wraps an owned legacy export in a `"dltensor"` capsule.
-pub(crate) fn legacy<'py>(py: Python<'py>, m: *mut DLManagedTensor) -> PyResult<Bound<'py, PyCapsule>> {
-    let ptr = NonNull::new(m.cast::<c_void>()).ok_or_else(|| PyValueError::new_err("null DLPack export"))?;
+pub(crate) fn legacy<'py>(py: Python<'py>, m: ManagedTensor<DLManagedTensor>) -> PyResult<Bound<'py, PyCapsule>> {
+    let ptr = NonNull::new(m.as_ptr().cast::<c_void>()).ok_or_else(|| PyValueError::new_err("null DLPack export"))?;
     // SAFETY: as in `versioned`.
-    unsafe {
-        PyCapsule::new_with_pointer_and_destructor(py, ptr, LEGACY, Some(destroy_legacy)).inspect_err(|_| {
-            if let Some(del) = (*m).deleter {
-                del(m)
-            }
-        })
-    }
+    let capsule = unsafe { PyCapsule::new_with_pointer_and_destructor(py, ptr, LEGACY, Some(destroy_legacy)) }?;
+    let _owned_by_the_capsule = m.into_raw();
+    Ok(capsule)
 }
 
 /// Consumes a DLPack capsule: validates the name, takes the pointer, renames

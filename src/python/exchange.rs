@@ -14,11 +14,11 @@ use pyo3::ffi as pyffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyType, PyWeakrefMethods, PyWeakrefReference};
 
-use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{
     DLDeviceType, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackExchangeAPI,
     DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion, DLTensor,
 };
+use crate::dlpack::{ExportOptions, ManagedTensor};
 use crate::python::tensor::PyTensor;
 use crate::tensor::Tensor;
 
@@ -70,34 +70,36 @@ unsafe extern "C" fn allocator(
     error_ctx: *mut c_void,
     set: DLPackSetError,
 ) -> c_int {
-    let result = catch_unwind(AssertUnwindSafe(|| -> crate::Result<*mut DLManagedTensorVersioned> {
-        if prototype.is_null() || out.is_null() {
-            return Err(crate::Error::InvalidArgument {
-                op: "managed_tensor_allocator",
-                reason: "null prototype or out pointer".into(),
-            });
-        }
-        // SAFETY: non-null; the caller passes a readable prototype.
-        let p = unsafe { *prototype };
-        let dtype = crate::DType::from_dlpack(p.dtype)?;
-        let device = crate::Device::from_dlpack(p.device)?;
-        let ndim = usize::try_from(p.ndim).map_err(|_| crate::DLPackError::BadNdim(p.ndim))?;
-        if ndim > 0 && p.shape.is_null() {
-            return Err(crate::DLPackError::NullShape.into());
-        }
-        let mut shape = crate::layout::Shape::new();
-        for d in 0..ndim {
-            // SAFETY: `shape` holds `ndim` entries by the header's contract.
-            let size = unsafe { *p.shape.add(d) };
-            shape.push(usize::try_from(size).map_err(|_| crate::DLPackError::NegativeSize { dim: d, size })?);
-        }
-        let t = Tensor::empty(&shape, dtype, device)?;
-        Ok(t.to_dlpack_versioned(ExportOptions::default()))
-    }));
+    let result = catch_unwind(AssertUnwindSafe(
+        || -> crate::Result<ManagedTensor<DLManagedTensorVersioned>> {
+            if prototype.is_null() || out.is_null() {
+                return Err(crate::Error::InvalidArgument {
+                    op: "managed_tensor_allocator",
+                    reason: "null prototype or out pointer".into(),
+                });
+            }
+            // SAFETY: non-null; the caller passes a readable prototype.
+            let p = unsafe { *prototype };
+            let dtype = crate::DType::from_dlpack(p.dtype)?;
+            let device = crate::Device::from_dlpack(p.device)?;
+            let ndim = usize::try_from(p.ndim).map_err(|_| crate::DLPackError::BadNdim(p.ndim))?;
+            if ndim > 0 && p.shape.is_null() {
+                return Err(crate::DLPackError::NullShape.into());
+            }
+            let mut shape = crate::layout::Shape::new();
+            for d in 0..ndim {
+                // SAFETY: `shape` holds `ndim` entries by the header's contract.
+                let size = unsafe { *p.shape.add(d) };
+                shape.push(usize::try_from(size).map_err(|_| crate::DLPackError::NegativeSize { dim: d, size })?);
+            }
+            let t = Tensor::empty(&shape, dtype, device)?;
+            Ok(t.to_dlpack_versioned(ExportOptions::default()))
+        },
+    ));
     match result {
         Ok(Ok(m)) => {
             // SAFETY: `out` checked non-null above.
-            unsafe { *out = m };
+            unsafe { *out = m.into_raw() };
             0
         }
         Ok(Err(e)) => {
@@ -154,7 +156,7 @@ unsafe extern "C" fn from_py_object(obj: *mut c_void, out: *mut *mut DLManagedTe
         }
         let m = t.get().inner().to_dlpack_versioned(ExportOptions::default());
         // SAFETY: `out` is non-null and writable by the caller's contract.
-        unsafe { *out = m };
+        unsafe { *out = m.into_raw() };
         Ok(())
     })
 }

@@ -142,7 +142,7 @@ impl Framework {
         let mut out = std::ptr::null_mut();
         // SAFETY: the GIL is held; the function takes ownership of `m` on every
         // path (it "steals" it) and returns a new reference or sets an error.
-        let rc = unsafe { to_py_object(m, &mut out) };
+        let rc = unsafe { to_py_object(m.into_raw(), &mut out) };
         if rc != 0 || out.is_null() {
             return Err(PyErr::take(py).unwrap_or_else(|| {
                 PyRuntimeError::new_err(format!("managed_tensor_to_py_object_no_sync failed with {rc}"))

@@ -49,7 +49,7 @@ macro_rules! gpu_suite {
                 assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0; 3000]);
                 t.fill(2.5f32).unwrap();
                 assert_eq!(t.to_vec::<f32>().unwrap(), vec![2.5; 3000]);
-                let dl = t.to_dlpack_versioned(Default::default());
+                let dl = t.to_dlpack_versioned(Default::default()).into_raw();
                 // SAFETY: a live export read, then freed once.
                 unsafe {
                     assert_eq!((*dl).dl_tensor.device, d.to_dlpack());
@@ -521,10 +521,12 @@ macro_rules! gpu_suite {
             for round in 0..8u32 {
                 let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
                 let t = Tensor::full(&[n], round, dev(0)).unwrap();
-                let dl = t.to_dlpack_versioned(devtensor::dlpack::ExportOptions {
-                    stream: Some(handle_of(&consumer)),
-                    ..Default::default()
-                });
+                let dl = t
+                    .to_dlpack_versioned(devtensor::dlpack::ExportOptions {
+                        stream: Some(handle_of(&consumer)),
+                        ..Default::default()
+                    })
+                    .into_raw();
                 drop(t);
                 // The DLPack handoff: our fills before the consumer's work.
                 $handoff(&$default_stream(0), &consumer).unwrap();
@@ -556,10 +558,12 @@ macro_rules! gpu_suite {
             let out = Tensor::zeros(&[n], DType::U32, dev(0)).unwrap();
             let t = Tensor::full(&[n], 3u32, dev(0)).unwrap();
             let consumer = <$stream>::new(0).unwrap();
-            let dl = t.to_dlpack_versioned(devtensor::dlpack::ExportOptions {
-                stream: Some(handle_of(&consumer)),
-                ..Default::default()
-            });
+            let dl = t
+                .to_dlpack_versioned(devtensor::dlpack::ExportOptions {
+                    stream: Some(handle_of(&consumer)),
+                    ..Default::default()
+                })
+                .into_raw();
             drop(t);
             $handoff(&$default_stream(0), &consumer).unwrap();
             // SAFETY: `dl` is live until its deleter runs below.
@@ -621,7 +625,7 @@ macro_rules! gpu_suite {
                 copy_on(&producer, &block, &expected);
                 // The producer's side of the DLPack handoff, to our default stream.
                 $handoff(&*producer, &$default_stream(0)).unwrap();
-                let dl = block.to_dlpack_versioned(Default::default());
+                let dl = block.to_dlpack_versioned(Default::default()).into_raw();
                 // SAFETY: `dl` is a live export read once; the Producer owns the rest.
                 let imported = unsafe {
                     let mut p = Box::new(Producer {
@@ -719,7 +723,7 @@ macro_rules! gpu_suite {
             assert!(t.to_vec::<f32>().unwrap().is_empty());
             let h = Tensor::zeros(&[7, 0], DType::F32, Device::Cpu).unwrap();
             h.copy_from(&t).unwrap();
-            let dl = t.to_dlpack_versioned(Default::default());
+            let dl = t.to_dlpack_versioned(Default::default()).into_raw();
             // SAFETY: a live export, freed once.
             unsafe { ((*dl).deleter.unwrap())(dl) };
         }
@@ -733,7 +737,7 @@ macro_rules! gpu_suite {
             // poisons the context a framework shares), so kernels must use 8-byte units.
             let n = 40usize;
             let view_at_8 = |raw: &Tensor| -> Tensor {
-                let dl = raw.to_dlpack_versioned(Default::default());
+                let dl = raw.to_dlpack_versioned(Default::default()).into_raw();
                 // SAFETY: the export is live and owned here; its shape array holds one
                 // writable entry; the view stays inside the buffer (8 + 16n ≤ its size).
                 unsafe {

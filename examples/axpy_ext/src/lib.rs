@@ -153,7 +153,7 @@ extern "C" __global__ void axpy_f64(double a, const double* x, const double* y, 
             return Ok(f);
         }
         let gpu = context::device(ordinal)?;
-        let options = vec![format!("--gpu-architecture={}", gpu.arch), "--std=c++17".to_owned()];
+        let options = vec![format!("--gpu-architecture={}", gpu.arch()), "--std=c++17".to_owned()];
         let cubin = nvrtc::compile("axpy.cu", SOURCE, &options, nvrtc::Output::Cubin)?;
         let _current = gpu.bind()?;
         let mut module: sys::CUmodule = std::ptr::null_mut();

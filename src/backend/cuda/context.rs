@@ -17,15 +17,15 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub struct Gpu {
     /// Ordinal.
-    pub ordinal: u32,
+    pub(crate) ordinal: u32,
     /// `CUdevice`.
-    pub dev: sys::CUdevice,
+    pub(crate) dev: sys::CUdevice,
     /// The retained primary context.
-    pub ctx: sys::CUcontext,
+    pub(crate) ctx: sys::CUcontext,
     /// `sm_XY` of the device.
-    pub arch: String,
+    pub(crate) arch: String,
     /// The largest pitch `cuMemcpy2D` accepts (`CU_DEVICE_ATTRIBUTE_MAX_PITCH`).
-    pub max_pitch: usize,
+    pub(crate) max_pitch: usize,
 }
 
 // SAFETY: CUdevice is an integer and CUcontext a driver handle that the CUDA
@@ -35,6 +35,17 @@ unsafe impl Send for Gpu {}
 unsafe impl Sync for Gpu {}
 
 impl Gpu {
+    /// Its ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Its architecture: `sm_XY` (CUDA) or the full gfx target id (ROCm), as
+    /// run-time compilers take it.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
     /// Makes this GPU's context current on the calling thread until the guard
     /// drops, which puts the caller's context back: torch and CuPy read their
     /// "current device" from the current context, so ours must not leak into it.

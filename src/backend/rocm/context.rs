@@ -16,12 +16,23 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub struct Gpu {
     /// Ordinal (the HIP device id).
-    pub ordinal: u32,
+    pub(crate) ordinal: u32,
     /// Full target id, e.g. `gfx90a:sramecc+:xnack-`.
-    pub arch: String,
+    pub(crate) arch: String,
 }
 
 impl Gpu {
+    /// Its ordinal.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Its architecture: `sm_XY` (CUDA) or the full gfx target id (ROCm), as
+    /// run-time compilers take it.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
     /// Makes this GPU current on the calling thread (`hipSetDevice`) until the
     /// guard drops, which puts the caller's device back: torch on ROCm reads its
     /// current device from `hipGetDevice`, so ours must not leak into it.

@@ -15,7 +15,7 @@
 //! nothing of the wavefront size (32 on RDNA, 64 on CDNA).
 
 pub mod clang;
-pub mod elf;
+pub(crate) mod elf;
 
 use std::fmt;
 use std::path::PathBuf;
