@@ -3,12 +3,15 @@
 //! events, peer access; and the two ways a planned copy runs on a GPU (one DMA
 //! or kernel launches, one 2-D DMA).
 
-use std::ffi::c_void;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_void};
+use std::sync::Arc;
 
-use super::launch::{KernelCall, copy_call, split_for_32bit};
+use super::PerDevice;
+use super::launch::{KERNELS, KernelCall, copy_call, split_for_32bit};
 use crate::copy::plan::{CopyPlan, PlanKind};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stream::StreamHandle;
 
 /// A stream of one GPU, as the copy paths pass it around.
@@ -66,6 +69,60 @@ pub trait GpuRuntime: Send + Sync {
         height: usize,
         stream: &GpuStream,
     ) -> Result<bool>;
+
+    /// The kernel module for GPU `ordinal`'s architecture (a cubin or a code
+    /// object), compiled at run time or read from the caches.
+    fn kernel_image(&self, ordinal: u32) -> Result<Arc<Vec<u8>>>;
+
+    /// Loads `image` on GPU `ordinal`; the module handle.
+    ///
+    /// # Safety
+    ///
+    /// `image` is a complete module for that GPU's architecture.
+    unsafe fn load_module(&self, ordinal: u32, image: &[u8]) -> Result<usize>;
+
+    /// The function `name` of a loaded module.
+    ///
+    /// # Safety
+    ///
+    /// `module` came from [`GpuRuntime::load_module`] and is loaded.
+    unsafe fn module_function(&self, ordinal: u32, module: usize, name: &CStr) -> Result<usize>;
+
+    /// Unloads a module nothing refers to.
+    ///
+    /// # Safety
+    ///
+    /// `module` came from [`GpuRuntime::load_module`] and none of its
+    /// functions is used afterwards.
+    unsafe fn unload_module(&self, ordinal: u32, module: usize);
+
+    /// The kernel `name` of the manifest on GPU `ordinal`, its module loaded
+    /// once per GPU (and every kernel of the manifest resolved then).
+    fn kernel(&self, ordinal: u32, name: &str) -> Result<usize> {
+        static MODULES: PerDevice<Arc<HashMap<&'static str, usize>>> = PerDevice::new();
+        let load = || -> Result<Arc<HashMap<&'static str, usize>>> {
+            let image = self.kernel_image(ordinal)?;
+            // SAFETY: the image was built for this GPU's architecture; the module
+            // stays loaded for the life of the process.
+            let module = unsafe { self.load_module(ordinal, &image)? };
+            let resolve = |k: &'static str| -> Result<(&'static str, usize)> {
+                let cname = CString::new(k).map_err(|_| Error::Internal("a kernel name with a NUL byte"))?;
+                // SAFETY: `module` is loaded.
+                Ok((k, unsafe { self.module_function(ordinal, module, &cname)? }))
+            };
+            let table: Result<HashMap<_, _>> = KERNELS.iter().map(|&k| resolve(k)).collect();
+            if table.is_err() {
+                // SAFETY: loaded above and not shared: nothing refers to it.
+                unsafe { self.unload_module(ordinal, module) };
+            }
+            Ok(Arc::new(table?))
+        };
+        let table = MODULES.get_or_try_init(self.device_memory(ordinal), load)?;
+        table
+            .get(name)
+            .copied()
+            .ok_or_else(|| Error::MissingKernel(name.to_owned()))
+    }
 
     /// Launches a kernel of the manifest with `params` (pointers to each argument).
     ///

@@ -12,13 +12,12 @@
 //! a torn or corrupted entry is detected and rebuilt.
 
 use std::collections::HashMap;
-use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// The one translation unit shared by NVRTC, hiprtc and offline HIP compilers.
 pub const SOURCE: &str = include_str!("../../kernels/strided_copy.cu");
@@ -36,21 +35,6 @@ pub enum Origin {
     Disk,
     /// Already in this process.
     Memory,
-}
-
-/// Every kernel of [`KERNELS`] looked up with `get` (a loaded module's
-/// function lookup), as a name → function-handle table.
-pub fn resolve_all(mut get: impl FnMut(&CStr) -> Result<usize>) -> Result<HashMap<&'static str, usize>> {
-    KERNELS
-        .iter()
-        .map(|&k| {
-            let name = CString::new(k).map_err(|_| Error::InvalidArgument {
-                op: "kernel lookup",
-                reason: "the kernel name contains a NUL byte".into(),
-            })?;
-            Ok((k, get(&name)?))
-        })
-        .collect()
 }
 
 /// The disk cache directory, if there is a home for it.

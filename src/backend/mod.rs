@@ -18,7 +18,6 @@ pub(crate) mod gpu_runtime;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 pub mod kernels;
 pub(crate) mod launch;
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 mod per_device;
 #[cfg(feature = "rocm")]
 pub mod rocm;
@@ -27,7 +26,6 @@ mod unavailable;
 use std::sync::{Arc, OnceLock};
 
 pub use device_backend::{BoundDevice, DeviceBackend};
-#[cfg(any(feature = "cuda", feature = "rocm"))]
 pub(crate) use per_device::PerDevice;
 
 use crate::alloc::{MemoryStats, NDAlloc};

@@ -1,53 +1,19 @@
 //! The CUDA side of the shared GPU copy paths (`tensor::device_copy`): DMA
 //! through the driver API, kernels from the NVRTC-compiled module.
 
-use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::sync::Arc;
 
 use cudarc::driver::sys;
 
-use super::context::{Gpu, check, device};
+use super::context::{check, device};
 use super::device_backend::CudaBackend;
 use super::kernels;
 use super::stream::{CudaEvent, CudaStream};
-use crate::backend::PerDevice;
 use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;
-use crate::error::{Error, Result};
-
-/// The kernel `name` on `gpu`, loading the module (cubin for the GPU's arch) once.
-fn function(gpu: &Gpu, name: &'static str) -> Result<sys::CUfunction> {
-    static MODULES: PerDevice<Arc<HashMap<&'static str, usize>>> = PerDevice::new();
-    let funcs = MODULES.get_or_try_init(Device::Cuda(gpu.ordinal), || load_module(gpu).map(Arc::new))?;
-    let f = funcs.get(name).copied().ok_or(Error::MissingKernel(name.to_owned()))?;
-    Ok(f as sys::CUfunction)
-}
-
-/// Loads the cubin for `gpu`'s arch and resolves every kernel of the manifest.
-fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
-    let (cubin, _) = kernels::module(&gpu.arch)?;
-    let _current = gpu.bind()?;
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: `cubin` is a complete cubin image for this GPU's arch, alive
-    // for the call; the module stays loaded for the life of the process.
-    check("cuModuleLoadData", unsafe {
-        sys::cuModuleLoadData(&mut module, cubin.as_ptr().cast())
-    })?;
-    crate::backend::kernels::resolve_all(|name| {
-        let mut f: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: `module` is loaded; `name` is a valid C string.
-        check("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut f, module, name.as_ptr())
-        })?;
-        Ok(f as usize)
-    })
-    .inspect_err(|_| {
-        // SAFETY: loaded above and not shared: nothing refers to it on failure.
-        unsafe { sys::cuModuleUnload(module) };
-    })
-}
+use crate::error::Result;
 
 impl GpuRuntime for CudaBackend {
     fn locate(&self, d: Device) -> Option<Option<u32>> {
@@ -128,6 +94,37 @@ impl GpuRuntime for CudaBackend {
         Ok(true)
     }
 
+    fn kernel_image(&self, ordinal: u32) -> Result<Arc<Vec<u8>>> {
+        Ok(kernels::module(&device(ordinal)?.arch)?.0)
+    }
+
+    unsafe fn load_module(&self, ordinal: u32, image: &[u8]) -> Result<usize> {
+        let _current = device(ordinal)?.bind()?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is a complete cubin for this GPU (the caller's
+        // contract), alive for the call.
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut module, image.as_ptr().cast())
+        })?;
+        Ok(module as usize)
+    }
+
+    unsafe fn module_function(&self, ordinal: u32, module: usize, name: &CStr) -> Result<usize> {
+        let _current = device(ordinal)?.bind()?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: `module` is loaded (the caller's contract); `name` is a C string.
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, module as sys::CUmodule, name.as_ptr())
+        })?;
+        Ok(f as usize)
+    }
+
+    unsafe fn unload_module(&self, ordinal: u32, module: usize) {
+        let _current = device(ordinal).and_then(|g| g.bind());
+        // SAFETY: loaded and unused (the caller's contract).
+        unsafe { sys::cuModuleUnload(module as sys::CUmodule) };
+    }
+
     unsafe fn launch(
         &self,
         ordinal: u32,
@@ -136,7 +133,7 @@ impl GpuRuntime for CudaBackend {
         stream: &GpuStream,
     ) -> Result<()> {
         let gpu = device(ordinal)?;
-        let f = function(gpu, call.name)?;
+        let f = self.kernel(ordinal, call.name)? as sys::CUfunction;
         let _current = gpu.bind()?;
         // SAFETY: forwarded from the caller; grid and block sizes are within limits.
         check("cuLaunchKernel", unsafe {

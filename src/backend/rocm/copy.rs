@@ -1,52 +1,18 @@
 //! The ROCm side of the shared GPU copy paths (`tensor::device_copy`): DMA
 //! through the HIP runtime, kernels from the hiprtc-compiled code object.
 
-use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::sync::Arc;
 
-use super::context::{Gpu, check, device};
+use super::context::{check, device};
 use super::device_backend::RocmBackend;
 use super::ffi;
 use super::kernels;
 use super::stream::{RocmEvent, RocmStream};
-use crate::backend::PerDevice;
 use crate::backend::gpu_runtime::{GpuEvent, GpuRuntime, GpuStream};
 use crate::backend::launch::KernelCall;
 use crate::device::Device;
-use crate::error::{Error, Result};
-
-/// The kernel `name` on `gpu`, loading the code object for its arch once.
-fn function(gpu: &Gpu, name: &'static str) -> Result<ffi::Function> {
-    static MODULES: PerDevice<Arc<HashMap<&'static str, usize>>> = PerDevice::new();
-    let funcs = MODULES.get_or_try_init(Device::Rocm(gpu.ordinal), || load_module(gpu).map(Arc::new))?;
-    let f = funcs.get(name).copied().ok_or(Error::MissingKernel(name.to_owned()))?;
-    Ok(f as ffi::Function)
-}
-
-/// Loads the code object for `gpu`'s target and resolves every kernel.
-fn load_module(gpu: &Gpu) -> Result<HashMap<&'static str, usize>> {
-    let (image, _) = kernels::module(&gpu.arch)?;
-    let _current = gpu.bind()?;
-    let mut module: ffi::Module = std::ptr::null_mut();
-    // SAFETY: `image` is a complete code object for this GPU's target, alive for
-    // the call; the module stays loaded for the life of the process.
-    check("hipModuleLoadData", unsafe {
-        ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
-    })?;
-    crate::backend::kernels::resolve_all(|name| {
-        let mut f: ffi::Function = std::ptr::null_mut();
-        // SAFETY: `module` is loaded; `name` is a valid C string.
-        check("hipModuleGetFunction", unsafe {
-            ffi::hipModuleGetFunction(&mut f, module, name.as_ptr())
-        })?;
-        Ok(f as usize)
-    })
-    .inspect_err(|_| {
-        // SAFETY: loaded above and not shared: nothing refers to it on failure.
-        unsafe { ffi::hipModuleUnload(module) };
-    })
-}
+use crate::error::Result;
 
 impl GpuRuntime for RocmBackend {
     fn locate(&self, d: Device) -> Option<Option<u32>> {
@@ -123,6 +89,37 @@ impl GpuRuntime for RocmBackend {
         Ok(true)
     }
 
+    fn kernel_image(&self, ordinal: u32) -> Result<Arc<Vec<u8>>> {
+        Ok(kernels::module(&device(ordinal)?.arch)?.0)
+    }
+
+    unsafe fn load_module(&self, ordinal: u32, image: &[u8]) -> Result<usize> {
+        let _current = device(ordinal)?.bind()?;
+        let mut module: ffi::Module = std::ptr::null_mut();
+        // SAFETY: `image` is a complete code object for this GPU (the caller's
+        // contract), alive for the call.
+        check("hipModuleLoadData", unsafe {
+            ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
+        })?;
+        Ok(module as usize)
+    }
+
+    unsafe fn module_function(&self, ordinal: u32, module: usize, name: &CStr) -> Result<usize> {
+        let _current = device(ordinal)?.bind()?;
+        let mut f: ffi::Function = std::ptr::null_mut();
+        // SAFETY: `module` is loaded (the caller's contract); `name` is a C string.
+        check("hipModuleGetFunction", unsafe {
+            ffi::hipModuleGetFunction(&mut f, module as ffi::Module, name.as_ptr())
+        })?;
+        Ok(f as usize)
+    }
+
+    unsafe fn unload_module(&self, ordinal: u32, module: usize) {
+        let _current = device(ordinal).and_then(|g| g.bind());
+        // SAFETY: loaded and unused (the caller's contract).
+        unsafe { ffi::hipModuleUnload(module as ffi::Module) };
+    }
+
     unsafe fn launch(
         &self,
         ordinal: u32,
@@ -131,7 +128,7 @@ impl GpuRuntime for RocmBackend {
         stream: &GpuStream,
     ) -> Result<()> {
         let gpu = device(ordinal)?;
-        let f = function(gpu, call.name)?;
+        let f = self.kernel(ordinal, call.name)? as ffi::Function;
         let _current = gpu.bind()?;
         // SAFETY: forwarded from the caller; grid and block sizes are within limits.
         check("hipModuleLaunchKernel", unsafe {
