@@ -21,6 +21,8 @@ pub(crate) mod launch;
 mod per_device;
 #[cfg(feature = "rocm")]
 pub mod rocm;
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+mod rtc;
 mod unavailable;
 
 use std::sync::{Arc, OnceLock};

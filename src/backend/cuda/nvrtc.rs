@@ -5,38 +5,32 @@
 //! so it opens whichever is present: `DEVTENSOR_NVRTC` (a file or a directory)
 //! first, then `libnvrtc.so.13`, `libnvrtc.so.12`, `libnvrtc.so` on the loader path.
 
-use std::ffi::{CString, c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libloading::Library;
 
+use crate::backend::rtc::{OutputCopy, OutputSize, Rtc, Symbols};
 use crate::device::Backend;
 use crate::error::{Error, Result};
 
-type Program = *mut c_void;
-type Status = c_int;
+/// NVRTC's names for the functions every run-time compiler has.
+static SYMBOLS: Symbols = Symbols {
+    version: "nvrtcVersion",
+    error_string: "nvrtcGetErrorString",
+    create: "nvrtcCreateProgram",
+    compile: "nvrtcCompileProgram",
+    destroy: "nvrtcDestroyProgram",
+    log_size: "nvrtcGetProgramLogSize",
+    log: "nvrtcGetProgramLog",
+};
 
 struct Api {
-    _lib: Library,
-    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
-    get_error_string: unsafe extern "C" fn(Status) -> *const c_char,
-    create: unsafe extern "C" fn(
-        *mut Program,
-        *const c_char,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const *const c_char,
-    ) -> Status,
-    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
-    destroy: unsafe extern "C" fn(*mut Program) -> Status,
-    log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    log: unsafe extern "C" fn(Program, *mut c_char) -> Status,
-    ptx_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    ptx: unsafe extern "C" fn(Program, *mut c_char) -> Status,
-    cubin_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    cubin: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    rtc: Rtc,
+    ptx_size: OutputSize,
+    ptx: OutputCopy,
+    cubin_size: OutputSize,
+    cubin: OutputCopy,
     /// Where the library was found.
     path: String,
 }
@@ -80,29 +74,25 @@ fn load() -> std::result::Result<Api, String> {
             tried.push(path.display().to_string());
             continue;
         };
-        macro_rules! sym {
-            ($name:literal) => {
-                // SAFETY: the symbol has the C signature of the field it is stored
-                // in, as declared in nvrtc.h (stable since CUDA 11.1).
-                *unsafe { lib.get(concat!($name, "\0").as_bytes()) }.map_err(|e| format!("{}: {e}", path.display()))?
-            };
+        // SAFETY: NVRTC's library; its functions have the signatures of nvrtc.h
+        // (stable since CUDA 11.1).
+        let api = unsafe { Rtc::load(lib, Backend::Cuda, &SYMBOLS) }.and_then(|rtc| {
+            // SAFETY: as above.
+            unsafe {
+                Ok(Api {
+                    ptx_size: rtc.symbol("nvrtcGetPTXSize")?,
+                    ptx: rtc.symbol("nvrtcGetPTX")?,
+                    cubin_size: rtc.symbol("nvrtcGetCUBINSize")?,
+                    cubin: rtc.symbol("nvrtcGetCUBIN")?,
+                    path: path.display().to_string(),
+                    rtc,
+                })
+            }
+        });
+        match api {
+            Ok(api) => return Ok(api),
+            Err(e) => tried.push(format!("{} ({e})", path.display())),
         }
-        let api = Api {
-            version: sym!("nvrtcVersion"),
-            get_error_string: sym!("nvrtcGetErrorString"),
-            create: sym!("nvrtcCreateProgram"),
-            compile: sym!("nvrtcCompileProgram"),
-            destroy: sym!("nvrtcDestroyProgram"),
-            log_size: sym!("nvrtcGetProgramLogSize"),
-            log: sym!("nvrtcGetProgramLog"),
-            ptx_size: sym!("nvrtcGetPTXSize"),
-            ptx: sym!("nvrtcGetPTX"),
-            cubin_size: sym!("nvrtcGetCUBINSize"),
-            cubin: sym!("nvrtcGetCUBIN"),
-            path: path.display().to_string(),
-            _lib: lib,
-        };
-        return Ok(api);
     }
     Err(format!(
         "libnvrtc not found (tried {}): install the CUDA toolkit or `pip install nvidia-cuda-nvrtc`, \
@@ -124,26 +114,7 @@ fn api() -> Result<&'static Api> {
 /// NVRTC's version and where it was loaded from.
 pub fn version() -> Result<((i32, i32), String)> {
     let api = api()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: two valid out-pointers.
-    check(api, unsafe { (api.version)(&mut major, &mut minor) }, "nvrtcVersion")?;
-    Ok(((major, minor), api.path.clone()))
-}
-
-fn check(api: &Api, status: Status, call: &'static str) -> Result<()> {
-    if status == 0 {
-        return Ok(());
-    }
-    // SAFETY: nvrtcGetErrorString returns a static C string for any status.
-    let msg = unsafe { std::ffi::CStr::from_ptr((api.get_error_string)(status)) }
-        .to_string_lossy()
-        .into_owned();
-    Err(Error::Driver {
-        backend: Backend::Cuda,
-        call,
-        code: status.into(),
-        message: msg,
-    })
+    Ok((api.rtc.version()?, api.path.clone()))
 }
 
 /// What a compile produces.
@@ -159,70 +130,14 @@ pub enum Output {
 /// Compiles `source` with `options`; a failed compile returns the log.
 pub fn compile(name: &str, source: &str, options: &[String], output: Output) -> Result<Vec<u8>> {
     let api = api()?;
-    let src = CString::new(source).map_err(|_| Error::InvalidArgument {
-        op: "NVRTC",
-        reason: "the kernel source contains a NUL byte".into(),
-    })?;
-    let cname = CString::new(name).map_err(|_| Error::InvalidArgument {
-        op: "NVRTC",
-        reason: "the kernel name contains a NUL byte".into(),
-    })?;
-    let opts: Vec<CString> = options.iter().filter_map(|o| CString::new(o.as_str()).ok()).collect();
-    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    let mut prog: Program = std::ptr::null_mut();
-    // SAFETY: valid C strings; zero headers.
-    let rc = unsafe {
-        (api.create)(
-            &mut prog,
-            src.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    check(api, rc, "nvrtcCreateProgram")?;
-    let result = (|| {
-        // SAFETY: `prog` is a live program; `opt_ptrs` holds `len` valid C strings.
-        let status = unsafe { (api.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
-        if status != 0 {
-            let arch = options
-                .iter()
-                .find(|o| o.starts_with("--gpu-architecture="))
-                .cloned()
-                .unwrap_or_default();
-            return Err(Error::KernelCompile {
-                kernel: name.to_owned(),
-                arch: arch.trim_start_matches("--gpu-architecture=").to_owned(),
-                log: read(api, prog, api.log_size, api.log, "nvrtcGetProgramLog")
-                    .map(|l| String::from_utf8_lossy(&l).trim_end_matches('\0').to_owned())
-                    .unwrap_or_default(),
-            });
-        }
-        match output {
-            Output::Ptx => read(api, prog, api.ptx_size, api.ptx, "nvrtcGetPTX"),
-            Output::Cubin => read(api, prog, api.cubin_size, api.cubin, "nvrtcGetCUBIN"),
-        }
-    })();
-    // SAFETY: `prog` is live and destroyed once.
-    unsafe { (api.destroy)(&mut prog) };
-    result
-}
-
-fn read(
-    api: &Api,
-    prog: Program,
-    size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    get: unsafe extern "C" fn(Program, *mut c_char) -> Status,
-    call: &'static str,
-) -> Result<Vec<u8>> {
-    let mut n = 0usize;
-    // SAFETY: `prog` is live; `n` is a valid out-pointer.
-    check(api, unsafe { size(prog, &mut n) }, call)?;
-    let mut buf = vec![0u8; n];
-    // SAFETY: `buf` holds the `n` bytes NVRTC reported.
-    check(api, unsafe { get(prog, buf.as_mut_ptr().cast()) }, call)?;
-    Ok(buf)
+    let arch = options
+        .iter()
+        .find_map(|o| o.strip_prefix("--gpu-architecture="))
+        .unwrap_or_default();
+    api.rtc.compile(name, source, options, arch, |prog| match output {
+        Output::Ptx => api.rtc.read(prog, api.ptx_size, api.ptx, "nvrtcGetPTX"),
+        Output::Cubin => api.rtc.read(prog, api.cubin_size, api.cubin, "nvrtcGetCUBIN"),
+    })
 }
 
 #[cfg(test)]

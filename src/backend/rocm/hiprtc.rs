@@ -12,17 +12,15 @@
 //! that list ([`supports`]) and refuses an unknown processor with an ordinary
 //! [`Error::KernelCompile`].
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use libloading::Library;
 
+use crate::backend::rtc::{OutputCopy, OutputSize, Rtc, Symbols};
 use crate::device::Backend;
 use crate::error::{Error, Result};
-
-type Program = *mut c_void;
-type Status = c_int;
 
 /// The sonames tried, in order, after `DEVTENSOR_HIPRTC`.
 pub const SONAMES: &[&str] = &[
@@ -39,24 +37,21 @@ pub const SONAMES: &[&str] = &[
 /// (also recognised by `kernels::check` as "this compiler rejects the arch").
 pub const UNSUPPORTED_TARGET: &str = "unsupported target";
 
+/// hiprtc's names for the functions every run-time compiler has.
+static SYMBOLS: Symbols = Symbols {
+    version: "hiprtcVersion",
+    error_string: "hiprtcGetErrorString",
+    create: "hiprtcCreateProgram",
+    compile: "hiprtcCompileProgram",
+    destroy: "hiprtcDestroyProgram",
+    log_size: "hiprtcGetProgramLogSize",
+    log: "hiprtcGetProgramLog",
+};
+
 struct Api {
-    _lib: Library,
-    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status,
-    get_error_string: unsafe extern "C" fn(Status) -> *const c_char,
-    create: unsafe extern "C" fn(
-        *mut Program,
-        *const c_char,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const *const c_char,
-    ) -> Status,
-    compile: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status,
-    destroy: unsafe extern "C" fn(*mut Program) -> Status,
-    log_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    log: unsafe extern "C" fn(Program, *mut c_char) -> Status,
-    code_size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    code: unsafe extern "C" fn(Program, *mut c_char) -> Status,
+    rtc: Rtc,
+    code_size: OutputSize,
+    code: OutputCopy,
     /// Where the library was found (the resolved file when the loader says).
     path: String,
 }
@@ -130,35 +125,29 @@ fn load() -> std::result::Result<Api, String> {
                 continue;
             }
         };
-        macro_rules! sym {
-            ($name:literal) => {
-                // SAFETY: the symbol has the C signature of the field it is stored
-                // in, as declared in hiprtc.h (unchanged from HIP 4.2 to ROCm 7).
-                match unsafe { lib.get(concat!($name, "\0").as_bytes()) } {
-                    Ok(s) => *s,
-                    Err(e) => {
-                        // A libamdhip64 without hiprtc (ROCm 6+ moved it out): go on.
-                        tried.push(format!("{} (no {}: {e})", path.display(), $name));
-                        continue;
-                    }
-                }
-            };
-        }
-        let version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status = sym!("hiprtcVersion");
-        let resolved = loaded_from(version as *const c_void).unwrap_or_else(|| path.clone());
-        return Ok(Api {
-            version,
-            get_error_string: sym!("hiprtcGetErrorString"),
-            create: sym!("hiprtcCreateProgram"),
-            compile: sym!("hiprtcCompileProgram"),
-            destroy: sym!("hiprtcDestroyProgram"),
-            log_size: sym!("hiprtcGetProgramLogSize"),
-            log: sym!("hiprtcGetProgramLog"),
-            code_size: sym!("hiprtcGetCodeSize"),
-            code: sym!("hiprtcGetCode"),
-            path: resolved.display().to_string(),
-            _lib: lib,
+        // SAFETY: hiprtc's library (or HIP 5.x's runtime, which contains it);
+        // its functions have the signatures of hiprtc.h (unchanged from HIP 4.2
+        // to ROCm 7).
+        let api = unsafe { Rtc::load(lib, Backend::Rocm, &SYMBOLS) }.and_then(|rtc| {
+            // SAFETY: as above.
+            let version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int =
+                unsafe { rtc.symbol("hiprtcVersion")? };
+            let resolved = loaded_from(version as *const c_void).unwrap_or_else(|| path.clone());
+            // SAFETY: as above.
+            unsafe {
+                Ok(Api {
+                    code_size: rtc.symbol("hiprtcGetCodeSize")?,
+                    code: rtc.symbol("hiprtcGetCode")?,
+                    path: resolved.display().to_string(),
+                    rtc,
+                })
+            }
         });
+        match api {
+            Ok(api) => return Ok(api),
+            // A libamdhip64 without hiprtc (ROCm 6+ moved it out): go on.
+            Err(e) => tried.push(format!("{} ({e})", path.display())),
+        }
     }
     Err(format!(
         "hiprtc not found (tried {}): install ROCm's hiprtc (or HIP 5.x libamdhip64, which contains it), \
@@ -181,35 +170,7 @@ fn api() -> Result<&'static Api> {
 /// whatever its release; the path names the real one.)
 pub fn version() -> Result<((i32, i32), String)> {
     let api = api()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: two valid out-pointers.
-    check(api, unsafe { (api.version)(&mut major, &mut minor) }, "hiprtcVersion")?;
-    Ok(((major, minor), api.path.clone()))
-}
-
-/// hiprtc's text for `status`; a library older than the status returns null.
-fn error_string(api: &Api, status: Status) -> String {
-    // SAFETY: hiprtcGetErrorString takes any integer and returns a static C
-    // string or null.
-    let p = unsafe { (api.get_error_string)(status) };
-    if p.is_null() {
-        return format!("hiprtc error {status}");
-    }
-    // SAFETY: non-null: a static NUL-terminated string.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}
-
-fn check(api: &Api, status: Status, call: &'static str) -> Result<()> {
-    if status == 0 {
-        return Ok(());
-    }
-    let msg = error_string(api, status);
-    Err(Error::Driver {
-        backend: Backend::Rocm,
-        call,
-        code: status.into(),
-        message: msg,
-    })
+    Ok((api.rtc.version()?, api.path.clone()))
 }
 
 /// The processors comgr (hiprtc's compiler) can target, and its version.
@@ -333,70 +294,12 @@ pub fn compile(name: &str, source: &str, options: &[String]) -> Result<Vec<u8>> 
             ),
         });
     }
-    let src = CString::new(source).map_err(|_| Error::InvalidArgument {
-        op: "hiprtc",
-        reason: "the kernel source contains a NUL byte".into(),
-    })?;
-    let cname = CString::new(name).map_err(|_| Error::InvalidArgument {
-        op: "hiprtc",
-        reason: "the kernel name contains a NUL byte".into(),
-    })?;
-    let opts: Vec<CString> = options.iter().filter_map(|o| CString::new(o.as_str()).ok()).collect();
-    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     // One compile at a time: HIP 5.x's hiprtc keeps global compiler state.
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let mut prog: Program = std::ptr::null_mut();
-    // SAFETY: valid C strings; zero headers.
-    let rc = unsafe {
-        (api.create)(
-            &mut prog,
-            src.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    check(api, rc, "hiprtcCreateProgram")?;
-    let result = (|| {
-        // SAFETY: `prog` is a live program; `opt_ptrs` holds `len` valid C strings.
-        let status = unsafe { (api.compile)(prog, opt_ptrs.len() as c_int, opt_ptrs.as_ptr()) };
-        if status != 0 {
-            let log = read(api, prog, api.log_size, api.log, "hiprtcGetProgramLog")
-                .map(|l| String::from_utf8_lossy(&l).trim_end_matches('\0').to_owned())
-                .unwrap_or_default();
-            return Err(Error::KernelCompile {
-                kernel: name.to_owned(),
-                arch: arch.clone(),
-                log: if log.trim().is_empty() {
-                    error_string(api, status)
-                } else {
-                    log
-                },
-            });
-        }
-        read(api, prog, api.code_size, api.code, "hiprtcGetCode")
-    })();
-    // SAFETY: `prog` is live and destroyed once.
-    unsafe { (api.destroy)(&mut prog) };
-    result
-}
-
-fn read(
-    api: &Api,
-    prog: Program,
-    size: unsafe extern "C" fn(Program, *mut usize) -> Status,
-    get: unsafe extern "C" fn(Program, *mut c_char) -> Status,
-    call: &'static str,
-) -> Result<Vec<u8>> {
-    let mut n = 0usize;
-    // SAFETY: `prog` is live; `n` is a valid out-pointer.
-    check(api, unsafe { size(prog, &mut n) }, call)?;
-    let mut buf = vec![0u8; n];
-    // SAFETY: `buf` holds the `n` bytes hiprtc reported.
-    check(api, unsafe { get(prog, buf.as_mut_ptr().cast()) }, call)?;
-    Ok(buf)
+    api.rtc.compile(name, source, options, &arch, |prog| {
+        api.rtc.read(prog, api.code_size, api.code, "hiprtcGetCode")
+    })
 }
 
 #[cfg(test)]
