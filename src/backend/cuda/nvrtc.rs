@@ -145,6 +145,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_broken_kernel_fails_with_the_compiler_log_and_a_good_one_compiles() {
+        if let Err(e) = version() {
+            println!("SKIP a_broken_kernel_fails_with_the_compiler_log: no NVRTC ({e})");
+            return;
+        }
+        let opts = ["--gpu-architecture=sm_80".to_owned()];
+        let err = compile(
+            "broken.cu",
+            "extern \"C\" __global__ void k() { undeclared(); }",
+            &opts,
+            Output::Ptx,
+        )
+        .unwrap_err();
+        match err {
+            Error::KernelCompile { kernel, arch, log } => {
+                assert_eq!((kernel.as_str(), arch.as_str()), ("broken.cu", "sm_80"));
+                assert!(log.contains("undeclared"), "the log names the error: {log}");
+            }
+            other => panic!("expected KernelCompile, got {other:?}"),
+        }
+        let ptx = compile(
+            "ok.cu",
+            "extern \"C\" __global__ void k(int* p) { *p = 1; }",
+            &opts,
+            Output::Ptx,
+        )
+        .unwrap();
+        assert!(String::from_utf8_lossy(&ptx).contains(".entry k"));
+        let bad = compile("nul.cu", "a\0b", &opts, Output::Ptx).unwrap_err();
+        assert!(matches!(bad, Error::InvalidArgument { .. }), "{bad:?}");
+    }
+
+    #[test]
     fn an_older_driver_gets_nvrtc_12_first() {
         assert_eq!(sonames(12080)[0], "libnvrtc.so.12");
         assert_eq!(sonames(13000)[0], "libnvrtc.so.13");

@@ -307,6 +307,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_broken_kernel_fails_with_the_compiler_log_and_a_good_one_compiles() {
+        if let Err(e) = version() {
+            println!("SKIP a_broken_kernel_fails_with_the_compiler_log: no hiprtc ({e})");
+            return;
+        }
+        let opts = ["--offload-arch=gfx90a".to_owned()];
+        let source = "extern \"C\" __global__ void k() { undeclared(); }";
+        match compile("broken.cu", source, &opts).unwrap_err() {
+            Error::KernelCompile { kernel, arch, log } => {
+                assert_eq!((kernel.as_str(), arch.as_str()), ("broken.cu", "gfx90a"));
+                assert!(log.contains("undeclared"), "the log names the error: {log}");
+            }
+            other => panic!("expected KernelCompile, got {other:?}"),
+        }
+        let code = compile("ok.cu", "extern \"C\" __global__ void k(int* p) { *p = 1; }", &opts).unwrap();
+        assert_eq!(&code[..4], b"\x7fELF", "a code object");
+    }
+
+    #[test]
     fn candidates_env_file_dir_and_sonames() {
         let plain = candidates(None, None);
         assert_eq!(plain, SONAMES.iter().map(PathBuf::from).collect::<Vec<_>>());
