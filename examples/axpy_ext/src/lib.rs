@@ -223,7 +223,7 @@ extern "C" __global__ void axpy_f64(double a, const double* x, const double* y, 
                 1,
                 1,
                 0,
-                stream.0 as sys::CUstream,
+                stream.as_raw() as sys::CUstream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
