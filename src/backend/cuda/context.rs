@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUresult};
 
 use crate::backend::cuda_status;
@@ -189,6 +190,16 @@ pub fn check(call: &'static str, rc: CUresult) -> Result<()> {
         call,
         code: rc as i64,
         message,
+    })
+}
+
+/// A call through `cudarc::driver::result` as `Ok` or `Error::Driver` naming
+/// `call` (cudarc's wrappers return the bare `CUresult`).
+pub fn driver<T>(call: &'static str, r: std::result::Result<T, DriverError>) -> Result<T> {
+    r.map_err(|e| match check(call, e.0) {
+        Err(err) => err,
+        // A DriverError never holds CUDA_SUCCESS; say so rather than panic.
+        Ok(()) => Error::Internal("cudarc reported success as an error"),
     })
 }
 

@@ -4,9 +4,9 @@
 use std::ffi::{CStr, c_void};
 use std::sync::Arc;
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
-use super::context::{check, device};
+use super::context::{check, device, driver};
 use super::device_backend::CudaBackend;
 use super::kernels;
 use super::stream::{CudaEvent, CudaStream};
@@ -100,21 +100,19 @@ impl GpuRuntime for CudaBackend {
 
     unsafe fn load_module(&self, ordinal: u32, image: &[u8]) -> Result<usize> {
         let _current = device(ordinal)?.bind()?;
-        let mut module: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `image` is a complete cubin for this GPU (the caller's
         // contract), alive for the call.
-        check("cuModuleLoadData", unsafe {
-            sys::cuModuleLoadData(&mut module, image.as_ptr().cast())
+        let module = driver("cuModuleLoadData", unsafe {
+            result::module::load_data(image.as_ptr().cast())
         })?;
         Ok(module as usize)
     }
 
     unsafe fn module_function(&self, ordinal: u32, module: usize, name: &CStr) -> Result<usize> {
         let _current = device(ordinal)?.bind()?;
-        let mut f: sys::CUfunction = std::ptr::null_mut();
-        // SAFETY: `module` is loaded (the caller's contract); `name` is a C string.
-        check("cuModuleGetFunction", unsafe {
-            sys::cuModuleGetFunction(&mut f, module as sys::CUmodule, name.as_ptr())
+        // SAFETY: `module` is loaded (the caller's contract).
+        let f = driver("cuModuleGetFunction", unsafe {
+            result::module::get_function(module as sys::CUmodule, name.to_owned())
         })?;
         Ok(f as usize)
     }
@@ -122,7 +120,7 @@ impl GpuRuntime for CudaBackend {
     unsafe fn unload_module(&self, ordinal: u32, module: usize) {
         let _current = device(ordinal).and_then(|g| g.bind());
         // SAFETY: loaded and unused (the caller's contract).
-        unsafe { sys::cuModuleUnload(module as sys::CUmodule) };
+        let _ = unsafe { result::module::unload(module as sys::CUmodule) };
     }
 
     unsafe fn launch(
@@ -136,20 +134,8 @@ impl GpuRuntime for CudaBackend {
         let f = self.kernel(ordinal, call.name)? as sys::CUfunction;
         let _current = gpu.bind()?;
         // SAFETY: forwarded from the caller; grid and block sizes are within limits.
-        check("cuLaunchKernel", unsafe {
-            sys::cuLaunchKernel(
-                f,
-                call.grid.0,
-                call.grid.1,
-                call.grid.2,
-                call.block.0,
-                call.block.1,
-                call.block.2,
-                0,
-                stream_of(stream).raw(),
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+        driver("cuLaunchKernel", unsafe {
+            result::launch_kernel(f, call.grid, call.block, 0, stream_of(stream).raw(), params)
         })
     }
 
@@ -197,8 +183,8 @@ impl GpuRuntime for CudaBackend {
         let _current = device(stream.ordinal)?.bind()?;
         // SAFETY: both ranges are live device memory of their GPUs until the
         // stream's work is done (caller's contract); `stream` is live.
-        check("cuMemcpyPeerAsync", unsafe {
-            sys::cuMemcpyPeerAsync(dst, dgpu.ctx, src, sgpu.ctx, bytes, stream_of(stream).raw())
+        driver("cuMemcpyPeerAsync", unsafe {
+            result::memcpy_peer_async(dgpu.ctx, dst, sgpu.ctx, src, bytes, stream_of(stream).raw())
         })
     }
 }

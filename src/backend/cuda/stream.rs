@@ -2,9 +2,10 @@
 //! the producer's stream and make the consumer's stream wait on it; never block
 //! the host.
 
-use cudarc::driver::sys;
+use cudarc::driver::result::{self, stream::StreamKind};
+use cudarc::driver::{DriverError, sys};
 
-use super::context::{check, device};
+use super::context::{check, device, driver};
 use crate::error::{Error, Result};
 
 /// A CUDA stream: owned (destroyed on drop) or borrowed (a consumer's handle,
@@ -25,11 +26,7 @@ impl CudaStream {
     /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
     pub fn new(ordinal: u32) -> Result<CudaStream> {
         let _current = device(ordinal)?.bind()?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the GPU's context is current.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-        })?;
+        let raw = driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking))?;
         Ok(CudaStream {
             raw,
             ordinal,
@@ -142,15 +139,15 @@ impl CudaStream {
     pub fn synchronize(&self) -> Result<()> {
         let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid stream handle of this context.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.raw) })
+        driver("cuStreamSynchronize", unsafe { result::stream::synchronize(self.raw) })
     }
 
     /// Makes this stream wait (on the device) for everything `event` recorded.
     pub fn wait(&self, event: &CudaEvent) -> Result<()> {
         let _current = device(self.ordinal)?.bind()?;
-        // SAFETY: both handles are valid; flags 0 is the default wait.
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(self.raw, event.raw, 0)
+        // SAFETY: both handles are valid.
+        driver("cuStreamWaitEvent", unsafe {
+            result::stream::wait_event(self.raw, event.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
         })
     }
 }
@@ -169,8 +166,7 @@ impl Drop for CudaStream {
 /// Blocks the host until all work queued on GPU `ordinal` (every stream) is done.
 pub fn synchronize_device(ordinal: u32) -> Result<()> {
     let _current = device(ordinal)?.bind()?;
-    // SAFETY: the GPU's context is current.
-    check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    driver("cuCtxSynchronize", result::ctx::synchronize())
 }
 
 /// A CUDA event.
@@ -194,9 +190,7 @@ impl CudaEvent {
         } else {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
         };
-        let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; context current.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut raw, flags as u32) })?;
+        let raw = driver("cuEventCreate", result::event::create(flags))?;
         Ok(CudaEvent { raw, ordinal })
     }
 
@@ -214,25 +208,24 @@ impl CudaEvent {
     pub fn record(&self, stream: &CudaStream) -> Result<()> {
         let _current = device(self.ordinal)?.bind()?;
         // SAFETY: both handles are valid.
-        check("cuEventRecord", unsafe { sys::cuEventRecord(self.raw, stream.raw) })
+        driver("cuEventRecord", unsafe { result::event::record(self.raw, stream.raw) })
     }
 
     /// Blocks the host until the recorded work is done.
     pub fn synchronize(&self) -> Result<()> {
         let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid event.
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(self.raw) })
+        driver("cuEventSynchronize", unsafe { result::event::synchronize(self.raw) })
     }
 
     /// True when the recorded work is done (no blocking).
     pub fn is_complete(&self) -> Result<bool> {
         let _current = device(self.ordinal)?.bind()?;
         // SAFETY: a valid event.
-        let rc = unsafe { sys::cuEventQuery(self.raw) };
-        if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
+        match unsafe { result::event::query(self.raw) } {
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+            r => driver("cuEventQuery", r).map(|()| true),
         }
-        check("cuEventQuery", rc).map(|()| true)
     }
 
     /// Milliseconds between two timing events.
@@ -282,8 +275,7 @@ pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]
             .is_err()
         {
             let _current = device(ordinal)?.bind()?;
-            // SAFETY: the GPU's context is current.
-            return check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() });
+            return driver("cuCtxSynchronize", result::ctx::synchronize());
         }
     }
     Ok(())
