@@ -6,13 +6,16 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::sys;
+use cudarc::driver::{result, sys};
 
-use super::context::{Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device};
+use super::context::{
+    Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device, driver,
+};
+use super::stream::{CudaEvent, CudaStream};
 use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
 use crate::backend::PerDevice;
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::stream::{EventHandle, StreamHandle};
 
 /// Which CUDA memory an allocator hands out.
@@ -40,8 +43,8 @@ pub struct CudaAlloc {
     /// The GPU of device and managed memory; `None` for pinned host memory,
     /// allocated in whichever context is current (see [`CudaAlloc::bind`]).
     gpu: Option<&'static Gpu>,
-    /// Pinned memory only: the context each live event was created in.
-    event_ctx: Mutex<HashMap<usize, usize>>,
+    /// The live events `record_event` made, by handle (released by `release_event`).
+    events: Mutex<HashMap<usize, CudaEvent>>,
     memory: CudaMemory,
     counters: Counters,
     /// The `CUmemoryPool` of [`CudaMemory::DeviceAsync`] (0 otherwise),
@@ -65,7 +68,7 @@ impl CudaAlloc {
             }
             return Ok(CudaAlloc {
                 gpu: None,
-                event_ctx: Mutex::new(HashMap::new()),
+                events: Mutex::new(HashMap::new()),
                 memory,
                 counters: Counters::new(),
                 mempool: 0,
@@ -109,7 +112,7 @@ impl CudaAlloc {
         }
         Ok(CudaAlloc {
             gpu: Some(gpu),
-            event_ctx: Mutex::new(HashMap::new()),
+            events: Mutex::new(HashMap::new()),
             memory,
             counters: Counters::new(),
             mempool,
@@ -141,26 +144,9 @@ impl CudaAlloc {
         device(current_or_used()?)?.bind()
     }
 
-    /// The context of an event of pinned memory (the current one if unknown).
-    fn event_context(&self, event: EventHandle, forget: bool) -> Option<sys::CUcontext> {
-        let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = if forget {
-            map.remove(&event.as_raw())
-        } else {
-            map.get(&event.as_raw()).copied()
-        };
-        ctx.map(|c| c as sys::CUcontext)
-    }
-
-    /// Binds the context `event` was created in.
-    fn bind_event(&self, event: EventHandle, forget: bool) -> Result<Current> {
-        match (self.gpu, self.event_context(event, forget)) {
-            (Some(gpu), _) => gpu.bind(),
-            // SAFETY: a primary context (or a foreign one current when the event was made,
-            // which its owner keeps alive while it has work).
-            (None, Some(ctx)) => unsafe { bind_context(ctx) },
-            (None, None) => self.bind(None),
-        }
+    /// The live events, locked.
+    fn events(&self) -> std::sync::MutexGuard<'_, HashMap<usize, CudaEvent>> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The allocator of portable pinned host memory (`CudaAlloc::new` of
@@ -307,51 +293,44 @@ unsafe impl NDAlloc for CudaAlloc {
         // Pinned memory: the event belongs to the stream's context (cuEventRecord
         // refuses an event and a stream of different contexts).
         let _current = self.bind(Some(stream))?;
-        let mut ev: sys::CUevent = std::ptr::null_mut();
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        // SAFETY: valid out-pointer; the GPU's context is current.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut ev, flags) })?;
-        // SAFETY: `ev` was just created; `stream` is a live stream of this context.
-        if let Err(e) = check("cuEventRecord", unsafe {
-            sys::cuEventRecord(ev, stream.as_raw() as sys::CUstream)
-        }) {
-            // SAFETY: destroying the event we created.
-            unsafe { sys::cuEventDestroy_v2(ev) };
-            return Err(e);
-        }
-        if self.gpu.is_none()
-            && let Some(ctx) = current_context()?
-        {
-            let mut map = self.event_ctx.lock().unwrap_or_else(|p| p.into_inner());
-            map.insert(ev as usize, ctx as usize);
-        }
-        // SAFETY: the event was just created and recorded by this allocator,
-        // which destroys it in `release_event`.
-        Ok(Some(unsafe { EventHandle::from_raw(ev as usize) }))
+        let ordinal = match self.gpu {
+            Some(gpu) => gpu.ordinal,
+            None => current_or_used()?,
+        };
+        let ev = CudaEvent::in_current_context(ordinal)?;
+        // SAFETY: `stream` is a live stream of the current context (a StreamHandle's contract).
+        ev.record(&unsafe { CudaStream::borrowed(ordinal, stream.as_raw()) })?;
+        let raw = ev.raw() as usize;
+        self.events().insert(raw, ev);
+        // SAFETY: the event is alive in `events` until `release_event` drops it.
+        Ok(Some(unsafe { EventHandle::from_raw(raw) }))
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
         let _current = self.bind(stream)?;
         // SAFETY: `event` came from `record_event` and is not yet released.
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(raw_stream(stream), event.as_raw() as sys::CUevent, 0)
+        driver("cuStreamWaitEvent", unsafe {
+            result::stream::wait_event(
+                raw_stream(stream),
+                event.as_raw() as sys::CUevent,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
         })
     }
 
     fn release_event(&self, event: EventHandle) {
-        let _current = self.bind_event(event, true);
-        // SAFETY: released once; CUDA defers the release while work is pending.
-        let _ = unsafe { sys::cuEventDestroy_v2(event.as_raw() as sys::CUevent) };
+        // Dropped outside the lock: its drop binds its context and destroys it
+        // (CUDA defers the release while recorded work is pending).
+        let ev = self.events().remove(&event.as_raw());
+        drop(ev);
     }
 
     fn event_done(&self, event: EventHandle) -> Result<bool> {
-        let _current = self.bind_event(event, false)?;
-        // SAFETY: `event` came from `record_event` and is not yet released.
-        let rc = unsafe { sys::cuEventQuery(event.as_raw() as sys::CUevent) };
-        if rc == sys::CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
+        let events = self.events();
+        match events.get(&event.as_raw()) {
+            Some(ev) => ev.is_complete(),
+            None => Err(Error::Internal("event_done on an event this pool did not record")),
         }
-        check("cuEventQuery", rc).map(|()| true)
     }
 
     fn synchronize_device(&self) -> Result<()> {

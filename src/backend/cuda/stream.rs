@@ -5,7 +5,7 @@
 use cudarc::driver::result::{self, stream::StreamKind};
 use cudarc::driver::{DriverError, sys};
 
-use super::context::{check, device, driver};
+use super::context::{Current, bind_context, check, current_context, device, driver};
 use crate::error::{Error, Result};
 
 /// A CUDA stream: owned (destroyed on drop) or borrowed (a consumer's handle,
@@ -169,11 +169,16 @@ pub fn synchronize_device(ordinal: u32) -> Result<()> {
     driver("cuCtxSynchronize", result::ctx::synchronize())
 }
 
-/// A CUDA event.
+/// A CUDA event: the one event type of the CUDA backend (the copy paths'
+/// and the pools' alike), destroyed on drop.
 #[derive(Debug)]
 pub struct CudaEvent {
     raw: sys::CUevent,
     ordinal: u32,
+    /// The context it was created in, current for every call on it: a GPU's
+    /// primary context, or (pinned memory used by another library's stream)
+    /// that stream's context.
+    ctx: sys::CUcontext,
 }
 
 // SAFETY: event handles may be used from any thread.
@@ -184,14 +189,39 @@ unsafe impl Sync for CudaEvent {}
 impl CudaEvent {
     /// A new event; `timing` enables `elapsed_ms`.
     pub fn new(ordinal: u32, timing: bool) -> Result<CudaEvent> {
-        let _current = device(ordinal)?.bind()?;
+        let gpu = device(ordinal)?;
+        let _current = gpu.bind()?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
         };
         let raw = driver("cuEventCreate", result::event::create(flags))?;
-        Ok(CudaEvent { raw, ordinal })
+        Ok(CudaEvent {
+            raw,
+            ordinal,
+            ctx: gpu.ctx,
+        })
+    }
+
+    /// A new event (no timing) in the calling thread's current context, which
+    /// must be a context of GPU `ordinal`: the caching pool records its pinned
+    /// memory's uses on a stream of whichever context that stream belongs to.
+    pub(crate) fn in_current_context(ordinal: u32) -> Result<CudaEvent> {
+        let ctx = current_context()?.ok_or(Error::Internal("an event needs a current context"))?;
+        let raw = driver(
+            "cuEventCreate",
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING),
+        )?;
+        Ok(CudaEvent { raw, ordinal, ctx })
+    }
+
+    /// Makes the event's context current until the guard drops.
+    fn bind(&self) -> Result<Current> {
+        // SAFETY: a primary context is retained for the life of the process; a
+        // foreign one outlives the streams of its owner, whose work this event
+        // follows (the `record_stream` contract).
+        unsafe { bind_context(self.ctx) }
     }
 
     /// The raw handle.
@@ -206,21 +236,21 @@ impl CudaEvent {
 
     /// Records the current end of `stream`'s work.
     pub fn record(&self, stream: &CudaStream) -> Result<()> {
-        let _current = device(self.ordinal)?.bind()?;
+        let _current = self.bind()?;
         // SAFETY: both handles are valid.
         driver("cuEventRecord", unsafe { result::event::record(self.raw, stream.raw) })
     }
 
     /// Blocks the host until the recorded work is done.
     pub fn synchronize(&self) -> Result<()> {
-        let _current = device(self.ordinal)?.bind()?;
+        let _current = self.bind()?;
         // SAFETY: a valid event.
         driver("cuEventSynchronize", unsafe { result::event::synchronize(self.raw) })
     }
 
     /// True when the recorded work is done (no blocking).
     pub fn is_complete(&self) -> Result<bool> {
-        let _current = device(self.ordinal)?.bind()?;
+        let _current = self.bind()?;
         // SAFETY: a valid event.
         match unsafe { result::event::query(self.raw) } {
             Err(DriverError(sys::CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
@@ -230,7 +260,7 @@ impl CudaEvent {
 
     /// Milliseconds between two timing events.
     pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32> {
-        let _current = device(self.ordinal)?.bind()?;
+        let _current = self.bind()?;
         let mut ms = 0f32;
         // cuEventElapsedTime_v2 appeared with the 12.8 driver: an older one lacks the
         // symbol (cudarc would panic on the lookup), and has the original function.
@@ -250,7 +280,7 @@ impl Drop for CudaEvent {
     fn drop(&mut self) {
         // Its context current, as for every other call on it (a failure to
         // bind leaves the destroy to the driver's own lookup).
-        let _current = device(self.ordinal).and_then(|g| g.bind());
+        let _current = self.bind();
         // SAFETY: created by `new`, destroyed once; CUDA defers the release of an
         // event whose recorded work is still pending.
         let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };

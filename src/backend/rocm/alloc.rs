@@ -4,12 +4,14 @@
 //! not `hipMallocAsync`: the stream-ordered HIP allocator has known corruption,
 //! out-of-memory and hang bugs across ROCm releases.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::context::{Current, Gpu, check, check_alloc, device};
 use super::ffi;
+use super::stream::{RocmEvent, RocmStream};
 use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
 use crate::backend::PerDevice;
 use crate::device::Device;
@@ -38,6 +40,8 @@ pub struct HipAlloc {
     gpu: Option<&'static Gpu>,
     memory: RocmMemory,
     counters: Counters,
+    /// The live events `record_event` made, by handle (released by `release_event`).
+    events: Mutex<HashMap<usize, RocmEvent>>,
 }
 
 impl HipAlloc {
@@ -61,6 +65,7 @@ impl HipAlloc {
             gpu,
             memory,
             counters: Counters::new(),
+            events: Mutex::new(HashMap::new()),
         })
     }
 
@@ -85,6 +90,11 @@ impl HipAlloc {
         }
         crate::fork::check(crate::Backend::Rocm)?;
         Ok(None)
+    }
+
+    /// The live events, locked.
+    fn events(&self) -> std::sync::MutexGuard<'_, HashMap<usize, RocmEvent>> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The memory kind.
@@ -198,22 +208,17 @@ unsafe impl NDAlloc for HipAlloc {
     fn record_event(&self, stream: StreamHandle) -> Result<Option<EventHandle>> {
         // Pinned memory: the event is made on the stream's device.
         let _current = self.bind(Some(stream))?;
-        let mut ev: ffi::Event = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the GPU is current.
-        check("hipEventCreateWithFlags", unsafe {
-            ffi::hipEventCreateWithFlags(&mut ev, ffi::EVENT_DISABLE_TIMING)
-        })?;
-        // SAFETY: `ev` was just created; `stream` is a live stream of this GPU.
-        if let Err(e) = check("hipEventRecord", unsafe {
-            ffi::hipEventRecord(ev, stream.as_raw() as ffi::Stream)
-        }) {
-            // SAFETY: destroying the event we created.
-            unsafe { ffi::hipEventDestroy(ev) };
-            return Err(e);
-        }
-        // SAFETY: the event was just created and recorded by this allocator,
-        // which destroys it in `release_event`.
-        Ok(Some(unsafe { EventHandle::from_raw(ev as usize) }))
+        let ordinal = match self.gpu {
+            Some(gpu) => gpu.ordinal,
+            None => super::context::current_device()?.unwrap_or(0),
+        };
+        let ev = RocmEvent::new(ordinal, false)?;
+        // SAFETY: `stream` is a live stream of this GPU (a StreamHandle's contract).
+        ev.record(&unsafe { RocmStream::borrowed(ordinal, stream.as_raw()) })?;
+        let raw = ev.raw() as usize;
+        self.events().insert(raw, ev);
+        // SAFETY: the event is alive in `events` until `release_event` drops it.
+        Ok(Some(unsafe { EventHandle::from_raw(raw) }))
     }
 
     fn wait_event(&self, stream: Option<StreamHandle>, event: EventHandle) -> Result<()> {
@@ -226,17 +231,17 @@ unsafe impl NDAlloc for HipAlloc {
     }
 
     fn release_event(&self, event: EventHandle) {
-        // SAFETY: released once; HIP defers the release while work is pending.
-        let _ = unsafe { ffi::hipEventDestroy(event.as_raw() as ffi::Event) };
+        // Dropped outside the lock; HIP defers the release while work is pending.
+        let ev = self.events().remove(&event.as_raw());
+        drop(ev);
     }
 
     fn event_done(&self, event: EventHandle) -> Result<bool> {
-        // SAFETY: `event` came from `record_event` and is not yet released.
-        let rc = unsafe { ffi::hipEventQuery(event.as_raw() as ffi::Event) };
-        if rc == ffi::ERROR_NOT_READY {
-            return Ok(false);
+        let events = self.events();
+        match events.get(&event.as_raw()) {
+            Some(ev) => ev.is_complete(),
+            None => Err(Error::Internal("event_done on an event this pool did not record")),
         }
-        check("hipEventQuery", rc).map(|()| true)
     }
 
     fn synchronize_device(&self) -> Result<()> {

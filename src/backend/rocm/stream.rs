@@ -152,6 +152,11 @@ impl RocmEvent {
         Ok(RocmEvent { raw, ordinal })
     }
 
+    /// The raw handle.
+    pub fn raw(&self) -> ffi::Event {
+        self.raw
+    }
+
     /// Records the current end of `stream`'s work.
     pub fn record(&self, stream: &RocmStream) -> Result<()> {
         let _current = device(self.ordinal)?.bind()?;
