@@ -13,7 +13,7 @@ gpu_suite! {
     host: Device::CudaHost,
     managed: |i| Some(Device::CudaManaged(i)),
     stream: devtensor::backend::cuda::stream::CudaStream,
-    default_stream: devtensor::backend::cuda::stream::CudaStream::legacy,
+    default_stream: devtensor::backend::cuda::stream::CudaStream::default_stream,
     handoff: devtensor::backend::cuda::stream::handoff,
     current_device: devtensor::backend::cuda::context::current_device,
 }
@@ -113,7 +113,7 @@ fn event_timing_works_under_a_driver_older_than_12_8() {
     }
     if std::env::var_os(CHILD).is_some() {
         use devtensor::backend::cuda::stream::CudaEvent;
-        let s = CudaStream::legacy(0);
+        let s = CudaStream::default_stream(0);
         let (start, end) = (CudaEvent::new(0, true).unwrap(), CudaEvent::new(0, true).unwrap());
         start.record(&s).unwrap();
         Tensor::zeros(&[1 << 12], DType::F32, dev(0)).unwrap();
@@ -176,7 +176,7 @@ fn current_stream_carries_allocations_copies_and_fills() {
     assert_eq!(set_current_stream(dev(0), None), Some(h));
     assert_eq!(current_stream(dev(0)), None);
     // The default stream touches `t` next: order it after `s` first.
-    devtensor::backend::cuda::stream::handoff(&s, &CudaStream::legacy(0)).unwrap();
+    devtensor::backend::cuda::stream::handoff(&s, &CudaStream::default_stream(0)).unwrap();
     t.fill(1.0f32).unwrap();
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0; 256]);
     devtensor::backend::cuda::stream::synchronize_device(0).unwrap();

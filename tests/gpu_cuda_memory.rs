@@ -145,7 +145,7 @@ fn async_allocator_keeps_to_its_own_pool_and_waits_for_recorded_streams() {
         let out = Tensor::zeros(&[n], DType::U32, Device::Cuda(0)).unwrap();
         let tmp = Tensor::empty_in(alloc.clone(), &[n], DType::U32).unwrap();
         tmp.fill(round).unwrap();
-        handoff(&CudaStream::legacy(0), &side).unwrap(); // the fills before the read
+        handoff(&CudaStream::default_stream(0), &side).unwrap(); // the fills before the read
         out.copy_from_on_stream(&tmp.flip(&[0]).unwrap(), side.handle())
             .unwrap();
         drop(tmp);

@@ -18,7 +18,7 @@ gpu_suite! {
     current_device: devtensor::backend::rocm::context::current_device,
 }
 
-use devtensor::backend::rocm::alloc::{HipAlloc, RocmMemory};
+use devtensor::backend::rocm::alloc::{RocmAlloc, RocmMemory};
 use devtensor::backend::rocm::stream::RocmStream;
 
 #[test]
@@ -31,7 +31,7 @@ fn every_rocm_entry_point_reports_itself_unavailable_without_a_device() {
     let unavailable = |r: devtensor::Result<()>| matches!(r, Err(devtensor::Error::BackendUnavailable { .. }));
     assert!(unavailable(Tensor::empty(&[4], DType::F32, Device::Rocm(0)).map(drop)));
     assert!(unavailable(Tensor::empty(&[4], DType::F32, Device::RocmHost).map(drop)));
-    assert!(unavailable(HipAlloc::new(0, RocmMemory::Managed).map(drop)));
+    assert!(unavailable(RocmAlloc::new(0, RocmMemory::Managed).map(drop)));
     assert!(unavailable(RocmStream::new(0).map(drop)));
     assert!(unavailable(
         devtensor::backend::rocm::stream::RocmEvent::new(0, false).map(drop)
@@ -64,7 +64,7 @@ fn managed_memory_is_described_as_rocm_device_memory() {
         return;
     }
     use devtensor::alloc::NDAlloc;
-    let a = std::sync::Arc::new(HipAlloc::new(0, RocmMemory::Managed).unwrap());
+    let a = std::sync::Arc::new(RocmAlloc::new(0, RocmMemory::Managed).unwrap());
     assert_eq!(a.device(), Device::Rocm(0));
     let t = Tensor::empty_in(a.clone(), &[256], DType::F32).unwrap();
     t.fill(1.5f32).unwrap();

@@ -127,7 +127,7 @@ fn run_emulated(device: devtensor::Device, matrix: &[Pattern]) -> devtensor::Res
     let devtensor::Device::Cuda(ordinal) = device else {
         return Err(devtensor::Error::UnsupportedDevice { op: "bench", device });
     };
-    let stream = devtensor::backend::cuda::stream::CudaStream::legacy(ordinal);
+    let stream = devtensor::backend::cuda::stream::CudaStream::default_stream(ordinal);
     println!(
         "strided copy on {device}: EMULATED driver (emu/): timings are meaningless there; these are the\n\
          emulator's per-launch metrics, as Nsight Compute counts them (sector efficiency = bytes the\n\
@@ -234,7 +234,7 @@ mod gpu {
     #[cfg(feature = "cuda")]
     event_timer!(
         time_cuda,
-        devtensor::backend::cuda::stream::CudaStream::legacy,
+        devtensor::backend::cuda::stream::CudaStream::default_stream,
         devtensor::backend::cuda::stream::CudaEvent
     );
     #[cfg(feature = "rocm")]

@@ -35,7 +35,7 @@ impl CudaStream {
     }
 
     /// The legacy default stream (`cudaStreamLegacy`, DLPack value 1).
-    pub fn legacy(ordinal: u32) -> CudaStream {
+    pub fn default_stream(ordinal: u32) -> CudaStream {
         CudaStream {
             raw: 1usize as sys::CUstream,
             ordinal,
@@ -75,7 +75,7 @@ impl CudaStream {
     /// A value > 2 must be a live `CUstream` of GPU `ordinal`'s context.
     pub unsafe fn from_dlpack(ordinal: u32, value: Option<i64>) -> Result<Option<CudaStream>> {
         match value {
-            None | Some(1) => Ok(Some(CudaStream::legacy(ordinal))),
+            None | Some(1) => Ok(Some(CudaStream::default_stream(ordinal))),
             Some(2) => Ok(Some(CudaStream::per_thread(ordinal))),
             Some(-1) => Ok(None),
             Some(v) if v > 2 => {
@@ -97,7 +97,7 @@ impl CudaStream {
             // SAFETY: a current stream is kept alive by whoever made it current
             // (`set_current_stream`'s contract).
             Some(s) => unsafe { CudaStream::borrowed(ordinal, s.as_raw()) },
-            None => CudaStream::legacy(ordinal),
+            None => CudaStream::default_stream(ordinal),
         }
     }
 
@@ -293,7 +293,7 @@ impl Drop for CudaEvent {
 /// that cannot be synchronised (destroyed by its owner) makes it wait for the
 /// whole device instead.
 pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
-    CudaStream::legacy(ordinal).synchronize()?;
+    CudaStream::default_stream(ordinal).synchronize()?;
     for s in streams {
         if s.as_raw() <= 2 {
             continue; // 0 and 1 are the legacy stream; 2 is this thread's, which the legacy one waits for

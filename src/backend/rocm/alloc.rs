@@ -25,7 +25,7 @@ pub enum RocmMemory {
     Device,
     /// `hipMallocManaged(hipMemAttachGlobal)` → kDLROCM: DLPack has no
     /// ROCm-managed device type, so it is described as device memory (which
-    /// the host may also read); [`HipAlloc::memory`] tells the two apart.
+    /// the host may also read); [`RocmAlloc::memory`] tells the two apart.
     Managed,
     /// `hipHostMalloc(hipHostMallocPortable)` → kDLROCMHost.
     PinnedHost,
@@ -34,9 +34,9 @@ pub enum RocmMemory {
 /// A HIP allocator for one GPU and one memory kind, or for portable pinned
 /// host memory, which belongs to no GPU.
 #[derive(Debug)]
-pub struct HipAlloc {
+pub struct RocmAlloc {
     /// The GPU of device and managed memory; `None` for pinned host memory,
-    /// allocated on the calling thread's current device (see [`HipAlloc::bind`]).
+    /// allocated on the calling thread's current device (see [`RocmAlloc::bind`]).
     gpu: Option<&'static Gpu>,
     memory: RocmMemory,
     counters: Counters,
@@ -44,11 +44,11 @@ pub struct HipAlloc {
     events: Mutex<HashMap<usize, RocmEvent>>,
 }
 
-impl HipAlloc {
+impl RocmAlloc {
     /// An allocator of `memory` on GPU `ordinal`. Pinned host memory is
     /// portable, so `ordinal` is ignored for it: it is allocated on the calling
     /// thread's current device, never by switching to GPU 0.
-    pub fn new(ordinal: u32, memory: RocmMemory) -> Result<HipAlloc> {
+    pub fn new(ordinal: u32, memory: RocmMemory) -> Result<RocmAlloc> {
         let gpu = if memory == RocmMemory::PinnedHost {
             let status = crate::backend::rocm_status();
             if !status.is_available() {
@@ -61,7 +61,7 @@ impl HipAlloc {
         } else {
             Some(device(ordinal)?)
         };
-        Ok(HipAlloc {
+        Ok(RocmAlloc {
             gpu,
             memory,
             counters: Counters::new(),
@@ -122,7 +122,7 @@ fn stream_get_device() -> Option<unsafe extern "C" fn(ffi::Stream, *mut std::ffi
 // SAFETY: every pointer comes from the HIP allocation call matching
 // `self.memory`, is at least 256-byte aligned (HIP aligns device, managed and
 // host allocations to 256 bytes or more) and is freed only by `deallocate`.
-unsafe impl NDAlloc for HipAlloc {
+unsafe impl NDAlloc for RocmAlloc {
     fn device(&self) -> Device {
         match self.memory {
             RocmMemory::Device | RocmMemory::Managed => Device::Rocm(self.gpu.map_or(0, |g| g.ordinal)),
@@ -252,7 +252,7 @@ unsafe impl NDAlloc for HipAlloc {
 }
 
 /// The caching pool over device memory of a GPU, or over pinned host memory.
-pub type RocmPool = CachingAlloc<HipAlloc>;
+pub type RocmPool = CachingAlloc<RocmAlloc>;
 
 /// The shared default allocator for a ROCm device: the caching pool over
 /// `hipMalloc` / `hipHostMalloc` (unless `DEVTENSOR_ALLOC_CONF=disable:1`).
@@ -261,8 +261,8 @@ pub fn shared(device: Device) -> Result<Arc<dyn NDAlloc>> {
     SHARED.get_or_try_init(device, || {
         Ok(match (device, pool(device)?) {
             (_, Some(p)) => p,
-            (Device::Rocm(i), None) => Arc::new(HipAlloc::new(i, RocmMemory::Device)?),
-            (Device::RocmHost, None) => Arc::new(HipAlloc::new(0, RocmMemory::PinnedHost)?), // ordinal ignored
+            (Device::Rocm(i), None) => Arc::new(RocmAlloc::new(i, RocmMemory::Device)?),
+            (Device::RocmHost, None) => Arc::new(RocmAlloc::new(0, RocmMemory::PinnedHost)?), // ordinal ignored
             (other, None) => {
                 return Err(Error::UnsupportedDevice {
                     op: "ROCm allocation",
@@ -287,7 +287,7 @@ pub fn pool(device: Device) -> Result<Option<Arc<RocmPool>>> {
     };
     POOLS
         .get_or_try_init(device, || {
-            Ok(Arc::new(CachingAlloc::new(HipAlloc::new(ordinal, memory)?, cfg)))
+            Ok(Arc::new(CachingAlloc::new(RocmAlloc::new(ordinal, memory)?, cfg)))
         })
         .map(Some)
 }

@@ -140,7 +140,7 @@ impl fmt::Display for Compiler {
 
 /// What `devtensor kernels --check --backend rocm` reports for one target.
 #[derive(Debug, Clone)]
-pub struct RocmCheckReport {
+pub struct CheckReport {
     /// The target id checked (`gfx942`, ...).
     pub arch: String,
     /// The compiler that built the code object.
@@ -174,14 +174,14 @@ fn rejects_target(log: &str) -> bool {
 /// when hiprtc is missing or does not know the processor, with an offline clang.
 /// A hiprtc that knows the processor but fails to compile is an error (that is
 /// what would run), not a reason to try clang.
-pub fn check(arch: &str) -> Result<RocmCheckReport> {
+pub fn check(arch: &str) -> Result<CheckReport> {
     let (code, compiler, passed_over) = build(arch)?;
     let (target, entries, missing) = inspect(&code, arch).map_err(|why| Error::KernelCompile {
         kernel: SOURCE_NAME.to_owned(),
         arch: arch.to_owned(),
         log: format!("{compiler}: bad code object: {why}"),
     })?;
-    Ok(RocmCheckReport {
+    Ok(CheckReport {
         arch: arch.to_owned(),
         compiler,
         passed_over,
