@@ -338,19 +338,16 @@ unsafe impl NDAlloc for CudaAlloc {
             // Pinned memory may have been used by any GPU's work: wait for every
             // GPU devtensor uses, and for the context current here.
             if current_context()?.is_some() {
-                // SAFETY: a context is current; waits for all its streams.
-                check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+                driver("cuCtxSynchronize", result::ctx::synchronize())?;
             }
             for gpu in super::context::used_gpus() {
                 let _current = gpu.bind()?;
-                // SAFETY: the GPU's context is current; waits for all its streams.
-                check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })?;
+                driver("cuCtxSynchronize", result::ctx::synchronize())?;
             }
             return Ok(());
         };
         let _current = gpu.bind()?;
-        // SAFETY: the GPU's context is current; waits for all its streams.
-        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+        driver("cuCtxSynchronize", result::ctx::synchronize())
     }
 }
 

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use cudarc::driver::DriverError;
 use cudarc::driver::sys::{self, CUresult};
+use cudarc::driver::{DriverError, result};
 
 use crate::backend::cuda_status;
 use crate::device::{Backend, Device};
@@ -62,15 +62,12 @@ impl Gpu {
 ///
 /// `ctx` is a live context for as long as the guard lives.
 pub unsafe fn bind_context(ctx: sys::CUcontext) -> Result<Current> {
-    crate::fork::check(Backend::Cuda)?;
-    let mut prev: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: `prev` is a valid out-pointer.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut prev) })?;
+    let prev = current_context()?.unwrap_or(std::ptr::null_mut());
     if prev == ctx {
         return Ok(Current { prev: None });
     }
     // SAFETY: the caller's contract.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(ctx) })?;
+    driver("cuCtxSetCurrent", unsafe { result::ctx::set_current(ctx) })?;
     Ok(Current { prev: Some(prev) })
 }
 
@@ -81,7 +78,7 @@ pub fn make_current(ordinal: u32) -> Result<usize> {
     let gpu = device(ordinal)?;
     let prev = current_context()?.map_or(0, |c| c as usize);
     // SAFETY: `gpu.ctx` is a primary context retained for the life of the process.
-    check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(gpu.ctx) })?;
+    driver("cuCtxSetCurrent", unsafe { result::ctx::set_current(gpu.ctx) })?;
     Ok(prev)
 }
 
@@ -93,18 +90,15 @@ pub fn make_current(ordinal: u32) -> Result<usize> {
 pub unsafe fn restore_context(ctx: usize) -> Result<()> {
     crate::fork::check(Backend::Cuda)?;
     // SAFETY: the caller's contract; null unbinds.
-    check("cuCtxSetCurrent", unsafe {
-        sys::cuCtxSetCurrent(ctx as sys::CUcontext)
+    driver("cuCtxSetCurrent", unsafe {
+        result::ctx::set_current(ctx as sys::CUcontext)
     })
 }
 
 /// The context current on the calling thread, if any (a foreign one included).
 pub fn current_context() -> Result<Option<sys::CUcontext>> {
     crate::fork::check(Backend::Cuda)?;
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
-    Ok((!ctx.is_null()).then_some(ctx))
+    driver("cuCtxGetCurrent", result::ctx::get_current())
 }
 
 /// The GPUs whose primary context devtensor has retained, by ordinal.
@@ -158,11 +152,7 @@ pub fn current_device() -> Result<Option<u32>> {
     if !cuda_status().is_available() {
         return Ok(None); // cudarc would panic on a missing libcuda
     }
-    crate::fork::check(Backend::Cuda)?;
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
-    // SAFETY: a valid out-pointer; the probe initialised the driver.
-    check("cuCtxGetCurrent", unsafe { sys::cuCtxGetCurrent(&mut ctx) })?;
-    if ctx.is_null() {
+    if current_context()?.is_none() {
         return Ok(None);
     }
     let mut dev: sys::CUdevice = 0;
@@ -237,23 +227,14 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
     if let Some(g) = gpus.get(&ordinal) {
         return Ok(g);
     }
-    let mut dev: sys::CUdevice = 0;
-    // SAFETY: the probe initialised the driver and saw this ordinal.
-    check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) })?;
-    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // The probe initialised the driver and saw this ordinal.
+    let dev = driver("cuDeviceGet", result::device::get(ordinal as i32))?;
     // SAFETY: `dev` came from cuDeviceGet; the context is retained forever
     // (primary contexts are process-wide and shared with other libraries).
-    check("cuDevicePrimaryCtxRetain", unsafe {
-        sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-    })?;
-    let mut max_pitch = 0;
-    // SAFETY: `dev` came from cuDeviceGet; `max_pitch` is a valid out-pointer.
-    check("cuDeviceGetAttribute", unsafe {
-        sys::cuDeviceGetAttribute(
-            &mut max_pitch,
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH,
-            dev,
-        )
+    let ctx = driver("cuDevicePrimaryCtxRetain", unsafe { result::primary_ctx::retain(dev) })?;
+    // SAFETY: `dev` came from cuDeviceGet.
+    let max_pitch = driver("cuDeviceGetAttribute", unsafe {
+        result::device::get_attribute(dev, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_PITCH)
     })?;
     let gpu: &'static Gpu = Box::leak(Box::new(Gpu {
         ordinal,
