@@ -66,7 +66,7 @@ impl Tensor {
         // Device memory is ordered on the thread's current stream of its GPU
         // (`torch.cuda.stream(s)`), when one is set; the default stream otherwise.
         let stream = match alloc.device() {
-            d @ (Device::Cuda(_) | Device::Rocm(_)) => crate::stream::current_stream(d),
+            d @ Device::Cuda(_) => crate::stream::current_stream(d),
             _ => None,
         };
         let storage = Arc::new(Storage::new(alloc, bytes, stream)?);
