@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{result, sys};
+use cudarc::driver::{DriverError, result, sys};
 
 use super::context::{
     Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device, driver,
@@ -90,10 +90,9 @@ impl CudaAlloc {
                 usage: 0,
                 reserved: [0; 54],
             };
-            let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-            // SAFETY: `props` describes device memory of a valid device; `pool`
-            // is a valid out-pointer; the GPU's context is current.
-            check("cuMemPoolCreate", unsafe { sys::cuMemPoolCreate(&mut pool, &props) })?;
+            // SAFETY: `props` describes device memory of a valid device; the
+            // GPU's context is current.
+            let pool = driver("cuMemPoolCreate", unsafe { result::mem_pool::create(&props) })?;
             let mut threshold = u64::MAX;
             // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` outlives the call.
             let set = check("cuMemPoolSetAttribute", unsafe {
@@ -105,7 +104,7 @@ impl CudaAlloc {
             });
             if let Err(e) = set {
                 // SAFETY: created above, nothing allocated from it.
-                unsafe { sys::cuMemPoolDestroy(pool) };
+                let _ = unsafe { result::mem_pool::destroy(pool) };
                 return Err(e);
             }
             mempool = pool as usize;
@@ -161,6 +160,19 @@ impl CudaAlloc {
     }
 }
 
+/// An allocation through `cudarc::driver::result`, out-of-memory typed (see [`check_alloc`]).
+fn allocated<T>(
+    call: &'static str,
+    r: std::result::Result<T, DriverError>,
+    device: Device,
+    requested: usize,
+) -> Result<T> {
+    r.map_err(|e| match check_alloc(call, e.0, device, requested) {
+        Err(err) => err,
+        Ok(()) => Error::Internal("cudarc reported success as an error"),
+    })
+}
+
 fn raw_stream(stream: Option<StreamHandle>) -> sys::CUstream {
     stream.map_or(std::ptr::null_mut(), |s| s.as_raw() as sys::CUstream)
 }
@@ -198,29 +210,37 @@ unsafe impl NDAlloc for CudaAlloc {
         let dev = self.device();
         let addr: usize = match self.memory {
             CudaMemory::Device | CudaMemory::DeviceAsync | CudaMemory::Managed => {
-                let mut p: sys::CUdeviceptr = 0;
-                // SAFETY: `p` is a valid out-pointer and the GPU's context is current.
-                let rc = unsafe {
+                // SAFETY: the GPU's context is current; the pool (DeviceAsync) is
+                // ours and alive, the stream the caller's live stream.
+                let p = unsafe {
                     match self.memory {
-                        CudaMemory::Device => sys::cuMemAlloc_v2(&mut p, size),
-                        CudaMemory::DeviceAsync => sys::cuMemAllocFromPoolAsync(
-                            &mut p,
+                        CudaMemory::Device => allocated("cuMemAlloc", result::malloc_sync(size), dev, size)?,
+                        CudaMemory::DeviceAsync => {
+                            // cudarc has no wrapper for the allocation from a given pool.
+                            let mut p: sys::CUdeviceptr = 0;
+                            let rc = sys::cuMemAllocFromPoolAsync(
+                                &mut p,
+                                size,
+                                self.mempool as sys::CUmemoryPool,
+                                raw_stream(stream),
+                            );
+                            check_alloc("cuMemAllocFromPoolAsync", rc, dev, size)?;
+                            p
+                        }
+                        _ => allocated(
+                            "cuMemAllocManaged",
+                            result::malloc_managed(size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL),
+                            dev,
                             size,
-                            self.mempool as sys::CUmemoryPool,
-                            raw_stream(stream),
-                        ),
-                        _ => sys::cuMemAllocManaged(&mut p, size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32),
+                        )?,
                     }
                 };
-                check_alloc("cuMemAlloc", rc, dev, size)?;
                 p as usize
             }
             CudaMemory::PinnedHost => {
-                let mut p: *mut c_void = std::ptr::null_mut();
-                // SAFETY: `p` is a valid out-pointer and a context is current.
-                let rc = unsafe { sys::cuMemHostAlloc(&mut p, size, sys::CU_MEMHOSTALLOC_PORTABLE) };
-                check_alloc("cuMemHostAlloc", rc, dev, size)?;
-                p as usize
+                // SAFETY: a context is current.
+                let r = unsafe { result::malloc_host(size, sys::CU_MEMHOSTALLOC_PORTABLE) };
+                allocated("cuMemHostAlloc", r, dev, size)? as usize
             }
         };
         let ptr = NonNull::new(addr as *mut u8).ok_or(crate::Error::OutOfMemory {
@@ -253,9 +273,9 @@ unsafe impl NDAlloc for CudaAlloc {
         // a drop; the driver only fails here when the context is already gone.
         let _ = unsafe {
             match self.memory {
-                CudaMemory::Device | CudaMemory::Managed => sys::cuMemFree_v2(p as sys::CUdeviceptr),
-                CudaMemory::DeviceAsync => sys::cuMemFreeAsync(p as sys::CUdeviceptr, raw_stream(stream)),
-                CudaMemory::PinnedHost => sys::cuMemFreeHost(p as *mut c_void),
+                CudaMemory::Device | CudaMemory::Managed => result::free_sync(p as sys::CUdeviceptr),
+                CudaMemory::DeviceAsync => result::free_async(p as sys::CUdeviceptr, raw_stream(stream)),
+                CudaMemory::PinnedHost => result::free_host(p as *mut c_void),
             }
         };
         self.counters.on_free(size);
@@ -360,7 +380,7 @@ impl Drop for CudaAlloc {
             // SAFETY: our own pool, destroyed once. Blocks still allocated from it
             // or frees still queued keep its resources until they are done
             // (cuMemPoolDestroy's documentation).
-            unsafe { sys::cuMemPoolDestroy(self.mempool as sys::CUmemoryPool) };
+            let _ = unsafe { result::mem_pool::destroy(self.mempool as sys::CUmemoryPool) };
         }
     }
 }

@@ -158,7 +158,7 @@ impl Drop for CudaStream {
             && let Ok(_current) = device(self.ordinal).and_then(|g| g.bind())
         {
             // SAFETY: an owned stream created by `new`, destroyed once.
-            let _ = unsafe { sys::cuStreamDestroy_v2(self.raw) };
+            let _ = unsafe { result::stream::destroy(self.raw) };
         }
     }
 }
@@ -283,7 +283,7 @@ impl Drop for CudaEvent {
         let _current = self.bind();
         // SAFETY: created by `new`, destroyed once; CUDA defers the release of an
         // event whose recorded work is still pending.
-        let _ = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        let _ = unsafe { result::event::destroy(self.raw) };
     }
 }
 
