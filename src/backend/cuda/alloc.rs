@@ -8,9 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{DriverError, result, sys};
 
-use super::context::{
-    Current, Gpu, bind_context, check, check_alloc, current_context, current_or_used, device, driver,
-};
+use super::context::{Current, Gpu, bind_context, check_alloc, current_context, current_or_used, device, driver};
 use super::stream::{CudaEvent, CudaStream};
 use crate::alloc::{AllocStats, Allocation, CachingAlloc, Counters, NDAlloc, PoolConfig};
 use crate::backend::PerDevice;
@@ -95,8 +93,8 @@ impl CudaAlloc {
             let pool = driver("cuMemPoolCreate", unsafe { result::mem_pool::create(&props) })?;
             let mut threshold = u64::MAX;
             // SAFETY: RELEASE_THRESHOLD takes a cuuint64_t; `threshold` outlives the call.
-            let set = check("cuMemPoolSetAttribute", unsafe {
-                sys::cuMemPoolSetAttribute(
+            let set = driver("cuMemPoolSetAttribute", unsafe {
+                result::mem_pool::set_attribute(
                     pool,
                     sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     (&raw mut threshold).cast::<c_void>(),
@@ -215,18 +213,12 @@ unsafe impl NDAlloc for CudaAlloc {
                 let p = unsafe {
                     match self.memory {
                         CudaMemory::Device => allocated("cuMemAlloc", result::malloc_sync(size), dev, size)?,
-                        CudaMemory::DeviceAsync => {
-                            // cudarc has no wrapper for the allocation from a given pool.
-                            let mut p: sys::CUdeviceptr = 0;
-                            let rc = sys::cuMemAllocFromPoolAsync(
-                                &mut p,
-                                size,
-                                self.mempool as sys::CUmemoryPool,
-                                raw_stream(stream),
-                            );
-                            check_alloc("cuMemAllocFromPoolAsync", rc, dev, size)?;
-                            p
-                        }
+                        CudaMemory::DeviceAsync => allocated(
+                            "cuMemAllocFromPoolAsync",
+                            result::mem_pool::alloc_async(self.mempool as sys::CUmemoryPool, size, raw_stream(stream)),
+                            dev,
+                            size,
+                        )?,
                         _ => allocated(
                             "cuMemAllocManaged",
                             result::malloc_managed(size, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL),

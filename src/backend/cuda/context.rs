@@ -166,14 +166,9 @@ pub fn check(call: &'static str, rc: CUresult) -> Result<()> {
     if rc == CUresult::CUDA_SUCCESS {
         return Ok(());
     }
-    let mut name: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: cuGetErrorString writes a pointer to a static string (or leaves null).
-    unsafe { sys::cuGetErrorString(rc, &mut name) };
-    let message = if name.is_null() {
-        format!("{rc:?}")
-    } else {
-        // SAFETY: the driver returned a static NUL-terminated string.
-        unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    let message = match DriverError(rc).error_string() {
+        Ok(text) => text.to_string_lossy().into_owned(),
+        Err(_) => format!("{rc:?}"),
     };
     Err(Error::Driver {
         backend: Backend::Cuda,
