@@ -19,6 +19,34 @@ const RESULT_WRAPPERS: &[(&str, &[&str])] = &[
     ("device::get_name", &["cuDeviceGetName"]),
     ("device::total_mem", &["cuDeviceTotalMem_v2"]),
     ("device::get_attribute", &["cuDeviceGetAttribute"]),
+    ("primary_ctx::retain", &["cuDevicePrimaryCtxRetain"]),
+    ("ctx::get_current", &["cuCtxGetCurrent"]),
+    ("ctx::set_current", &["cuCtxSetCurrent"]),
+    ("ctx::synchronize", &["cuCtxSynchronize"]),
+    ("stream::create", &["cuStreamCreate"]),
+    ("stream::destroy", &["cuStreamDestroy_v2"]),
+    ("stream::synchronize", &["cuStreamSynchronize"]),
+    ("stream::wait_event", &["cuStreamWaitEvent"]),
+    ("event::create", &["cuEventCreate"]),
+    ("event::destroy", &["cuEventDestroy_v2"]),
+    ("event::query", &["cuEventQuery"]),
+    ("event::record", &["cuEventRecord"]),
+    ("event::synchronize", &["cuEventSynchronize"]),
+    ("malloc_sync", &["cuMemAlloc_v2"]),
+    ("malloc_managed", &["cuMemAllocManaged"]),
+    ("malloc_host", &["cuMemHostAlloc"]),
+    ("free_sync", &["cuMemFree_v2"]),
+    ("free_async", &["cuMemFreeAsync"]),
+    ("free_host", &["cuMemFreeHost"]),
+    ("mem_pool::create", &["cuMemPoolCreate"]),
+    ("mem_pool::destroy", &["cuMemPoolDestroy"]),
+    ("mem_pool::set_attribute", &["cuMemPoolSetAttribute"]),
+    ("mem_pool::alloc_async", &["cuMemAllocFromPoolAsync"]),
+    ("memcpy_peer_async", &["cuMemcpyPeerAsync"]),
+    ("module::load_data", &["cuModuleLoadData"]),
+    ("module::get_function", &["cuModuleGetFunction"]),
+    ("module::unload", &["cuModuleUnload"]),
+    ("launch_kernel", &["cuLaunchKernel"]),
     // DriverError::error_name / error_string, and its Debug/Display.
     ("DriverError", &["cuGetErrorName", "cuGetErrorString"]),
 ];
@@ -134,10 +162,11 @@ fn wanted() -> (BTreeSet<String>, BTreeSet<String>) {
     );
     let nvrtc_rs = project_src().join("backend/cuda/nvrtc.rs");
     let text = std::fs::read_to_string(&nvrtc_rs).unwrap();
+    // Every `"nvrtcName"` string the loader resolves (`Symbols` and `rtc.symbol(..)`).
     let nv: BTreeSet<String> = text
-        .match_indices("sym!(\"")
-        .map(|(i, _)| ident_after(&text, i + 6).to_owned())
-        .filter(|s| s.starts_with("nvrtc"))
+        .match_indices("\"nvrtc")
+        .map(|(i, _)| ident_after(&text, i + 1).to_owned())
+        .filter(|s| s["nvrtc".len()..].starts_with(|c: char| c.is_ascii_uppercase()))
         .collect();
     assert!(nv.len() >= 11, "found only {nv:?} in {}", nvrtc_rs.display());
     (cu, nv)
