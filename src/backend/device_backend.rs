@@ -7,7 +7,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::BackendStatus;
-use super::gpu_runtime::GpuRuntime;
+use super::gpu_runtime::{GpuRuntime, GpuStream};
 use crate::alloc::{MemoryStats, NDAlloc};
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
@@ -85,8 +85,7 @@ pub trait DeviceBackend: Send + Sync {
     /// thread: the current stream when one is set, else the default stream;
     /// `None` for memory whose work the host waits for (host memory).
     fn work_stream(&self, device: Device) -> Option<StreamHandle> {
-        let _ = device;
-        None
+        Some(self.gpu()?.work_stream(device.ordinal()?).handle)
     }
 
     /// The stream a DLPack `stream` argument names for GPU `ordinal` (`None`:
@@ -106,14 +105,29 @@ pub trait DeviceBackend: Send + Sync {
     /// waited on by the other; the host does not block). Nothing when they
     /// are the same stream.
     fn order_streams(&self, ordinal: u32, producer: StreamHandle, consumer: StreamHandle) -> Result<()> {
-        let _ = (ordinal, producer, consumer);
-        Ok(())
+        match self.gpu() {
+            Some(rt) => rt.handoff(&self.gpu_stream(ordinal, producer), &self.gpu_stream(ordinal, consumer)),
+            None => Ok(()),
+        }
     }
 
     /// Blocks the host until `stream`'s work is done.
     fn synchronize_stream(&self, ordinal: u32, stream: StreamHandle) -> Result<()> {
-        let _ = (ordinal, stream);
-        Ok(())
+        match self.gpu() {
+            Some(rt) => rt.synchronize(&self.gpu_stream(ordinal, stream)),
+            None => Ok(()),
+        }
+    }
+
+    /// `stream` of GPU `ordinal` for the runtime; a NULL handle (0, what C
+    /// callers and producers pass for "the default") is the backend's
+    /// default stream (CUDA's legacy stream, value 1).
+    fn gpu_stream(&self, ordinal: u32, stream: StreamHandle) -> GpuStream {
+        let handle = match self.default_stream() {
+            Some(default) if stream.as_raw() == 0 => default,
+            _ => stream,
+        };
+        GpuStream { ordinal, handle }
     }
 
     /// Blocks the host until the default stream's work and that of each of

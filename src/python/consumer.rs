@@ -6,7 +6,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyCapsule, PyDict, PyTuple};
 
 use crate::backend::BoundDevice;
-use crate::device::{Backend, Device};
+use crate::device::Device;
 use crate::dlpack::ffi as dl;
 use crate::python::errors::to_py;
 use crate::python::{capsule, exchange};
@@ -167,11 +167,9 @@ fn order_after_producer(py: Python<'_>, api: &dl::DLPackExchangeAPI, t: &Tensor)
         drop(PyErr::take(py)); // the producer may have set one; we fall back
         return false;
     }
-    // NULL is the default stream: CUDA's legacy stream (DLPack value 1), HIP's null stream.
-    let default = if device.backend() == Backend::Cuda { 1 } else { 0 };
-    let raw = if raw.is_null() { default } else { raw as usize };
-    // SAFETY: the producer's current stream is live on this device.
-    let theirs = unsafe { StreamHandle::from_raw(raw) };
+    // SAFETY: the producer's current stream is live on this device; NULL (0)
+    // is the default stream, which `order_after_producer` maps to the backend's.
+    let theirs = unsafe { StreamHandle::from_raw(raw as usize) };
     backend.order_after_producer(device, theirs).is_ok()
 }
 

@@ -49,33 +49,9 @@ impl DeviceBackend for CudaBackend {
         Some(StreamHandle::CUDA_LEGACY)
     }
 
-    fn work_stream(&self, device: Device) -> Option<StreamHandle> {
-        match device {
-            Device::Cuda(i) | Device::CudaManaged(i) => Some(CudaStream::current(i).handle()),
-            _ => None,
-        }
-    }
-
     unsafe fn stream_from_dlpack(&self, ordinal: u32, value: Option<i64>) -> Result<Option<StreamHandle>> {
         // SAFETY: forwarded from the caller.
         Ok(unsafe { CudaStream::from_dlpack(ordinal, value) }?.map(|s| s.handle()))
-    }
-
-    fn order_streams(&self, ordinal: u32, producer: StreamHandle, consumer: StreamHandle) -> Result<()> {
-        // SAFETY: a StreamHandle is a live stream of its GPU (its contract);
-        // 0 and 1 both name the legacy default stream.
-        let (p, c) = unsafe {
-            (
-                CudaStream::borrowed(ordinal, producer.as_raw().max(1)),
-                CudaStream::borrowed(ordinal, consumer.as_raw().max(1)),
-            )
-        };
-        stream::handoff(&p, &c)
-    }
-
-    fn synchronize_stream(&self, ordinal: u32, s: StreamHandle) -> Result<()> {
-        // SAFETY: as in `order_streams`.
-        unsafe { CudaStream::borrowed(ordinal, s.as_raw().max(1)) }.synchronize()
     }
 
     fn synchronize_streams(&self, ordinal: u32, streams: &[StreamHandle]) -> Result<()> {

@@ -49,34 +49,9 @@ impl DeviceBackend for RocmBackend {
         Some(StreamHandle::ROCM_DEFAULT)
     }
 
-    fn work_stream(&self, device: Device) -> Option<StreamHandle> {
-        match device {
-            // ROCm has no per-thread current stream here: the null stream.
-            Device::Rocm(_) => Some(StreamHandle::ROCM_DEFAULT),
-            _ => None,
-        }
-    }
-
     unsafe fn stream_from_dlpack(&self, ordinal: u32, value: Option<i64>) -> Result<Option<StreamHandle>> {
         // SAFETY: forwarded from the caller.
         Ok(unsafe { RocmStream::from_dlpack(ordinal, value) }?.map(|s| s.handle()))
-    }
-
-    fn order_streams(&self, ordinal: u32, producer: StreamHandle, consumer: StreamHandle) -> Result<()> {
-        // SAFETY: a StreamHandle is a live stream of its GPU (its contract);
-        // 0 is the null stream.
-        let (p, c) = unsafe {
-            (
-                RocmStream::borrowed(ordinal, producer.as_raw()),
-                RocmStream::borrowed(ordinal, consumer.as_raw()),
-            )
-        };
-        stream::handoff(&p, &c)
-    }
-
-    fn synchronize_stream(&self, ordinal: u32, s: StreamHandle) -> Result<()> {
-        // SAFETY: as in `order_streams`.
-        unsafe { RocmStream::borrowed(ordinal, s.as_raw()) }.synchronize()
     }
 
     fn synchronize_streams(&self, ordinal: u32, streams: &[StreamHandle]) -> Result<()> {
