@@ -3,7 +3,7 @@
 //! transposes, unaligned pointers, wide elements, errors.
 
 use devtensor::Error;
-use devtensor::copy::{copy_strided, fill_strided, set_stream_threshold};
+use devtensor::copy::{copy_strided, fill_strided, set_avx2_allowed, set_stream_threshold};
 use proptest::prelude::*;
 
 /// Calls `f(src_off, dst_off)` (element offsets) for every index of `shape`.
@@ -307,6 +307,74 @@ fn check_permute(src_shape: &[usize], perm: &[usize], e: usize, shift: usize) {
         got == want,
         "permute {src_shape:?} by {perm:?}, e = {e}, shift = {shift}"
     );
+}
+
+/// Permutes a dense `src_shape` by `perm` with the source at address ≡
+/// `src_at` and the destination at address ≡ `dst_at` (mod 64), checked against
+/// the reference, the bytes around the destination untouched.
+fn check_permute_at(src_shape: &[usize], perm: &[usize], e: usize, src_at: usize, dst_at: usize) {
+    let dense = contiguous(src_shape);
+    let shape: Vec<usize> = perm.iter().map(|&p| src_shape[p]).collect();
+    let strides: Vec<isize> = perm.iter().map(|&p| dense[p]).collect();
+    let n: usize = src_shape.iter().product();
+    let at = |v: &Vec<u8>, want: usize| (want + 64 - v.as_ptr() as usize % 64) % 64;
+    let src = pattern(n * e + 64, n as u64 ^ 0x5eed);
+    let so = at(&src, src_at);
+    let mut got = vec![0xA5u8; n * e + 128];
+    let d0 = at(&got, dst_at) + 64; // a guard line before the destination
+    let mut want = got.clone();
+    let dst_strides = contiguous(&shape);
+    reference(&mut want, d0, &dst_strides, &src, so, &strides, &shape, e);
+    // SAFETY: the source view and the destination lie inside their buffers.
+    unsafe {
+        copy_strided(
+            got.as_mut_ptr().add(d0),
+            &dst_strides,
+            src.as_ptr().add(so),
+            &strides,
+            &shape,
+            e,
+        )
+        .unwrap();
+    }
+    assert!(
+        got == want,
+        "permute {src_shape:?} by {perm:?}, e = {e}, source at {src_at}, destination at {dst_at} (mod 64)"
+    );
+}
+
+/// The transpose kernels — AVX2 (where the CPU has it) and the SSE2 baseline,
+/// streamed and not — with source and destination at every kind of alignment:
+/// line-aligned tiles, the narrow lead blocks before the first line, partial
+/// lines cut off each row, the line buffer of streamed blocks, and operands not
+/// aligned to their element (which take the staged route). Other tests may run
+/// meanwhile with these switches flipped: every combination must be correct.
+#[test]
+fn transposes_every_alignment_and_kernel() {
+    for avx2 in [true, false] {
+        set_avx2_allowed(avx2);
+        for stream in [Some(1), Some(usize::MAX)] {
+            set_stream_threshold(stream);
+            for e in [1usize, 2, 4, 8, 16] {
+                for (src_at, dst_at) in [(0, 0), (16, 16), (0, 48), (32, 4 * e % 64), (e, 0), (1, 3)] {
+                    check_permute_at(&[160, 96], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[192, 130], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[3, 70, 64], &[0, 2, 1], e, src_at, dst_at);
+                    check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
+                }
+            }
+        }
+        // Past the small-copy size (2 MiB) without streaming: the line tiles with
+        // ordinary stores.
+        set_stream_threshold(Some(usize::MAX));
+        for (e, dst_at) in [(1usize, 0usize), (2, 16), (4, 0), (8, 16)] {
+            let side = ((3usize << 20) / e).isqrt();
+            check_permute_at(&[side, side + 64], &[1, 0], e, 0, dst_at);
+        }
+    }
+    set_stream_threshold(None);
+    set_avx2_allowed(true);
 }
 
 #[test]

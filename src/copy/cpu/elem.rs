@@ -23,19 +23,23 @@ pub(super) unsafe fn st<T: Copy>(p: *mut u8, v: T) {
     unsafe { p.cast::<T>().write_unaligned(v) }
 }
 
+use super::blocks::{self, Base};
+
 /// An element type the kernels move: a power-of-two integer or a byte array.
 pub(super) trait Elem: Copy + Send + Sync + 'static {
-    /// Edge of the register micro tile.
+    /// Edge of the baseline register micro tile.
     const MICRO: usize;
 
     /// Transposes one `MICRO × MICRO` block:
-    /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i, j < MICRO`.
+    /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i, j < MICRO`. `NT`: streaming
+    /// stores where the type has vector rows (16-byte aligned destination rows).
     ///
     /// # Safety
     ///
-    /// Every address formed is readable (source) or writable (destination).
+    /// Every address formed is readable (source) or writable (destination);
+    /// with `NT`, every destination row is 16-byte aligned.
     #[inline(always)]
-    unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+    unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
         let e = size_of::<Self>();
         // SAFETY: forwarded; indices stay below MICRO.
         unsafe {
@@ -47,6 +51,38 @@ pub(super) trait Elem: Copy + Send + Sync + 'static {
                 }
             }
         }
+    }
+
+    /// Edge of the micro tile [`micro_tiles`](Self::micro_tiles) uses, with
+    /// the AVX2 kernels (`avx2`: the CPU has AVX2, decided once per copy) or
+    /// without.
+    #[inline(always)]
+    fn micro_len(avx2: bool) -> usize {
+        let _ = avx2;
+        Self::MICRO
+    }
+
+    /// Transposes an `fi × fj` block (multiples of [`micro_len`](Self::micro_len)
+    /// with the same `avx2`) with that micro tile ([`blocks::tiles`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`blocks::tiles`]; with `avx2`, the CPU has AVX2.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn micro_tiles(
+        avx2: bool,
+        dst: *mut u8,
+        src: *const u8,
+        fi: usize,
+        fj: usize,
+        sa: isize,
+        db: isize,
+        nt: bool,
+    ) {
+        let _ = avx2;
+        // SAFETY: forwarded.
+        unsafe { blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt) }
     }
 }
 
@@ -86,12 +122,49 @@ mod sse {
     //! SSE2 (x86-64 baseline) register transposes: a `16/E × 16/E` block of
     //! `E`-byte elements in `log2(16/E)` rounds of interleaves.
     use std::arch::x86_64::{
-        __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128, _mm_unpackhi_epi8, _mm_unpackhi_epi16,
-        _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8, _mm_unpacklo_epi16, _mm_unpacklo_epi32,
-        _mm_unpacklo_epi64,
+        __m128i, _mm_loadu_si128, _mm_setzero_si128, _mm_storeu_si128, _mm_stream_si128, _mm_unpackhi_epi8,
+        _mm_unpackhi_epi16, _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8, _mm_unpacklo_epi16,
+        _mm_unpacklo_epi32, _mm_unpacklo_epi64,
     };
 
+    use super::super::avx2;
+    use super::super::blocks::{self, Base};
     use super::Elem;
+
+    /// [`Elem::micro_len`] and [`Elem::micro_tiles`] through the AVX2 kernel when it runs.
+    macro_rules! with_avx2 {
+        ($kernel:ident) => {
+            #[inline(always)]
+            fn micro_len(avx2: bool) -> usize {
+                if avx2 {
+                    <avx2::$kernel as blocks::Kernel>::M
+                } else {
+                    Self::MICRO
+                }
+            }
+            #[inline(always)]
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn micro_tiles(
+                avx2: bool,
+                dst: *mut u8,
+                src: *const u8,
+                fi: usize,
+                fj: usize,
+                sa: isize,
+                db: isize,
+                nt: bool,
+            ) {
+                // SAFETY: forwarded; `avx2` only where the CPU has AVX2.
+                unsafe {
+                    if avx2 {
+                        avx2::tiles::<avx2::$kernel>(dst, src, fi, fj, sa, db, nt)
+                    } else {
+                        blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt)
+                    }
+                }
+            }
+        };
+    }
 
     /// Loads `N` rows, runs `rounds` perfect shuffles, stores `N` rows.
     ///
@@ -99,7 +172,7 @@ mod sse {
     ///
     /// `src + i·sa` readable and `dst + j·db` writable for 16 bytes, `i, j < N`.
     #[inline(always)]
-    unsafe fn transpose<const N: usize>(
+    unsafe fn transpose<const N: usize, const NT: bool>(
         dst: *mut u8,
         src: *const u8,
         sa: isize,
@@ -126,18 +199,26 @@ mod sse {
             rounds -= 1;
         }
         for (j, row) in r.iter().enumerate() {
-            // SAFETY: forwarded from the caller.
-            unsafe { _mm_storeu_si128(dst.offset(j as isize * db).cast(), *row) };
+            // SAFETY: forwarded from the caller (16-byte aligned rows with `NT`).
+            unsafe {
+                let d = dst.offset(j as isize * db).cast();
+                if NT {
+                    _mm_stream_si128(d, *row);
+                } else {
+                    _mm_storeu_si128(d, *row);
+                }
+            }
         }
     }
 
     impl Elem for u8 {
         const MICRO: usize = 16;
+        with_avx2!(U8);
         #[inline(always)]
-        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
             unsafe {
-                transpose::<16>(
+                transpose::<16, NT>(
                     dst,
                     src,
                     sa,
@@ -150,11 +231,12 @@ mod sse {
     }
     impl Elem for u16 {
         const MICRO: usize = 8;
+        with_avx2!(U16);
         #[inline(always)]
-        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
             unsafe {
-                transpose::<8>(
+                transpose::<8, NT>(
                     dst,
                     src,
                     sa,
@@ -167,11 +249,12 @@ mod sse {
     }
     impl Elem for u32 {
         const MICRO: usize = 4;
+        with_avx2!(U32);
         #[inline(always)]
-        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
             unsafe {
-                transpose::<4>(
+                transpose::<4, NT>(
                     dst,
                     src,
                     sa,
@@ -184,11 +267,12 @@ mod sse {
     }
     impl Elem for u64 {
         const MICRO: usize = 2;
+        with_avx2!(U64);
         #[inline(always)]
-        unsafe fn micro(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
             // SAFETY: forwarded.
             unsafe {
-                transpose::<2>(
+                transpose::<2, NT>(
                     dst,
                     src,
                     sa,

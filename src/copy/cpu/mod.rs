@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
 //! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
-//! | `Transpose` | tiles over (dst-fastest, src-fastest) with SSE2 register micro-transposes for 1/2/4/8-byte elements (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise; the other dims are a batch |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX2 for 2/4/8-byte elements where the CPU has it (16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines; the other dims are a batch |
 //! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
@@ -25,9 +25,12 @@
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `rows`, `general` (the odometer),
-//! `transpose`, `fill`; `elem` (element types) and `stage` (scratch) are what
-//! they share.
+//! `transpose`, `fill`; `elem` (element types, their micro-transposes), `avx2`
+//! (the AVX2 ones) and `stage` (scratch) are what they share.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod blocks;
 mod elem;
 mod fill;
 mod general;
@@ -53,6 +56,16 @@ use crate::copy::plan::{
 use crate::error::{Error, Result};
 
 pub use self::runs::set_stream_threshold;
+
+/// Allows (the default) or forbids the AVX2 transpose kernels, which run only
+/// where the CPU has AVX2; forbidden, the SSE2 baseline ones run (for tests
+/// and comparisons). No effect off x86-64.
+pub fn set_avx2_allowed(allowed: bool) {
+    #[cfg(target_arch = "x86_64")]
+    avx2::set_allowed(allowed);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = allowed;
+}
 
 /// Calls `$f::<T>(args)` with `T` the element type of `$e` bytes.
 macro_rules! with_elem {
