@@ -18,13 +18,16 @@ use super::blocks::{self, Kernel};
 /// 0: not yet decided, 1: off, 2: on.
 static STATE: AtomicU8 = AtomicU8::new(0);
 
-/// Whether the AVX2 kernels run: the CPU has AVX2 and [`set_allowed`] has not
-/// turned them off.
+/// Whether the AVX2 kernels run: the CPU has AVX2, and neither
+/// `DEVTENSOR_DISABLE_AVX2` nor [`set_allowed`] has turned them off.
 #[inline(always)]
 pub(super) fn enabled() -> bool {
     match STATE.load(Ordering::Relaxed) {
         0 => {
-            let on = std::is_x86_feature_detected!("avx2");
+            // DEVTENSOR_DISABLE_AVX2 (any value but "0") forbids them from the start,
+            // as NumPy's NPY_DISABLE_CPU_FEATURES does its own.
+            let off = std::env::var_os("DEVTENSOR_DISABLE_AVX2").is_some_and(|v| v != "0");
+            let on = !off && std::is_x86_feature_detected!("avx2");
             STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
             on
         }
@@ -46,6 +49,7 @@ pub(super) fn set_allowed(allowed: bool) {
 ///
 /// The CPU has AVX2; as [`blocks::tiles`].
 #[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tiles<K: Kernel>(
     dst: *mut u8,
     src: *const u8,
@@ -54,9 +58,10 @@ pub(super) unsafe fn tiles<K: Kernel>(
     sa: isize,
     db: isize,
     nt: bool,
+    lines: bool,
 ) {
     // SAFETY: forwarded.
-    unsafe { blocks::tiles::<K>(dst, src, fi, fj, sa, db, nt) }
+    unsafe { blocks::tiles::<K>(dst, src, fi, fj, sa, db, nt, lines) }
 }
 
 /// An AVX2 micro-transpose of `2·HALF` rows of 32 bytes: each 128-bit lane

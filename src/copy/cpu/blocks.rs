@@ -43,23 +43,25 @@ impl<T: Elem> Kernel for Base<T> {
 }
 
 /// Walks the `M × M` micro tiles of an `fi × fj` block (multiples of `M`) in
-/// line blocks of `LINE / E` square (rounded down to a multiple of `M`, at least `M`): the micro tiles of a line
-/// block read whole source lines and complete whole destination lines, one
-/// after the other. Visiting a source line once instead of once per column of
-/// micro tiles matters on DRAM-bound transposes (4096² f32, one run: 57 GB/s
-/// against 37 in 8 × 8 steps). A macro, not a closure, so that the micro tile
+/// blocks of `l` square (a multiple of `M`). Line blocks ([`line_block`]): the micro tiles of a line block read whole source lines and
+/// complete whole destination lines, one after the other. Visiting a source
+/// line once instead of once per column of micro tiles matters on DRAM-bound
+/// transposes (4096² f32, one run: 57 GB/s against 37 in 8 × 8 steps).
+/// `dst_major`: line blocks along destination rows (source rows inner),
+/// else along source rows. A macro, not a closure, so that the micro tile
 /// inlines into the AVX2 functions that expand it.
 macro_rules! for_each_micro {
-    ($e:expr, $m:expr, $fi:expr, $fj:expr, |$i:ident, $j:ident| $body:block) => {{
-        let (m, fi, fj): (usize, usize, usize) = ($m, $fi, $fj);
-        // A multiple of `m` (elements of 3, 5, ... bytes: 64 / E is not).
-        let l = (LINE / $e / m).max(1) * m;
-        let mut j0 = 0;
-        while j0 < fj {
-            let nj = if j0 + l <= fj { l } else { m };
-            let mut i0 = 0;
-            while i0 < fi {
-                let ni = if i0 + l <= fi { l } else { m };
+    ($l:expr, $m:expr, $fi:expr, $fj:expr, $dst_major:expr, |$i:ident, $j:ident| $body:block) => {{
+        let (l, m, fi, fj): (usize, usize, usize, usize) = ($l, $m, $fi, $fj);
+        let step = |at: usize, end: usize| if at + l <= end { l } else { m };
+        let (outer_end, inner_end) = if $dst_major { (fj, fi) } else { (fi, fj) };
+        let mut o0 = 0;
+        while o0 < outer_end {
+            let no = step(o0, outer_end);
+            let mut n0 = 0;
+            while n0 < inner_end {
+                let nn = step(n0, inner_end);
+                let (i0, ni, j0, nj) = if $dst_major { (n0, nn, o0, no) } else { (o0, no, n0, nn) };
                 let mut $j = j0;
                 while $j < j0 + nj {
                     let mut $i = i0;
@@ -69,27 +71,41 @@ macro_rules! for_each_micro {
                     }
                     $j += m;
                 }
-                i0 += ni;
+                n0 += nn;
             }
-            j0 += nj;
+            o0 += no;
         }
     }};
 }
 
+/// Edge of a line block of `e`-byte elements with `m × m` micro tiles: a
+/// line's elements, rounded down to a multiple of `m` (elements of 3, 5, ...
+/// bytes: 64 / E is not), at least `m`.
+#[inline(always)]
+fn line_block(e: usize, m: usize) -> usize {
+    (LINE / e / m).max(1) * m
+}
+
 /// An `fi × fj` block of micro tiles (multiples of `K::M`):
-/// `dst[i·E + j·db] = src[i·sa + j·E]`. With `nt` (streaming stores), `fi` is
+/// `dst[i·E + j·db] = src[i·sa + j·E]`, in line blocks when `lines` (tiles
+/// that come from memory), else row of micro tiles by row (cache-resident
+/// tiles, where a line block's short loops cost more than they save: 128²
+/// f32, one run: 74 GB/s against 55). With `nt` (streaming stores), `fi` is
 /// a multiple of a line's elements and every destination row starts a line.
 /// Kernels with 32-byte rows and at most 8 of them (AVX2's 4- and 8-byte ones)
 /// stream their rows directly: two stores complete a line while at most eight
 /// are open. The others would keep 16 lines open, or fill a line in four
 /// stores: the CPU's few write-combining buffers then flush lines in pieces
 /// (4096² f32 with SSE2 4 × 4 tiles, one run: 19 GB/s directly, 27 through
-/// the line buffer).
+/// the line buffer). Streamed blocks go along destination rows, whose lines
+/// need no prefetching (4096² f32: 32 GB/s, 21 along source rows); others go
+/// along source rows, which the prefetchers then follow.
 ///
 /// # Safety
 ///
 /// As [`Kernel::micro`] for every micro tile, and the alignment above with `nt`.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn tiles<K: Kernel>(
     dst: *mut u8,
     src: *const u8,
@@ -98,13 +114,15 @@ pub(super) unsafe fn tiles<K: Kernel>(
     sa: isize,
     db: isize,
     nt: bool,
+    lines: bool,
 ) {
+    let l = if lines || nt { line_block(K::E, K::M) } else { K::M };
     // SAFETY: forwarded.
     unsafe {
         if !nt {
-            direct::<K, false>(dst, src, fi, fj, sa, db);
+            direct::<K, false>(l, dst, src, fi, fj, sa, db);
         } else if K::M * K::E >= 32 && K::M <= 8 {
-            direct::<K, true>(dst, src, fi, fj, sa, db);
+            direct::<K, true>(l, dst, src, fi, fj, sa, db);
         } else {
             streamed::<K>(dst, src, fi, fj, sa, db);
         }
@@ -117,9 +135,17 @@ pub(super) unsafe fn tiles<K: Kernel>(
 ///
 /// As [`tiles`].
 #[inline(always)]
-unsafe fn direct<K: Kernel, const NT: bool>(dst: *mut u8, src: *const u8, fi: usize, fj: usize, sa: isize, db: isize) {
+unsafe fn direct<K: Kernel, const NT: bool>(
+    l: usize,
+    dst: *mut u8,
+    src: *const u8,
+    fi: usize,
+    fj: usize,
+    sa: isize,
+    db: isize,
+) {
     let e = K::E;
-    for_each_micro!(e, K::M, fi, fj, |i, j| {
+    for_each_micro!(l, K::M, fi, fj, NT, |i, j| {
         // SAFETY: the micro tile at (i, j) lies inside the block.
         unsafe {
             K::micro::<NT>(
@@ -149,8 +175,8 @@ struct LineBuf([u8; BLOCK_LINES * LINE]);
 #[inline(always)]
 unsafe fn streamed<K: Kernel>(dst: *mut u8, src: *const u8, fi: usize, fj: usize, sa: isize, db: isize) {
     let (e, m) = (K::E, K::M);
-    let l = LINE / e;
-    debug_assert!(l >= m && fi % l == 0 && l <= BLOCK_LINES);
+    let l = line_block(e, m);
+    debug_assert!(l == LINE / e && fi % l == 0 && l <= BLOCK_LINES);
     let mut buf = MaybeUninit::<LineBuf>::uninit();
     let b = buf.as_mut_ptr().cast::<u8>();
     let mut j0 = 0;

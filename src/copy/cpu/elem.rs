@@ -79,10 +79,11 @@ pub(super) trait Elem: Copy + Send + Sync + 'static {
         sa: isize,
         db: isize,
         nt: bool,
+        lines: bool,
     ) {
         let _ = avx2;
         // SAFETY: forwarded.
-        unsafe { blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt) }
+        unsafe { blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt, lines) }
     }
 }
 
@@ -153,13 +154,14 @@ mod sse {
                 sa: isize,
                 db: isize,
                 nt: bool,
+                lines: bool,
             ) {
                 // SAFETY: forwarded; `avx2` only where the CPU has AVX2.
                 unsafe {
                     if avx2 {
-                        avx2::tiles::<avx2::$kernel>(dst, src, fi, fj, sa, db, nt)
+                        avx2::tiles::<avx2::$kernel>(dst, src, fi, fj, sa, db, nt, lines)
                     } else {
-                        blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt)
+                        blocks::tiles::<Base<Self>>(dst, src, fi, fj, sa, db, nt, lines)
                     }
                 }
             }

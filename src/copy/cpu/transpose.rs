@@ -24,6 +24,13 @@ fn avx2_enabled() -> bool {
 /// Largest transpose (bytes) done in small, L1-sized tiles.
 const DIRECT_MAX_BYTES: usize = 2 << 20;
 
+/// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
+/// are mostly the narrow blocks before the first and after the last line of
+/// each row when the operands are not line-aligned, and the staged route's
+/// whole-slice tiles (contiguous runs on both sides) win: 64 × 64 f32 slices
+/// (a 4-D permute), one run: 20 GB/s staged, 8 in lines.
+const LINES_MIN_ROW: usize = 4096;
+
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
@@ -49,9 +56,6 @@ enum Route {
 /// As [`execute`](super::execute).
 pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt: bool) {
     let e = size_of::<T>();
-    // One choice of kernel for the whole copy: tiles are sized for its micro tile.
-    let avx2 = avx2_enabled();
-    let m = T::micro_len(avx2);
     let a = plan.dims[0];
     let b = plan.dims[k];
     let batch: SmallVec<[PlanDim; INLINE_DIMS]> = plan
@@ -68,11 +72,18 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
     let route = if !nt && plan.bytes() <= DIRECT_MAX_BYTES {
         Route::Small
-    } else if e.is_power_of_two() && b.dst % LINE as isize == 0 && dst as usize % e == 0 {
+    } else if e.is_power_of_two() && b.dst % LINE as isize == 0 && dst as usize % e == 0 && a.len * e >= LINES_MIN_ROW {
         Route::Lines
     } else {
         Route::Staged
     };
+    // One choice of kernel for the whole copy: tiles are sized for its micro
+    // tile. AVX2 on the Lines route only, whose tiles are line-aligned: on 16-byte
+    // aligned operands half of the 32-byte accesses straddle two lines
+    // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
+    // SSE2, 39 with AVX2).
+    let avx2 = route == Route::Lines && avx2_enabled();
+    let m = T::micro_len(avx2);
     // Tiles as (destination run, source run) bytes, at most `tile_max` bytes.
     // Small: 256 × 64, L1-resident. Lines: 1 KiB destination runs (the
     // prefetchers want several lines of a page per visit) × 128 source bytes,
@@ -127,10 +138,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
                         let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
                         match route {
-                            Route::Small => tile::<T>(avx2, dt, st, ni, nj, sa, db, false),
-                            Route::Lines => tile::<T>(avx2, dt, st, ni, nj, sa, db, nt),
+                            Route::Small => tile::<T>(avx2, dt, st, ni, nj, sa, db, false, false),
+                            Route::Lines => tile::<T>(avx2, dt, st, ni, nj, sa, db, nt, true),
                             Route::Staged => {
-                                tile::<T>(avx2, buf, st, ni, nj, sa, tb as isize, false);
+                                tile::<T>(avx2, buf, st, ni, nj, sa, tb as isize, false, false);
                                 if db == tb as isize {
                                     copy_run(dt, buf, tb * nj, nt);
                                 } else {
@@ -186,8 +197,9 @@ impl Blocks {
 /// # Safety
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand;
-/// with `avx2`, the CPU has AVX2; with `nt`, `size_of::<T>()` is a power of two and every destination row
-/// `dst + j·db` has the alignment of `dst` modulo a line.
+/// with `avx2`, the CPU has AVX2; with `nt`, `size_of::<T>()` is a power of
+/// two and every destination row `dst + j·db` has the alignment of `dst`
+/// modulo a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<T: Elem>(
@@ -199,6 +211,7 @@ unsafe fn tile<T: Elem>(
     sa: isize,
     db: isize,
     nt: bool,
+    lines: bool,
 ) {
     let e = size_of::<T>();
     let m = T::micro_len(avx2);
@@ -227,6 +240,7 @@ unsafe fn tile<T: Elem>(
             sa,
             db,
             nt,
+            lines,
         );
         if fj < nj {
             // Right strip: j in fj..nj, i in the body.
