@@ -145,14 +145,16 @@ unsafe fn direct<K: Kernel, const NT: bool>(
     db: isize,
 ) {
     let (e, m) = (K::E, K::M);
-    // SAFETY (both walks): the micro tile at (i, j) lies inside the block.
-    let at = |i: usize, j: usize| unsafe {
-        K::micro::<NT>(
-            dst.offset((i * e) as isize + j as isize * db),
-            src.offset(i as isize * sa + (j * e) as isize),
-            sa,
-            db,
-        )
+    let at = |i: usize, j: usize| {
+        // SAFETY: both walks pass micro tiles (i, j) inside the block.
+        unsafe {
+            K::micro::<NT>(
+                dst.offset((i * e) as isize + j as isize * db),
+                src.offset(i as isize * sa + (j * e) as isize),
+                sa,
+                db,
+            )
+        }
     };
     if l == m && !NT {
         // Row of micro tiles by row: two plain loops (a 32² f32 tile spends
