@@ -573,6 +573,45 @@ fn broadcast_and_fill_large() {
     }
 }
 
+/// Reversed rows (`x[:, ::-1]`) of every element size and length around the
+/// vector widths, at odd addresses, with the AVX2 reversal (where the CPU has
+/// it) and without.
+#[test]
+fn reversals_every_element_size_and_kernel() {
+    for avx2 in [true, false] {
+        set_avx2_allowed(avx2);
+        for e in [1usize, 2, 3, 4, 8, 16] {
+            for n in [1usize, 7, 31, 32, 33, 63, 64, 65, 100, 1000] {
+                for shift in [0usize, 1] {
+                    let m = 3;
+                    let src = pattern(m * n * e + shift, (n * e) as u64);
+                    let mut got = vec![0u8; m * n * e + shift];
+                    let mut want = got.clone();
+                    let (strides, off) = ([n as isize, -1], shift + (n - 1) * e);
+                    reference(&mut want, shift, &[n as isize, 1], &src, off, &strides, &[m, n], e);
+                    // SAFETY: the reversed rows lie inside `src`, the destination inside `got`.
+                    unsafe {
+                        copy_strided(
+                            got.as_mut_ptr().add(shift),
+                            &[n as isize, 1],
+                            src.as_ptr().add(off),
+                            &strides,
+                            &[m, n],
+                            e,
+                        )
+                        .unwrap()
+                    };
+                    assert!(
+                        got == want,
+                        "reversed rows of {n}, e = {e}, shift = {shift}, avx2 = {avx2}"
+                    );
+                }
+            }
+        }
+    }
+    set_avx2_allowed(true);
+}
+
 #[test]
 fn sliced_rows_and_flips() {
     // Row sizes of every specialised short-row copy (4..128 bytes), the

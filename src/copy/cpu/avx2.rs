@@ -6,8 +6,9 @@
 //! 53 GB/s, streaming memcpy 79 GB/s).
 
 use std::arch::x86_64::{
-    _mm_storeu_si128, _mm_stream_si128, _mm256_castsi256_si128, _mm256_extracti128_si256, _mm256_loadu_si256,
-    _mm256_permute2x128_si256, _mm256_setzero_si256, _mm256_storeu_si256, _mm256_stream_si256, _mm256_unpackhi_epi8,
+    _mm_loadu_si128, _mm_storeu_si128, _mm_stream_si128, _mm256_broadcastsi128_si256, _mm256_castsi256_si128,
+    _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_permute2x128_si256, _mm256_permute4x64_epi64,
+    _mm256_setzero_si256, _mm256_shuffle_epi8, _mm256_storeu_si256, _mm256_stream_si256, _mm256_unpackhi_epi8,
     _mm256_unpackhi_epi16, _mm256_unpackhi_epi32, _mm256_unpackhi_epi64, _mm256_unpacklo_epi8, _mm256_unpacklo_epi16,
     _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
@@ -185,3 +186,37 @@ avx2_kernel!(
     /// 4×4 blocks of 8-byte elements.
     U64, 2, _mm256_unpacklo_epi64, _mm256_unpackhi_epi64
 );
+
+/// `dst[i] = src[-i]` (element offsets) for `i` below the largest multiple of
+/// `32 / E` in `n`, elements of `E` (1, 2, 4 or 8) bytes: 32 bytes at a time,
+/// reversed in each 16-byte lane by a byte shuffle, then lanes swapped. Twice
+/// the bytes per instruction of the SSE2 loop LLVM makes (256² f32 column
+/// flips ran at 0.8× torch's AVX2 ones). Returns the elements copied.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `src - i·E` readable and `dst + i·E` writable for `i < n`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn reverse<const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
+    const { assert!(E == 1 || E == 2 || E == 4 || E == 8) };
+    let per = 32 / E;
+    // Lane byte k is byte k % E of element k / E; it takes that byte of
+    // element 16/E − 1 − k/E.
+    let idx: [i8; 16] = std::array::from_fn(|k| ((16 / E - 1 - k / E) * E + k % E) as i8);
+    // SAFETY: `idx` is 16 readable bytes.
+    let lane = unsafe { _mm_loadu_si128(idx.as_ptr().cast()) };
+    let mask = _mm256_broadcastsi128_si256(lane);
+    let full = n / per * per;
+    let mut i = 0;
+    while i < full {
+        // SAFETY: elements `i .. i + per` of both operands (the caller's
+        // contract); the source block starts `per − 1` elements below `src − i`.
+        unsafe {
+            let v = _mm256_loadu_si256(src.sub((i + per - 1) * E).cast());
+            let r = _mm256_permute4x64_epi64::<0x4E>(_mm256_shuffle_epi8(v, mask));
+            _mm256_storeu_si256(dst.add(i * E).cast(), r);
+        }
+        i += per;
+    }
+    full
+}
