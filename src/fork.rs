@@ -57,6 +57,8 @@ fn generation() -> u64 {
 struct Pool {
     generation: u64,
     pool: rayon::ThreadPool,
+    /// Threads a parallel copy runs on: the pool's and the calling thread.
+    workers: usize,
 }
 
 /// The current generation's pool (leaked: one per process that copies in
@@ -64,38 +66,48 @@ struct Pool {
 static POOL: AtomicPtr<Pool> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The copy engine's thread pool for this process, made on first use (and
-/// again in a forked child); `None` when threads cannot be started, in which
-/// case the caller copies on its own thread.
-pub(crate) fn copy_pool() -> Option<&'static rayon::ThreadPool> {
+/// again in a forked child), and the workers a copy runs on (its threads and
+/// the calling thread); `None` when threads cannot be started, in which case
+/// the caller copies on its own thread.
+pub(crate) fn copy_pool() -> Option<(&'static rayon::ThreadPool, usize)> {
     let current = POOL.load(Ordering::Acquire);
     // SAFETY: non-null pointers in `POOL` come from `Box::leak` below and are
     // never freed.
     if let Some(p) = unsafe { current.as_ref() }
         && p.generation == generation()
     {
-        return Some(&p.pool);
+        return Some((&p.pool, p.workers));
     }
     // Register before the threads exist, so a fork after this point is seen.
     watch();
+    // The thread that calls a copy works too (`par_for`): one pool thread fewer
+    // than the workers rayon would start (RAYON_NUM_THREADS, else one a core).
+    let workers = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(workers.saturating_sub(1).max(1))
         .thread_name(|i| format!("devtensor-copy-{i}"))
         .build()
         .ok()?;
     let fresh: *mut Pool = Box::leak(Box::new(Pool {
         generation: generation(),
         pool,
+        workers,
     }));
     match POOL.compare_exchange(current, fresh, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
             // SAFETY: `fresh` was just leaked and is never freed.
-            Some(unsafe { &(*fresh).pool })
+            Some(unsafe { (&(*fresh).pool, workers) })
         }
         Err(winner) => {
             // Another thread installed one first: use it and drop ours.
             // SAFETY: `fresh` is ours alone (the exchange failed) and came from `Box::leak`.
             drop(unsafe { Box::from_raw(fresh) });
             // SAFETY: as above, pointers in `POOL` are leaked boxes.
-            unsafe { winner.as_ref() }.map(|p| &p.pool)
+            unsafe { winner.as_ref() }.map(|p| (&p.pool, p.workers))
         }
     }
 }
@@ -143,8 +155,8 @@ mod tests {
 
     #[test]
     fn the_pool_is_made_once_per_generation() {
-        let a = copy_pool().expect("threads can start") as *const rayon::ThreadPool;
-        let b = copy_pool().expect("threads can start") as *const rayon::ThreadPool;
+        let a = copy_pool().expect("threads can start").0 as *const rayon::ThreadPool;
+        let b = copy_pool().expect("threads can start").0 as *const rayon::ThreadPool;
         assert_eq!(a, b);
     }
 
