@@ -684,6 +684,38 @@ fn sliced_rows_and_flips() {
     }
 }
 
+/// A few columns of a matrix whose rows lie a page or more apart (the gather
+/// that copies each row's lanes one by one), for several element sizes and
+/// at odd addresses.
+#[test]
+fn narrow_columns_of_wide_rows() {
+    for (e, n) in [(4usize, 1024usize), (4, 2048), (2, 4096), (8, 600), (1, 8192)] {
+        for k in [1usize, 2, 3, 4, 5, 8] {
+            for shift in [0usize, 1, 4] {
+                let m = 37;
+                let src = pattern(m * n * e + shift, (k * e) as u64);
+                let mut got = vec![0u8; m * k * e];
+                let mut want = got.clone();
+                let off = shift + 3 * e;
+                reference(&mut want, 0, &[k as isize, 1], &src, off, &[n as isize, 1], &[m, k], e);
+                // SAFETY: the view x[:, 3:3+k] lies inside `src`.
+                unsafe {
+                    copy_strided(
+                        got.as_mut_ptr(),
+                        &[k as isize, 1],
+                        src.as_ptr().add(off),
+                        &[n as isize, 1],
+                        &[m, k],
+                        e,
+                    )
+                    .unwrap()
+                };
+                assert!(got == want, "{k} columns, e = {e}, row stride {n}, shift = {shift}");
+            }
+        }
+    }
+}
+
 /// The streaming-store paths (normally only for destinations past the
 /// last-level cache) on small, misaligned and odd-sized cases. Other tests may
 /// run meanwhile with streaming on: they must pass either way.
