@@ -347,7 +347,8 @@ fn check_permute_at(src_shape: &[usize], perm: &[usize], e: usize, src_at: usize
 /// streamed and not — with source and destination at every kind of alignment:
 /// line-aligned tiles, the narrow lead blocks before the first line, partial
 /// lines cut off each row, the line buffer of streamed blocks, and operands not
-/// aligned to their element (which take the staged route). Other tests may run
+/// aligned to their element (which take the staged route), and the prefetched
+/// staging tiles of long runs on both sides. Other tests may run
 /// meanwhile with these switches flipped: every combination must be correct.
 #[test]
 fn transposes_every_alignment_and_kernel() {
@@ -365,6 +366,14 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[3, long + 16, 35], &[0, 2, 1], e, src_at, dst_at);
                     check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
+                    if stream == Some(1) {
+                        // Runs of at least 1 KiB on both sides, streamed: staged
+                        // tiles whose next tile's source is prefetched, alone and
+                        // batched (a batch slice ends a task's run of tiles).
+                        let run = 1024 / e;
+                        check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
+                        check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
+                    }
                 }
             }
         }
