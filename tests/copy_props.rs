@@ -348,7 +348,8 @@ fn check_permute_at(src_shape: &[usize], perm: &[usize], e: usize, src_at: usize
 /// line-aligned tiles, the narrow lead blocks before the first line, partial
 /// lines cut off each row, the line buffer of streamed blocks, and operands not
 /// aligned to their element (which take the staged route), and the prefetched
-/// staging tiles of long runs on both sides. Other tests may run
+/// staging tiles of long runs on both sides, and short runs extended by batch
+/// dims. Other tests may run
 /// meanwhile with these switches flipped: every combination must be correct.
 #[test]
 fn transposes_every_alignment_and_kernel() {
@@ -373,6 +374,10 @@ fn transposes_every_alignment_and_kernel() {
                         let run = 1024 / e;
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
+                        // Short runs that batch dims extend: destination runs
+                        // only (4-D), and both runs (5-D, all dims reversed).
+                        check_permute_at(&[6, 40, 12, 40], &[3, 0, 2, 1], e, src_at, dst_at);
+                        check_permute_at(&[4, 12, 6, 10, 8], &[4, 3, 2, 1, 0], e, src_at, dst_at);
                     }
                 }
             }
