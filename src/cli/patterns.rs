@@ -15,8 +15,9 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use devtensor::Result;
+use devtensor::alloc::Allocation;
 use devtensor::copy::copy_strided;
+use devtensor::{CpuAlloc, NDAlloc, Result};
 
 /// One benchmark case: a strided view of a source buffer, copied into a
 /// contiguous destination.
@@ -91,13 +92,11 @@ impl Pattern {
     /// destination.
     pub fn prepare(&self) -> Prepared {
         let e = self.elem_size;
-        let src: Vec<u8> = (0..self.src_alloc_elems * e)
-            .map(|i| (i.wrapping_mul(131) >> 3) as u8 ^ i as u8)
-            .collect();
+        let src = HostBuf::filled(self.src_alloc_elems * e, |i| (i.wrapping_mul(131) >> 3) as u8 ^ i as u8);
         Prepared {
             pattern: self.clone(),
             src,
-            dst: vec![0u8; self.numel() * e],
+            dst: HostBuf::filled(self.numel() * e, |_| 0),
             dst_strides: dense(&self.shape),
         }
     }
@@ -142,12 +141,60 @@ impl Pattern {
     }
 }
 
+/// Host memory as the library allocates it for CPU tensors ([`CpuAlloc`]:
+/// 256-byte aligned, transparent huge pages from 32 MiB), so that patterns
+/// and memcpy run on the memory users' tensors have.
+#[derive(Debug)]
+pub struct HostBuf(Allocation);
+
+impl HostBuf {
+    /// `len` bytes, byte `i` set to `f(i)`.
+    ///
+    /// # Panics
+    ///
+    /// When the host is out of memory (a benchmark cannot go on).
+    pub fn filled(len: usize, f: impl Fn(usize) -> u8) -> HostBuf {
+        let a = CpuAlloc
+            .allocate(len, devtensor::alloc::CPU_ALIGNMENT, None)
+            .unwrap_or_else(|e| panic!("benchmark buffer of {len} bytes: {e}"));
+        let buf = HostBuf(a);
+        for i in 0..len {
+            // SAFETY: `i < len`, the allocation's size; writes initialise it.
+            unsafe { buf.0.ptr.as_ptr().add(i).write(f(i)) };
+        }
+        buf
+    }
+
+    fn as_ptr(&self) -> *const u8 {
+        self.0.ptr.as_ptr()
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.ptr.as_ptr()
+    }
+}
+
+impl std::ops::Deref for HostBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the allocation holds `size` bytes, all initialised by `filled`.
+        unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr(), self.0.size) }
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `CpuAlloc` and freed once, here.
+        unsafe { CpuAlloc.deallocate(self.0, None) }
+    }
+}
+
 /// A pattern with its buffers allocated.
 #[derive(Debug)]
 pub struct Prepared {
     pattern: Pattern,
-    src: Vec<u8>,
-    dst: Vec<u8>,
+    src: HostBuf,
+    dst: HostBuf,
     dst_strides: Vec<isize>,
 }
 
@@ -271,8 +318,8 @@ pub fn measure(p: &Pattern, min_time: Duration) -> Result<Measurement> {
 /// Times a contiguous copy of `bytes` bytes through the same engine (the
 /// parallel memcpy path): the ceiling for every pattern of that size.
 pub fn measure_memcpy(bytes: usize, min_time: Duration) -> Result<Measurement> {
-    let src: Vec<u8> = (0..bytes).map(|i| i as u8).collect();
-    let mut dst = vec![0u8; bytes];
+    let src = HostBuf::filled(bytes, |i| i as u8);
+    let mut dst = HostBuf::filled(bytes, |_| 0);
     measure_fn(2 * bytes as u64, min_time, || {
         // SAFETY: both buffers hold `bytes` bytes.
         let r = unsafe { copy_strided(dst.as_mut_ptr(), &[1], src.as_ptr(), &[1], &[bytes], 1) };
