@@ -367,6 +367,10 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[3, long + 16, 35], &[0, 2, 1], e, src_at, dst_at);
                     check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
+                    // Images of three channels, pixels to planes and back (byte
+                    // shuffles for 1-byte elements), with a partial last block.
+                    check_permute_at(&[2, 37, 41, 3], &[0, 3, 1, 2], e, src_at, dst_at);
+                    check_permute_at(&[2, 3, 37, 41], &[0, 2, 3, 1], e, src_at, dst_at);
                     if stream == Some(1) {
                         // Runs of at least 1 KiB on both sides, streamed: staged
                         // tiles whose next tile's source is prefetched, alone and
@@ -412,6 +416,9 @@ fn large_nd_permutes() {
     check_permute(&[4, 3, 96, 97], &[0, 2, 3, 1], 4, 0); // NCHW -> NHWC, C = 3
     check_permute(&[4, 96, 97, 3], &[0, 3, 1, 2], 4, 0); // NHWC -> NCHW, C = 3
     check_permute(&[4, 40, 30, 33], &[0, 2, 3, 1], 1, 0);
+    // u8 images of three channels, more pixels than one task piece (16 Ki).
+    check_permute(&[3, 130, 131, 3], &[0, 3, 1, 2], 1, 0);
+    check_permute(&[3, 3, 130, 131], &[0, 2, 3, 1], 1, 0);
     check_permute(&[60, 61, 62], &[2, 1, 0], 4, 0);
     check_permute(&[60, 61, 62], &[2, 0, 1], 8, 0);
     check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
 //! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
-//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX2 for 2/4/8-byte elements where the CPU has it (16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines; the other dims are a batch |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX2 for 2/4/8-byte elements where the CPU has it (16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines, or staged with the next tile prefetched; the other dims are a batch, and join the tile where they continue a short run; 3-byte pixels to planes and back by byte shuffles |
 //! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
@@ -25,12 +25,14 @@
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `rows`, `general` (the odometer),
-//! `transpose`, `fill`; `elem` (element types, their micro-transposes), `avx2`
+//! `transpose` (`channels`: three-channel byte images), `fill`; `elem` (element types, their micro-transposes), `avx2`
 //! (the AVX2 ones) and `stage` (scratch) are what they share.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod blocks;
+#[cfg(target_arch = "x86_64")]
+mod channels;
 mod elem;
 mod fill;
 mod general;

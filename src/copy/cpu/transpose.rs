@@ -9,6 +9,8 @@ use smallvec::SmallVec;
 #[cfg(target_arch = "x86_64")]
 use super::avx2::enabled as avx2_enabled;
 use super::blocks::LINE;
+#[cfg(target_arch = "x86_64")]
+use super::channels::{Channels, channels};
 use super::elem::Elem;
 use super::general::{gather, scatter};
 use super::parallel::{Shared, for_each_segment, par_for};
@@ -85,6 +87,17 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // stores read every destination line first, and a transpose cannot hide
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
+    // Three-byte pixels to planes and back: byte shuffles (SSSE3, which every
+    // CPU with AVX2 has; the AVX2 switch turns both off for tests).
+    #[cfg(target_arch = "x86_64")]
+    if e == 1
+        && avx2_enabled()
+        && let Some(kind) = Channels::of(a, b)
+    {
+        // SAFETY: forwarded; the CPU has AVX2, hence SSSE3.
+        unsafe { channels(kind, a, b, &batch, dst, src, plan.bytes()) };
+        return;
+    }
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
     let route = if !nt && plan.bytes() <= DIRECT_MAX_BYTES {
         Route::Small
