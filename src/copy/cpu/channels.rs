@@ -124,6 +124,29 @@ pub(super) unsafe fn channels(
     });
 }
 
+/// A mask table in registers.
+#[inline(always)]
+fn registers(masks: &[[[u8; 16]; 3]; 3]) -> [[__m128i; 3]; 3] {
+    // SAFETY: SSE2 is part of the x86-64 baseline; each mask is 16 readable bytes.
+    std::array::from_fn(|x| std::array::from_fn(|y| unsafe { _mm_loadu_si128(masks[x][y].as_ptr().cast()) }))
+}
+
+/// One output vector: the bytes `masks` pick from each of the three inputs.
+///
+/// # Safety
+///
+/// The CPU has SSSE3.
+#[inline(always)]
+unsafe fn gather(v: &[__m128i; 3], masks: &[__m128i; 3]) -> __m128i {
+    // SAFETY: SSSE3 (the caller's contract); register operations only.
+    unsafe {
+        _mm_or_si128(
+            _mm_or_si128(_mm_shuffle_epi8(v[0], masks[0]), _mm_shuffle_epi8(v[1], masks[1])),
+            _mm_shuffle_epi8(v[2], masks[2]),
+        )
+    }
+}
+
 /// `dst[c·plane + i] = src[3·i + c]` for `i < n`, `c < 3`.
 ///
 /// # Safety
@@ -134,22 +157,13 @@ pub(super) unsafe fn channels(
 unsafe fn split3(dst: *mut u8, plane: isize, src: *const u8, n: usize) {
     // SAFETY: every access is inside the ranges above; the masks are plain bytes.
     unsafe {
-        let mask = |c: usize, k: usize| _mm_loadu_si128(SPLIT[c][k].as_ptr().cast::<__m128i>());
-        let m = [
-            [mask(0, 0), mask(0, 1), mask(0, 2)],
-            [mask(1, 0), mask(1, 1), mask(1, 2)],
-            [mask(2, 0), mask(2, 1), mask(2, 2)],
-        ];
+        let m = registers(&SPLIT);
         let mut i = 0;
         while i + 16 <= n {
             let p = src.add(3 * i).cast::<__m128i>();
             let v = [_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)), _mm_loadu_si128(p.add(2))];
             for (c, mc) in m.iter().enumerate() {
-                let x = _mm_or_si128(
-                    _mm_or_si128(_mm_shuffle_epi8(v[0], mc[0]), _mm_shuffle_epi8(v[1], mc[1])),
-                    _mm_shuffle_epi8(v[2], mc[2]),
-                );
-                _mm_storeu_si128(dst.offset(c as isize * plane).add(i).cast(), x);
+                _mm_storeu_si128(dst.offset(c as isize * plane).add(i).cast(), gather(&v, mc));
             }
             i += 16;
         }
@@ -171,12 +185,7 @@ unsafe fn split3(dst: *mut u8, plane: isize, src: *const u8, n: usize) {
 unsafe fn join3(dst: *mut u8, src: *const u8, plane: isize, n: usize) {
     // SAFETY: every access is inside the ranges above; the masks are plain bytes.
     unsafe {
-        let mask = |o: usize, c: usize| _mm_loadu_si128(JOIN[o][c].as_ptr().cast::<__m128i>());
-        let m = [
-            [mask(0, 0), mask(0, 1), mask(0, 2)],
-            [mask(1, 0), mask(1, 1), mask(1, 2)],
-            [mask(2, 0), mask(2, 1), mask(2, 2)],
-        ];
+        let m = registers(&JOIN);
         let mut i = 0;
         while i + 16 <= n {
             let v = [
@@ -186,11 +195,7 @@ unsafe fn join3(dst: *mut u8, src: *const u8, plane: isize, n: usize) {
             ];
             let out = dst.add(3 * i).cast::<__m128i>();
             for (o, mo) in m.iter().enumerate() {
-                let x = _mm_or_si128(
-                    _mm_or_si128(_mm_shuffle_epi8(v[0], mo[0]), _mm_shuffle_epi8(v[1], mo[1])),
-                    _mm_shuffle_epi8(v[2], mo[2]),
-                );
-                _mm_storeu_si128(out.add(o), x);
+                _mm_storeu_si128(out.add(o), gather(&v, mo));
             }
             i += 16;
         }
