@@ -164,14 +164,6 @@ impl HostBuf {
         }
         buf
     }
-
-    fn as_ptr(&self) -> *const u8 {
-        self.0.ptr.as_ptr()
-    }
-
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.0.ptr.as_ptr()
-    }
 }
 
 impl std::ops::Deref for HostBuf {
@@ -179,6 +171,13 @@ impl std::ops::Deref for HostBuf {
     fn deref(&self) -> &[u8] {
         // SAFETY: the allocation holds `size` bytes, all initialised by `filled`.
         unsafe { std::slice::from_raw_parts(self.0.ptr.as_ptr(), self.0.size) }
+    }
+}
+
+impl std::ops::DerefMut for HostBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `deref`, and `&mut self` makes the borrow unique.
+        unsafe { std::slice::from_raw_parts_mut(self.0.ptr.as_ptr(), self.0.size) }
     }
 }
 

@@ -83,10 +83,6 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         .filter(|&(i, _)| i != 0 && i != k)
         .map(|(_, d)| *d)
         .collect();
-    // Transposes stream from an eighth of the last-level cache: ordinary
-    // stores read every destination line first, and a transpose cannot hide
-    // that behind sequential prefetching (1024² f32 on two cores, one run:
-    // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     // Three-byte pixels to planes and back: byte shuffles (SSSE3, which every
     // CPU with AVX2 has; the AVX2 switch turns both off for tests).
     #[cfg(target_arch = "x86_64")]
@@ -98,6 +94,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         unsafe { channels(kind, a, b, &batch, dst, src, plan.bytes()) };
         return;
     }
+    // Transposes stream from an eighth of the last-level cache: ordinary
+    // stores read every destination line first, and a transpose cannot hide
+    // that behind sequential prefetching (1024² f32 on two cores, one run:
+    // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
     let route = if !nt && plan.bytes() <= DIRECT_MAX_BYTES {
         Route::Small
@@ -198,22 +198,18 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         match route {
                             Route::Small => tile::<T>(avx2, dt, st, ni, nj, sa, db, false, false),
                             Route::Lines => tile::<T>(avx2, dt, st, ni, nj, sa, db, nt, true),
-                            Route::Prefetched => {
+                            Route::Prefetched | Route::Staged => {
                                 tile::<T>(avx2, buf, st, ni, nj, sa, tb as isize, false, false);
-                                for j in 0..nj {
-                                    if let Some(next) = &next {
-                                        next.prefetch(j, nj);
-                                    }
-                                    copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
-                                }
-                            }
-                            Route::Staged => {
-                                tile::<T>(avx2, buf, st, ni, nj, sa, tb as isize, false, false);
-                                if db == tb as isize {
-                                    copy_run(dt, buf, tb * nj, nt);
-                                } else {
-                                    for j in 0..nj {
-                                        copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
+                                match &next {
+                                    // Contiguous destination rows: one run.
+                                    None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
+                                    _ => {
+                                        for j in 0..nj {
+                                            if let Some(next) = &next {
+                                                next.prefetch(j, nj);
+                                            }
+                                            copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
+                                        }
                                     }
                                 }
                             }
