@@ -803,3 +803,52 @@ fn streaming_stores() {
     }
     set_stream_threshold(None);
 }
+
+/// Copies of at most 2 KiB into a dense destination skip the plan: the
+/// source gathered into a stack buffer, then written in one go.
+#[test]
+fn tiny_copies_every_element_size_layout_and_overlap() {
+    for e in [1usize, 2, 3, 4, 5, 8, 12, 16] {
+        let src = pattern(4096 * e, e as u64);
+        let cases: &[(&[usize], &[isize], usize)] = &[
+            (&[], &[], 7),                        // 0-d: one element
+            (&[1], &[5], 3),                      // size-1 dims keep any stride
+            (&[4, 4], &[1, 4], 0),                // a transpose
+            (&[2, 1, 3, 2], &[-6, 9, 2, -1], 40), // negative strides, a size-1 dim
+            (&[3, 5], &[0, 1], 11),               // a broadcast row
+            (&[5, 3], &[2, 0], 11),               // a broadcast column
+            (&[3, 4], &[8, 1], 2),                // sliced rows (dense rows)
+            (&[3, 4], &[9, 2], 1),                // every other column
+            (&[2048 / e], &[-1], 2048 / e - 1),   // the largest tiny copy, reversed
+            (&[2048 / e + 1], &[-1], 2048 / e),   // just above: through the plan
+        ];
+        for &(shape, strides, off) in cases {
+            let n: usize = shape.iter().product();
+            let mut got = vec![0u8; n * e + 7];
+            let mut want = got.clone();
+            let dense = contiguous(shape);
+            reference(&mut want, 3, &dense, &src, off * e, strides, shape, e);
+            // SAFETY: the source layout lies inside `src` from `off`; the dense
+            // destination of `n` elements inside `got` from byte 3.
+            unsafe {
+                copy_strided(
+                    got.as_mut_ptr().add(3),
+                    &dense,
+                    src.as_ptr().add(off * e),
+                    strides,
+                    shape,
+                    e,
+                )
+                .unwrap();
+            }
+            assert!(got == want, "tiny copy {shape:?} {strides:?}@{off}, {e}-byte elements");
+        }
+    }
+    // Source and destination in one buffer: everything is read before
+    // anything is written.
+    check_overlapping(17, 4, 1, &[1], 0, &[1], &[16]); // shift up by one
+    check_overlapping(17, 4, 0, &[1], 1, &[1], &[16]); // shift down by one
+    check_overlapping(64, 4, 0, &[1], 63, &[-1], &[64]); // reverse in place
+    check_overlapping(64, 4, 0, &[8, 1], 0, &[1, 8], &[8, 8]); // in-place transpose
+    check_overlapping(100, 3, 0, &[10, 1], 0, &[10, 1], &[10, 10]); // onto itself
+}

@@ -73,7 +73,11 @@ impl Counters {
         self.live_allocations.fetch_add(1, Ordering::Relaxed);
         self.total_allocations.fetch_add(1, Ordering::Relaxed);
         let live = self.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
-        self.peak_bytes.fetch_max(live, Ordering::Relaxed);
+        // Most allocations set no new peak: a load instead of a locked
+        // read-modify-write (small tensors pay for every one).
+        if live > self.peak_bytes.load(Ordering::Relaxed) {
+            self.peak_bytes.fetch_max(live, Ordering::Relaxed);
+        }
     }
 
     /// Records the release of an allocation of `size` bytes.

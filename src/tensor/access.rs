@@ -37,8 +37,11 @@ enum Guard<'a> {
 /// Access to up to two storages for one call; released on drop.
 #[must_use = "the storages are locked only while this guard lives"]
 pub(super) struct Access<'a> {
-    guards: SmallVec<[Guard<'a>; 2]>,
-    held: SmallVec<[usize; 2]>,
+    /// In locking order; `None` where nothing was locked (no storage, or one
+    /// this thread already held).
+    guards: [Option<Guard<'a>>; 2],
+    /// Addresses this guard added to `HELD` (0: none).
+    held: [usize; 2],
 }
 
 fn address(s: &Storage) -> usize {
@@ -46,38 +49,38 @@ fn address(s: &Storage) -> usize {
 }
 
 /// Locks `write` for writing and `read` (when given, and another storage) for
-/// reading, for as long as the returned guard lives.
+/// reading, for as long as the returned guard lives. Small copies pay for
+/// this on every call, so it stays free of allocations and sorting.
 pub(super) fn lock<'a>(write: Option<&'a Storage>, read: Option<&'a Storage>) -> Access<'a> {
-    let mut wanted: SmallVec<[(&'a Storage, bool); 2]> = SmallVec::new();
-    if let Some(w) = write {
-        wanted.push((w, true));
-    }
-    if let Some(r) = read
-        && !wanted.iter().any(|(s, _)| std::ptr::eq(*s, r))
+    let read = read.filter(|r| write.is_none_or(|w| !std::ptr::eq(w, *r)));
+    let mut wanted = [write.map(|w| (w, true)), read.map(|r| (r, false))];
+    if let [Some((w, _)), Some((r, _))] = &wanted
+        && address(r) < address(w)
     {
-        wanted.push((r, false));
+        wanted.swap(0, 1);
     }
-    wanted.sort_by_key(|(s, _)| address(s));
     let mut access = Access {
-        guards: SmallVec::new(),
-        held: SmallVec::new(),
+        guards: [None, None],
+        held: [0; 2],
     };
-    for (s, exclusive) in wanted {
-        let a = address(s);
-        if HELD.with_borrow(|h| h.contains(&a)) {
-            continue; // this thread's own outer call holds it
+    HELD.with_borrow_mut(|held| {
+        for (k, (s, exclusive)) in wanted.into_iter().flatten().enumerate() {
+            let a = address(s);
+            if held.contains(&a) {
+                continue; // this thread's own outer call holds it
+            }
+            // A poisoned lock only means a panic elsewhere mid-call; the bytes
+            // are plain data, still valid to overwrite or read.
+            let lock = &s.access_lock().0;
+            access.guards[k] = Some(if exclusive {
+                Guard::Write(lock.write().unwrap_or_else(PoisonError::into_inner))
+            } else {
+                Guard::Read(lock.read().unwrap_or_else(PoisonError::into_inner))
+            });
+            held.push(a);
+            access.held[k] = a;
         }
-        // A poisoned lock only means a panic elsewhere mid-call; the bytes are
-        // plain data, still valid to overwrite or read.
-        let lock = &s.access_lock().0;
-        access.guards.push(if exclusive {
-            Guard::Write(lock.write().unwrap_or_else(PoisonError::into_inner))
-        } else {
-            Guard::Read(lock.read().unwrap_or_else(PoisonError::into_inner))
-        });
-        HELD.with_borrow_mut(|h| h.push(a));
-        access.held.push(a);
-    }
+    });
     access
 }
 
@@ -90,7 +93,7 @@ impl Drop for Access<'_> {
     fn drop(&mut self) {
         // `try_with`: a guard dropped while the thread exits finds no list.
         let _ = HELD.try_with(|h| h.borrow_mut().retain(|a| !self.held.contains(a)));
-        self.guards.clear();
+        self.guards = [None, None];
     }
 }
 

@@ -411,7 +411,7 @@ impl Tensor {
     /// A fresh, writable, C-contiguous copy on the same device.
     pub fn contiguous_copy(&self) -> Result<Tensor> {
         let out = Tensor::empty(&self.shape, self.dtype, self.device())?;
-        out.copy_from(self)?;
+        out.copy_from_impl(self, false)?;
         Ok(out)
     }
 
@@ -422,6 +422,13 @@ impl Tensor {
     /// Copies `src` into `self` element by element (bitwise). Shapes and dtypes
     /// must match; any layouts work, including overlapping source and destination.
     pub fn copy_from(&self, src: &Tensor) -> Result<()> {
+        self.copy_from_impl(src, true)
+    }
+
+    /// [`copy_from`](Self::copy_from); `lock_dst: false` for a destination
+    /// no other tensor can reach yet (a fresh allocation), which then needs
+    /// no lock: small copies pay for every atomic operation.
+    fn copy_from_impl(&self, src: &Tensor, lock_dst: bool) -> Result<()> {
         self.check_writable()?;
         if self.shape != src.shape {
             return Err(Error::ShapeMismatch {
@@ -437,15 +444,16 @@ impl Tensor {
                 got: src.dtype,
             });
         }
-        let _access = access::lock(Some(&self.storage), Some(&src.storage));
+        let _access = access::lock(lock_dst.then_some(&*self.storage), Some(&src.storage));
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
             return copy_on_device(self, src);
         }
         // SAFETY: both views lie inside their storages (every view constructor
         // keeps them in bounds), both are host-accessible, `self` is writable,
         // no other safe call touches either storage while `_access` holds them
-        // (see `access`), and the engine copies through a temporary when the
-        // ranges overlap.
+        // (see `access`; an unlocked destination is reachable from no other
+        // tensor), and the engine copies through a temporary when the ranges
+        // overlap.
         unsafe {
             crate::copy::copy_strided(
                 self.data_ptr(),

@@ -12,6 +12,9 @@
 //! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
+//! Copies of at most 2 KiB into a dense destination skip the plan (`tiny`:
+//! gathered into a stack buffer, then written).
+//!
 //! Elements are moved as `u8/u16/u32/u64/u128` (powers of two) or `[u8; N]`
 //! (other sizes up to 16) with unaligned loads and stores, so odd addresses are
 //! fine. Larger elements become an extra byte dimension.
@@ -24,7 +27,7 @@
 //! — so a short outer dimension still feeds every thread.
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
-//! (contiguous runs, streaming stores), `rows`, `general` (the odometer),
+//! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
 //! `transpose` (`channels`: three-channel byte images), `fill`; `elem` (element types, their micro-transposes), `avx2`
 //! (the AVX2 ones) and `stage` (scratch) are what they share.
 
@@ -40,6 +43,7 @@ mod parallel;
 mod rows;
 mod runs;
 mod stage;
+mod tiny;
 mod transpose;
 
 use std::ptr;
@@ -51,6 +55,7 @@ use self::general::general;
 use self::parallel::PAR_MIN_BYTES;
 use self::rows::rows;
 use self::runs::{memcpy_par, stream_threshold};
+use self::tiny::copy_tiny;
 use self::transpose::transpose;
 use crate::copy::plan::{
     BaseAddrs, CopyPlan, INLINE_DIMS, PlanKind, PlanOptions, absolute_range, plan_copy, ranges_overlap,
@@ -133,6 +138,12 @@ pub unsafe fn copy_strided(
                 got: vec![strides.len()],
             });
         }
+    }
+    if crate::layout::is_contiguous(shape, dst_strides)
+        // SAFETY: forwarded; the destination is dense.
+        && unsafe { copy_tiny(dst, src, src_strides, shape, elem_size) }
+    {
+        return Ok(());
     }
     if elem_size > MAX_ELEM {
         // A wide element is a row of bytes: add a byte dimension.
