@@ -40,6 +40,7 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
 }
 
 /// Row-major (C-contiguous) strides for `shape`.
+#[inline]
 pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
     let mut strides: Strides = SmallVec::from_elem(0, shape.len());
     let mut acc: usize = 1;

@@ -60,6 +60,7 @@ unsafe impl Sync for Storage {}
 
 impl Storage {
     /// Allocates `size` bytes with `alloc`, ordered on `stream`.
+    #[inline]
     pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
         // Foreign deleters whose device work has finished run now (a cheap
         // atomic load when none wait); not while this thread holds a storage
