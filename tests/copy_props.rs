@@ -710,29 +710,34 @@ fn sliced_rows_and_flips() {
 /// at odd addresses.
 #[test]
 fn narrow_columns_of_wide_rows() {
+    // 37 rows: copies of at most 2 KiB (the tiny path); 2100 rows: over 2 KiB
+    // for every column count, the short-row walk with its prefetches.
     for (e, n) in [(4usize, 1024usize), (4, 2048), (2, 4096), (8, 600), (1, 8192)] {
-        for k in [1usize, 2, 3, 4, 5, 8] {
-            for shift in [0usize, 1, 4] {
-                let m = 37;
-                let src = pattern(m * n * e + shift, (k * e) as u64);
-                let mut got = vec![0u8; m * k * e];
-                let mut want = got.clone();
-                let off = shift + 3 * e;
-                reference(&mut want, 0, &[k as isize, 1], &src, off, &[n as isize, 1], &[m, k], e);
-                // SAFETY: the view x[:, 3:3+k] lies inside `src`.
-                unsafe {
-                    copy_strided(
-                        got.as_mut_ptr(),
-                        &[k as isize, 1],
-                        src.as_ptr().add(off),
-                        &[n as isize, 1],
-                        &[m, k],
-                        e,
-                    )
-                    .unwrap()
-                };
-                assert!(got == want, "{k} columns, e = {e}, row stride {n}, shift = {shift}");
-            }
+        for (m, k, shift) in [37usize, 2100].into_iter().flat_map(|m| {
+            let ks: &[usize] = if m < 100 { &[1, 2, 3, 4, 5, 8] } else { &[1, 3, 8] };
+            ks.iter().flat_map(move |&k| [0usize, 1, 4].map(|shift| (m, k, shift)))
+        }) {
+            let src = pattern(m * n * e + shift, (k * e) as u64);
+            let mut got = vec![0u8; m * k * e];
+            let mut want = got.clone();
+            let off = shift + 3 * e;
+            reference(&mut want, 0, &[k as isize, 1], &src, off, &[n as isize, 1], &[m, k], e);
+            // SAFETY: the view x[:, 3:3+k] lies inside `src`.
+            unsafe {
+                copy_strided(
+                    got.as_mut_ptr(),
+                    &[k as isize, 1],
+                    src.as_ptr().add(off),
+                    &[n as isize, 1],
+                    &[m, k],
+                    e,
+                )
+                .unwrap()
+            };
+            assert!(
+                got == want,
+                "{m} rows of {k} columns, e = {e}, row stride {n}, shift = {shift}"
+            );
         }
     }
 }

@@ -4,8 +4,9 @@
 
 use smallvec::SmallVec;
 
+use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
-use super::runs::{copy_run, store_fence, stream_threshold};
+use super::runs::{copy_run, prefetch, store_fence, stream_threshold};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 
 /// Row copies: `dims[0]` is unit-stride on both sides.
@@ -36,8 +37,14 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         // Short rows cost what they touch, not what they move: a cache line each,
         // and a TLB walk each when a page or more apart (narrow column slices of a
         // wide matrix, where a second thread halves the time of a 512 KiB copy).
-        let touched = if ss.unsigned_abs() >= 4096 { 256 } else { 64 };
+        let far = ss.unsigned_abs() >= 4096;
+        let touched = if far { 256 } else { 64 };
         let work = rows.saturating_mul((row as usize).max(touched));
+        // Rows a page or more apart are each a demand miss the hardware
+        // prefetchers do not follow: fetch a few rows ahead (64 columns of
+        // an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at 2/3/4/6
+        // rows ahead; 16 columns 34 → 45 at 4).
+        let ahead = if far { SHORT_ROW_PREFETCH } else { 0 };
         par_for(rows, work, |r0, r1| {
             // SAFETY: rows `r0..r1` of the plan, in bounds on both sides.
             unsafe {
@@ -45,13 +52,13 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
                 // Literal sizes inline to fixed-size copies; others stay dynamic.
                 let n = r1 - r0;
                 match row {
-                    4 => short_rows(dp, sp, ds, ss, n, 4),
-                    8 => short_rows(dp, sp, ds, ss, n, 8),
-                    16 => short_rows(dp, sp, ds, ss, n, 16),
-                    32 => short_rows(dp, sp, ds, ss, n, 32),
-                    64 => short_rows(dp, sp, ds, ss, n, 64),
-                    128 => short_rows(dp, sp, ds, ss, n, 128),
-                    other => short_rows(dp, sp, ds, ss, n, other as usize),
+                    4 => short_rows(dp, sp, ds, ss, n, 4, ahead),
+                    8 => short_rows(dp, sp, ds, ss, n, 8, ahead),
+                    16 => short_rows(dp, sp, ds, ss, n, 16, ahead),
+                    32 => short_rows(dp, sp, ds, ss, n, 32, ahead),
+                    64 => short_rows(dp, sp, ds, ss, n, 64, ahead),
+                    128 => short_rows(dp, sp, ds, ss, n, 128, ahead),
+                    other => short_rows(dp, sp, ds, ss, n, other as usize, ahead),
                 }
             }
         });
@@ -76,16 +83,34 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
 /// (ordinary stores: streaming whole lines of short rows measured slower).
 const SHORT_ROW_MAX: isize = 256;
 
-/// Copies `count` rows of `row` bytes, `ds`/`ss` bytes apart. Always inlined,
-/// so a literal `row` makes the per-row copy a fixed-size one.
+/// Rows ahead that [`short_rows`] prefetches when rows are far apart.
+const SHORT_ROW_PREFETCH: usize = 4;
+
+/// Copies `count` rows of `row` bytes, `ds`/`ss` bytes apart, prefetching
+/// the source row `ahead` rows on (none when 0). Always inlined, so a
+/// literal `row` makes the per-row copy a fixed-size one.
 ///
 /// # Safety
 ///
 /// Every row `i < count` at `dst + i·ds` / `src + i·ss` is in bounds, and
 /// no destination row overlaps a source row.
 #[inline(always)]
-unsafe fn short_rows(mut dst: *mut u8, mut src: *const u8, ds: isize, ss: isize, count: usize, row: usize) {
-    for _ in 0..count {
+unsafe fn short_rows(
+    mut dst: *mut u8,
+    mut src: *const u8,
+    ds: isize,
+    ss: isize,
+    count: usize,
+    row: usize,
+    ahead: usize,
+) {
+    for i in 0..count {
+        if ahead > 0 && i + ahead < count {
+            let next = src.wrapping_offset(ahead as isize * ss);
+            for at in (0..row).step_by(LINE).chain([row - 1]) {
+                prefetch(next.wrapping_add(at));
+            }
+        }
         // SAFETY: the caller's contract, row by row.
         unsafe {
             copy_run(dst, src, row, false);

@@ -111,6 +111,20 @@ pub(super) unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Asks for the cache line holding `p` in L1; a hint that never faults,
+/// whatever the address.
+#[inline(always)]
+pub(super) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Copies `n` bytes: libc's `memcpy` (tuned per CPU), or — when `nt` — a
 /// loop of streaming stores over whole destination cache lines.
 ///
