@@ -188,8 +188,10 @@ def copy_rows(r, quick):
         if quick and np.prod(shape) > 1 << 22:
             shape = tuple(max(1, s // 2) for s in shape)
             label = f"{label} (quick: {'x'.join(map(str, shape))})"
-        t = devtensor.zeros(shape, dtype=dtype)
-        a = np.zeros(shape, dtype=dtype)
+        # Every source written: NumPy's zeros are calloc'd pages that all map
+        # the one shared zero page, which a copy reads from cache.
+        t = devtensor.full(shape, 1, dtype=dtype)
+        a = np.ones(shape, dtype=dtype)
         v = ours(t)
         if theirs is None:  # a permute: the same axes on numpy / torch
             dims = {"3D permute(2,0,1)": (2, 0, 1), "3D permute(1,0,2)": (1, 0, 2)}[label.split(" 256")[0]]
@@ -201,7 +203,7 @@ def copy_rows(r, quick):
         peers = [("numpy.ascontiguousarray", lambda: np.ascontiguousarray(av))]
         if torch is not None and hasattr(torch, dtype):
             try:
-                x = tv_fn(torch.zeros(shape, dtype=getattr(torch, dtype)))
+                x = tv_fn(torch.ones(shape, dtype=getattr(torch, dtype)))
             except ValueError:
                 pass  # torch has no negative strides (no view for a flip)
             else:
