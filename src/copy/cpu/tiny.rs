@@ -1,10 +1,11 @@
 //! Tiny copies into a dense destination (a `contiguous()` of a 4 × 4 view):
-//! every source element gathered into a stack buffer, then one write. No
+//! every source element gathered into place, or into a stack buffer and then
+//! written in one go when source and destination may overlap. No
 //! plan: for a few hundred bytes, normalising and dispatching the copy cost
 //! more than the copy itself (`Tensor::copy_from` of a 4 × 4 f32 transpose,
-//! one run: 145 ns through the plan, 57 this way; a 2 KiB 8³ f32 permute into
-//! a fresh tensor 436 → 415 ns). Reading everything before writing anything
-//! makes any overlap of source and destination harmless.
+//! one run: 145 ns through the plan, 55 this way; a 2 KiB 8³ f32 permute into
+//! a fresh tensor 436 → 342 ns). Through the buffer, reading everything
+//! before writing anything makes any overlap harmless.
 
 use std::mem::MaybeUninit;
 use std::ptr;
@@ -57,12 +58,20 @@ pub(super) unsafe fn copy_tiny(
                 (lo, hi.checked_add(ext)?)
             })
         });
-    if span.is_none() {
+    let Some((lo, hi)) = span else {
         return false;
-    }
+    };
+    // Disjoint ranges (a fresh destination): gathered straight into place.
+    let (d, sp) = (dst as usize, src as usize);
+    let (s_lo, s_hi) = (
+        sp.wrapping_add_signed(lo),
+        sp.wrapping_add_signed(hi).wrapping_add(elem_size),
+    );
+    let direct = s_lo <= s_hi && (s_hi <= d || d + bytes <= s_lo);
     let mut stage = MaybeUninit::<[u8; TINY_MAX_BYTES]>::uninit();
-    let buf = stage.as_mut_ptr().cast::<u8>();
-    // SAFETY: forwarded; the gathered elements fill exactly `bytes` ≤ buffer.
+    let buf = if direct { dst } else { stage.as_mut_ptr().cast::<u8>() };
+    // SAFETY: forwarded; the gathered elements fill exactly `bytes`: the dense
+    // destination, or the buffer when the ranges may overlap.
     unsafe {
         match elem_size {
             1 => gather::<u8>(buf, src, src_strides, shape),
@@ -72,7 +81,9 @@ pub(super) unsafe fn copy_tiny(
             16 => gather::<u128>(buf, src, src_strides, shape),
             e => gather_bytes(buf, src, src_strides, shape, e),
         }
-        ptr::copy_nonoverlapping(buf, dst, bytes);
+        if !direct {
+            ptr::copy_nonoverlapping(buf, dst, bytes);
+        }
     }
     true
 }
