@@ -193,8 +193,12 @@ pub(crate) fn ranges_overlap(a: (usize, usize), b: (usize, usize)) -> bool {
 
 /// Absolute address range `[base + span.0, base + span.1)`, checked.
 pub(crate) fn absolute_range(base: usize, span: (isize, isize)) -> Result<(usize, usize)> {
-    let lo = base.checked_add_signed(span.0).ok_or(overflow("address range"))?;
-    let hi = base.checked_add_signed(span.1).ok_or(overflow("address range"))?;
+    let lo = base
+        .checked_add_signed(span.0)
+        .ok_or_else(|| overflow("address range"))?;
+    let hi = base
+        .checked_add_signed(span.1)
+        .ok_or_else(|| overflow("address range"))?;
     Ok((lo, hi))
 }
 

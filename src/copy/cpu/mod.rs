@@ -13,7 +13,7 @@
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
 //! Copies of at most 2 KiB into a dense destination skip the plan (`tiny`:
-//! gathered into a stack buffer, then written).
+//! gathered in place, or through a stack buffer when the ranges may overlap).
 //!
 //! Elements are moved as `u8/u16/u32/u64/u128` (powers of two) or `[u8; N]`
 //! (other sizes up to 16) with unaligned loads and stores, so odd addresses are

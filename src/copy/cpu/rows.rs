@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
-use super::runs::{copy_run, prefetch, store_fence, stream_threshold};
+use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 
 /// Row copies: `dims[0]` is unit-stride on both sides.
@@ -108,7 +108,7 @@ unsafe fn short_rows(
         if ahead > 0 && i + ahead < count {
             let next = src.wrapping_offset(ahead as isize * ss);
             for at in (0..row).step_by(LINE).chain([row - 1]) {
-                prefetch(next.wrapping_add(at));
+                prefetch(next.wrapping_add(at), Cache::L1);
             }
         }
         // SAFETY: the caller's contract, row by row.

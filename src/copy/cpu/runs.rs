@@ -111,18 +111,30 @@ pub(super) unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
-/// Asks for the cache line holding `p` in L1; a hint that never faults,
+/// Where [`prefetch`] brings a line.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Cache {
+    /// For a use within a few rows.
+    L1,
+    /// For the next tile (L1 holds the current one).
+    L2,
+}
+
+/// Asks for the cache line holding `p` in `cache`; a hint that never faults,
 /// whatever the address.
 #[inline(always)]
-pub(super) fn prefetch(p: *const u8) {
+pub(super) fn prefetch(p: *const u8, cache: Cache) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
     unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
+        match cache {
+            Cache::L1 => _mm_prefetch::<_MM_HINT_T0>(p.cast()),
+            Cache::L2 => _mm_prefetch::<_MM_HINT_T1>(p.cast()),
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
+    let _ = (p, cache);
 }
 
 /// Copies `n` bytes: libc's `memcpy` (tuned per CPU), or — when `nt` — a

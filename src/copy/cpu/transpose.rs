@@ -14,7 +14,7 @@ use super::channels::{Channels, channels};
 use super::elem::Elem;
 use super::general::{gather, scatter};
 use super::parallel::{Shared, for_each_segment, par_for};
-use super::runs::{copy_run, store_fence, stream_threshold};
+use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
 use super::stage::{STAGE, with_stage};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 
@@ -242,15 +242,7 @@ impl NextTile {
                 .src
                 .wrapping_offset((k / self.row_lines) as isize * self.sa)
                 .wrapping_add((k % self.row_lines) * LINE);
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: SSE is part of the x86-64 baseline; a prefetch is a hint
-            // that never faults, whatever the address.
-            unsafe {
-                use std::arch::x86_64::{_MM_HINT_T1, _mm_prefetch};
-                _mm_prefetch::<_MM_HINT_T1>(line.cast());
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = line;
+            prefetch(line, Cache::L2);
         }
     }
 }
