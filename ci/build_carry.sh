@@ -9,10 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p carry/wheels
-cargo nextest archive --release --archive-file carry/nextest-archive.tar.zst
+# capi: tests/capi.rs runs on the GPU too, as in ci/gpu.sh's cargo path.
+cargo nextest archive --release --features capi --archive-file carry/nextest-archive.tar.zst
 cp "$(command -v cargo-nextest)" carry/cargo-nextest
+strip carry/cargo-nextest 2>/dev/null || true  # the carry travels size-capped
 cargo build --release --bin devtensor
-cp target/release/devtensor carry/devtensor
+cp "${CARGO_TARGET_DIR:-target}/release/devtensor" carry/devtensor
 VENV=${VENV:-$HOME/.cache/devtensor-ci/venv}
 [ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q "maturin>=1.9.4,<2"
 rm -f carry/wheels/*.whl

@@ -12,7 +12,8 @@
 #   libnvrtc.so.13            -> devtensor opens $DEVTENSOR_NVRTC
 # Exports: LD_LIBRARY_PATH (emu dir prepended), DEVTENSOR_EMU_NVRTC (the real NVRTC the shim
 # forwards to, found as ci/test.sh finds it), DEVTENSOR_NVRTC=<emu dir>/libnvrtc.so.13,
-# DEVTENSOR_REQUIRE_GPU=1 (GPU tests fail instead of printing SKIP).
+# DEVTENSOR_REQUIRE_GPU=1 (GPU tests fail instead of printing SKIP), DEVTENSOR_REQUIRE_GPUS=2
+# (the tests that need two GPUs fail instead of printing SKIP).
 
 _devtensor_emu_main() {
   local root
@@ -92,6 +93,7 @@ if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
     export DEVTENSOR_EMU_NVRTC="$_DEVTENSOR_EMU_REAL_OUT"
     export DEVTENSOR_NVRTC="$_DEVTENSOR_EMU_DIR_OUT/libnvrtc.so.13"
     export DEVTENSOR_REQUIRE_GPU=1
+    export DEVTENSOR_REQUIRE_GPUS=2  # the emulated driver's two GPUs (DEVTENSOR_EMU_DEVICES)
     unset _DEVTENSOR_EMU_DIR_OUT _DEVTENSOR_EMU_REAL_OUT
   else
     unset _DEVTENSOR_EMU_DIR_OUT _DEVTENSOR_EMU_REAL_OUT

@@ -48,6 +48,10 @@ mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-$slug.md"
 log=$(mktemp -d)
 PY=${PYTHON:-python3}
+# DEVTENSOR_STEP_TIMEOUT=S caps each step at S seconds (DEVTENSOR_SANITIZER_TIMEOUT
+# each sanitizer tool), for a lease of fixed length: a hung step is reported and
+# the rest still runs.
+step() { if [ -n "${DEVTENSOR_STEP_TIMEOUT:-}" ]; then timeout "$DEVTENSOR_STEP_TIMEOUT" "$@"; else "$@"; fi; }
 
 # NVRTC: the toolkit's, or the one pip installed for torch / cupy.
 if [ -z "${DEVTENSOR_NVRTC:-}" ]; then
@@ -67,15 +71,16 @@ if command -v cargo >/dev/null; then
   CLI="cargo run --release --quiet $FEATURES --"
   # shellcheck disable=SC2086
   run_rust_tests() {
-    cargo test --release --no-fail-fast $FEATURES -- --test-threads=4 &&
-      if [ -n "${CAPI_TESTS:-}" ]; then cargo test --release --no-fail-fast -p devtensor-capi; fi
+    step cargo test --release --no-fail-fast $FEATURES -- --test-threads=4 &&
+      if [ -n "${CAPI_TESTS:-}" ]; then step cargo test --release --no-fail-fast -p devtensor-capi; fi
   }
   # shellcheck disable=SC2086
   gpu_test_bin() { cargo test --release --no-run $FEATURES --test $TEST_TARGET 2>&1 | grep -o "target/release/deps/$TEST_TARGET-[a-z0-9]*" | head -n 1; }
 else
   CLI="carry/devtensor"
   run_rust_tests() {
-    carry/cargo-nextest nextest run --archive-file carry/nextest-archive.tar.zst \
+    mkdir -p "$log/archive"  # nextest extracts only into a folder that exists
+    step carry/cargo-nextest nextest run --archive-file carry/nextest-archive.tar.zst \
       --workspace-remap . --extract-to "$log/archive" --extract-overwrite --no-fail-fast
   }
   gpu_test_bin() { ls "$log"/archive/target/release/deps/$TEST_TARGET-* 2>/dev/null | grep -v '\.d$' | head -n 1; }
@@ -86,6 +91,33 @@ echo "==> devtensor info";            $CLI info | tee "$log/info.txt"
 echo "==> kernels";                   $CLI kernels --check $KERNEL_CHECK | tee "$log/kernels.txt"; kernels_rc=${PIPESTATUS[0]}
 echo "==> Rust tests (GPU required)"; run_rust_tests 2>&1 | tee "$log/rust.txt"; rust_rc=${PIPESTATUS[0]}
 
+echo "==> Python tests (GPU required)"
+wheel=$(ls carry/wheels/*.whl 2>/dev/null | head -n 1)
+if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"
+elif [ "$BACKEND" = rocm ]; then $PY -m pip install -q . --config-settings=build-args="--features python,cuda,rocm"
+else $PY -m pip install -q . ; fi
+step $PY -m pytest tests/python -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
+[ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure
+
+# The example kernel library (examples/axpy_ext): torch's allocator and stream on a real GPU.
+ext_rc=0
+if [ "$BACKEND" = cuda ]; then
+  echo "==> examples/axpy_ext tests"
+  ext=$(ls carry/ext-wheels/*.whl 2>/dev/null | head -n 1)
+  if [ -n "$ext" ]; then $PY -m pip install -q --no-deps --force-reinstall "$ext"
+  else $PY -m pip install -q --no-deps ./examples/axpy_ext; fi
+  step $PY -m pytest examples/axpy_ext/tests -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/axpy_ext.txt"; ext_rc=${PIPESTATUS[0]}
+  [ "$ext_rc" = 5 ] && ext_rc=1
+fi
+
+echo "==> benchmarks"
+step $CLI bench --device "$BENCH_DEVICE" 2>&1 | tee "$log/bench.txt"
+bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
+if [ "$BACKEND" = cuda ]; then step $PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
+else echo "(torch ROCm peer bench: bench/gpu_copy_peers.py runs on torch.cuda, which is HIP on a ROCm torch)" > "$log/peers.txt"; fi
+step $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
+
+# The memory checker last: the slowest step, by far.
 sanitizer="not available"
 sanitizer_failed=0
 if [ "$BACKEND" = cuda ] && command -v compute-sanitizer >/dev/null; then
@@ -96,8 +128,10 @@ if [ "$BACKEND" = cuda ] && command -v compute-sanitizer >/dev/null; then
     sanitizer=""
     for tool in memcheck racecheck synccheck; do
       echo "==> compute-sanitizer $tool $bin"
-      if compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" --test-threads=1 >>"$log/sanitizer.txt" 2>&1; then
+      if timeout "${DEVTENSOR_SANITIZER_TIMEOUT:-${DEVTENSOR_STEP_TIMEOUT:-0}}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" --test-threads=1 >>"$log/sanitizer.txt" 2>&1; then
         sanitizer="$sanitizer $tool: clean;"
+      elif [ $? = 124 ]; then
+        sanitizer="$sanitizer $tool: stopped at the step timeout;"
       else
         sanitizer="$sanitizer $tool: FAILED (see the log below);"
         sanitizer_failed=1
@@ -105,32 +139,6 @@ if [ "$BACKEND" = cuda ] && command -v compute-sanitizer >/dev/null; then
     done
   fi
 fi
-
-echo "==> Python tests (GPU required)"
-wheel=$(ls carry/wheels/*.whl 2>/dev/null | head -n 1)
-if [ -n "$wheel" ]; then $PY -m pip install -q --no-deps --force-reinstall "$wheel"
-elif [ "$BACKEND" = rocm ]; then $PY -m pip install -q . --config-settings=build-args="--features python,cuda,rocm"
-else $PY -m pip install -q . ; fi
-$PY -m pytest tests/python -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/python.txt"; py_rc=${PIPESTATUS[0]}
-[ "$py_rc" = 5 ] && py_rc=1  # nothing collected is a failure
-
-# The example kernel library (examples/axpy_ext): torch's allocator and stream on a real GPU.
-ext_rc=0
-if [ "$BACKEND" = cuda ]; then
-  echo "==> examples/axpy_ext tests"
-  ext=$(ls carry/ext-wheels/*.whl 2>/dev/null | head -n 1)
-  if [ -n "$ext" ]; then $PY -m pip install -q --no-deps --force-reinstall "$ext"
-  else $PY -m pip install -q --no-deps ./examples/axpy_ext; fi
-  $PY -m pytest examples/axpy_ext/tests -q -rs -m "$PYTEST_MARK" 2>&1 | tee "$log/axpy_ext.txt"; ext_rc=${PIPESTATUS[0]}
-  [ "$ext_rc" = 5 ] && ext_rc=1
-fi
-
-echo "==> benchmarks"
-$CLI bench --device "$BENCH_DEVICE" 2>&1 | tee "$log/bench.txt"
-bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
-if [ "$BACKEND" = cuda ]; then $PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
-else echo "(torch ROCm peer bench: bench/gpu_copy_peers.py runs on torch.cuda, which is HIP on a ROCm torch)" > "$log/peers.txt"; fi
-$PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
 
 {
   echo "# GPU run $(date -u +%Y-%m-%dT%H:%MZ) — $gpu"

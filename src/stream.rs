@@ -60,6 +60,59 @@ impl EventHandle {
     }
 }
 
+/// The streams devtensor creates are never destroyed, only reused: memory
+/// records the streams it was used on and, when freed, records an event on
+/// each (torch's `record_stream`), maybe long after the stream's owner let it
+/// go. A destroyed stream's handle dangles, and a real driver crashes on it
+/// (SIGSEGV in the free's event record, seen on an H100 with driver 580), so a
+/// dropped stream goes back to this list for the next new stream of its GPU,
+/// as torch's streams come from a pool that lives as long as the process.
+pub(crate) mod own {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    use crate::device::Device;
+
+    #[derive(Default)]
+    struct Own {
+        /// Every stream created: handles that stay valid.
+        all: HashSet<usize>,
+        /// Those no live stream value holds, ready for reuse.
+        free: Vec<(Device, usize)>,
+    }
+
+    static OWN: Mutex<Option<Own>> = Mutex::new(None);
+
+    fn with<R>(f: impl FnOnce(&mut Own) -> R) -> R {
+        let mut own = OWN.lock().unwrap_or_else(|p| p.into_inner());
+        f(own.get_or_insert_with(Own::default))
+    }
+
+    /// A dropped stream of `gpu` to reuse, if any.
+    pub(crate) fn reuse(gpu: Device) -> Option<usize> {
+        with(|o| {
+            let i = o.free.iter().position(|&(d, _)| d == gpu)?;
+            Some(o.free.swap_remove(i).1)
+        })
+    }
+
+    /// Notes a stream just created.
+    pub(crate) fn created(raw: usize) {
+        with(|o| o.all.insert(raw));
+    }
+
+    /// Takes back a stream whose owner dropped it.
+    pub(crate) fn dropped(gpu: Device, raw: usize) {
+        with(|o| o.free.push((gpu, raw)));
+    }
+
+    /// True for a stream devtensor created (on any GPU: handles are unique in
+    /// a process): it stays valid for the process's life, so memory may record it.
+    pub(crate) fn is_own(stream: super::StreamHandle) -> bool {
+        with(|o| o.all.contains(&stream.as_raw()))
+    }
+}
+
 /// The calling thread's current stream per GPU (torch's `torch.cuda.stream(s)`):
 /// devtensor's copies, fills and allocations on that GPU run on it. Unset: the
 /// device's default stream.

@@ -219,3 +219,52 @@ fn make_current_and_restore_context() {
     unsafe { restore_context(prev).unwrap() };
     assert_eq!(current_context().unwrap().map_or(0, |c| c as usize), before);
 }
+
+/// A consumer that destroys its own stream before it releases an export (CuPy
+/// does when the stream object is collected first): the export must not have
+/// recorded that stream, or the free would record an event on a dangling
+/// handle (a SIGSEGV in the driver on an H100; the emulated driver answers
+/// CUDA_ERROR_INVALID_HANDLE). Our own streams are recorded (see the suite's
+/// `a_consumer_stream_dropped_before_the_release_still_orders_the_free`).
+#[test]
+fn a_foreign_consumer_stream_is_not_recorded_so_it_may_be_destroyed_first() {
+    use cudarc::driver::sys;
+    if !ready("a_foreign_consumer_stream_is_not_recorded_so_it_may_be_destroyed_first") {
+        return;
+    }
+    let n = 1 << 12;
+    let t = Tensor::full(&[n], 5u32, dev(0)).unwrap();
+    let gpu = devtensor::backend::cuda::context::device(0).unwrap();
+    let foreign = {
+        let _current = gpu.bind().unwrap();
+        let mut s: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; GPU 0's context is current.
+        let rc = unsafe { sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32) };
+        assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+        s
+    };
+    // SAFETY: a live stream of GPU 0 while the export is made.
+    let handle = unsafe { devtensor::stream::StreamHandle::from_raw(foreign as usize) };
+    let dl = t
+        .to_dlpack_versioned(devtensor::dlpack::ExportOptions {
+            stream: Some(handle),
+            ..Default::default()
+        })
+        .into_raw();
+    assert!(
+        !t.storage().streams().contains(&handle),
+        "a consumer's own stream was recorded on the exported memory"
+    );
+    {
+        let _current = gpu.bind().unwrap();
+        // SAFETY: the stream made above, destroyed once, with nothing queued.
+        let rc = unsafe { sys::cuStreamDestroy_v2(foreign) };
+        assert_eq!(rc, sys::CUresult::CUDA_SUCCESS);
+    }
+    drop(t);
+    // SAFETY: a live export, freed once, after its consumer's stream is gone.
+    unsafe { ((*dl).deleter.unwrap())(dl) };
+    let again = Tensor::full(&[n], 9u32, dev(0)).unwrap();
+    assert_eq!(again.to_vec::<u32>().unwrap(), vec![9; n]);
+    devtensor::dlpack::drain_deleters();
+}

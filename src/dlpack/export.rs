@@ -35,19 +35,19 @@ pub struct ExportOptions {
     /// consumer that asked for `dl_device=(kDLCPU, 0)`. Ignored for memory the
     /// host cannot read.
     pub as_host: bool,
-    /// The consumer's stream (`__dlpack__(stream=S)`), recorded on the storage
-    /// ([`Storage::record_stream`]): when the export's deleter drops the last
-    /// reference, the pool does not hand the memory to other work before what
-    /// the consumer queued on that stream is done. The caller orders the
-    /// producer's work before the stream (the DLPack handoff). The default
-    /// streams need not be given: our pool reuses memory on the legacy / null
-    /// stream, which waits for them.
-    ///
-    /// Contract: the stream stays a live stream of the tensor's device until
-    /// the memory is freed. One destroyed earlier is detected where the driver
-    /// reports it (`CUDA_ERROR_INVALID_HANDLE`), and the free then waits for
-    /// the whole device instead (`cuCtxSynchronize`); a real driver may not
-    /// detect a destroyed handle, so consumers should not destroy it early.
+    /// The consumer's stream (`__dlpack__(stream=S)`). The caller orders the
+    /// producer's work before it (the DLPack handoff). When it is a stream
+    /// devtensor made (never destroyed: `crate::stream::own`), it is recorded on
+    /// the storage ([`Storage::record_stream`]): when the export's deleter drops
+    /// the last reference, the pool does not hand the memory to other work
+    /// before what the consumer queued there is done. Another consumer's stream
+    /// is not recorded: its owner may destroy it before releasing the export
+    /// (CuPy's streams go when collected, maybe before the arrays imported on
+    /// them), and touching a destroyed stream crashes a real driver. Such a
+    /// consumer finishes or orders its work before it releases the export, as
+    /// with torch's and CuPy's own exports. The default streams need not be
+    /// given: our pool reuses memory on the legacy / null stream, which waits
+    /// for them.
     pub stream: Option<crate::stream::StreamHandle>,
 }
 
@@ -157,7 +157,7 @@ impl Dims {
 /// Boxes `managed` with the storage and the dims, then points the struct's
 /// descriptor and `manager_ctx` into the block.
 fn export<M: Managed + DeleterStruct>(t: &Tensor, managed: M, opts: ExportOptions) -> ManagedTensor<M> {
-    if let Some(s) = opts.stream {
+    if let Some(s) = opts.stream.filter(|&s| crate::stream::own::is_own(s)) {
         t.storage().record_stream(s);
     }
     let as_host = opts.as_host;

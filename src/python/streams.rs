@@ -106,18 +106,6 @@ impl PyStream {
     }
 }
 
-impl Drop for PyStream {
-    fn drop(&mut self) {
-        // An owned stream's handle may come back from the driver for a new
-        // stream, whose work would not be ordered after this one's (and the
-        // caching pool keeps blocks per handle): wait for its work first.
-        if self.inner.is_owned() {
-            let s = &self.inner;
-            Python::attach(|py| py.detach(|| s.synchronize().ok()));
-        }
-    }
-}
-
 #[pymethods]
 impl PyStream {
     /// `Stream(device=None, *, handle=None)`: a new non-blocking stream on

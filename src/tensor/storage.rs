@@ -89,7 +89,9 @@ impl Storage {
     /// a stream-aware pool will not reuse it elsewhere before that work is done,
     /// and a foreign (DLPack-imported) owner's deleter waits for that work.
     /// `stream` must stay a live stream of the storage's device until the
-    /// storage is freed; one destroyed before then makes the free fall back to a
+    /// storage is freed (devtensor's own streams always do: they are never
+    /// destroyed). A real driver may crash on a destroyed one; where the driver
+    /// reports it instead (`CUDA_ERROR_INVALID_HANDLE`), the free falls back to a
     /// device synchronize.
     pub fn record_stream(&self, stream: StreamHandle) {
         let used_on = match &self.owner {

@@ -266,11 +266,13 @@ class _Driver:
 
 @pytest.fixture
 def consumer_stream():
+    """A consumer's stream S that devtensor made (`devtensor.Stream`): never destroyed, so
+    exports record it. A consumer's own streams are not recorded (see the test after next)."""
     drv = _Driver()
-    s = drv.stream()
+    stream = devtensor.Stream("cuda:0")
+    s = stream.cuda_stream
     yield drv, s
     drv.call("cuStreamSynchronize", s)
-    drv.call("cuStreamDestroy_v2", s)
 
 
 def test_export_keeps_memory_from_reuse_until_the_consumer_stream_is_done(consumer_stream):
@@ -291,6 +293,29 @@ def test_export_keeps_memory_from_reuse_until_the_consumer_stream_is_done(consum
         drv.call("cuStreamSynchronize", s)
         np.testing.assert_array_equal(host(out), np.full(n, value, dtype=np.uint32))
         np.testing.assert_array_equal(host(again), np.full(n, 7, dtype=np.uint32))
+
+
+@pytest.mark.parametrize("memory", ["cuda", "cuda_managed"])
+def test_a_consumer_may_destroy_its_stream_before_releasing_an_export(memory):
+    # CuPy destroys a stream when its object is collected, which may come before the arrays
+    # imported on it go. Exports must not record a consumer's own stream: the free (or a host
+    # read of managed memory) would then touch a destroyed handle, which crashed the process
+    # on an H100 (the emulated driver answers CUDA_ERROR_INVALID_HANDLE instead).
+    drv = _Driver()
+    s = drv.stream()
+    n = 1 << 12
+    out = devtensor.zeros(n, dtype="uint32", device="cuda")
+    t = devtensor.full(n, 3, dtype="uint32", device=memory)
+    cap = t.__dlpack__(stream=s, max_version=(1, 3))
+    drv.call("cuMemcpyDtoDAsync_v2", out.data_ptr, t.data_ptr, 4 * n, s)
+    drv.call("cuStreamSynchronize", s)  # the consumer is done, then lets its stream go
+    drv.call("cuStreamDestroy_v2", s)
+    if memory == "cuda_managed":
+        np.testing.assert_array_equal(np.from_dlpack(t), np.full(n, 3, dtype=np.uint32))
+    del cap, t  # the deleter runs after the stream is gone
+    again = devtensor.full(n, 9, dtype="uint32", device=memory)
+    np.testing.assert_array_equal(host(out), np.full(n, 3, dtype=np.uint32))
+    np.testing.assert_array_equal(host(again), np.full(n, 9, dtype=np.uint32))
 
 
 @pytest.mark.parametrize("how", ["numpy", "dl_device_cpu"])
@@ -322,15 +347,27 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how
 
 
 def _long_device_work():
-    """Queues device work the emulated driver needs a good fraction of a second for (transposes
-    of 16 Mi elements on the device, asynchronous: nothing host-visible), after a warm-up that
-    compiles the kernel; returns what keeps the work's memory alive."""
-    n = 4096
-    src = devtensor.zeros((n, n), dtype="uint32", device="cuda:0")
-    dst = devtensor.empty((n, n), dtype="uint32", device="cuda:0")
+    """Queues device work that lasts a good fraction of a second (transposes on the device,
+    asynchronous: nothing host-visible), after a warm-up that compiles the kernel; returns what
+    keeps the work's memory alive. The emulated driver needs a few transposes of 16 Mi elements
+    for that, a GPU hundreds of 64 Mi: one transpose, timed, decides which and how many."""
+    import time
+
+    def tensors(n):
+        return (devtensor.zeros((n, n), dtype="uint32", device="cuda:0"),
+                devtensor.empty((n, n), dtype="uint32", device="cuda:0"))
+
+    src, dst = tensors(4096)
     dst[:8, :8].copy_(src[:8, :8].transpose(0, 1))  # compile and load the kernel first
-    devtensor.empty((1,), dtype="uint8", device="cuda:0").to("cpu")  # and wait for it
-    for _ in range(3):
+    devtensor.synchronize("cuda:0")
+    t0 = time.monotonic()
+    dst.copy_(src.transpose(0, 1))
+    devtensor.synchronize("cuda:0")
+    one = time.monotonic() - t0
+    if one < 0.01:  # a GPU: four times the elements per transpose
+        src, dst = tensors(8192)
+        one *= 4
+    for _ in range(max(3, min(1000, int(0.4 / one)))):
         dst.copy_(src.transpose(0, 1))  # device → device: queued, not waited for
     return src, dst
 

@@ -32,6 +32,13 @@ JAX_DTYPES = [
     "float8_e5m2",
 ]
 X64 = bool(jax.config.read("jax_enable_x64"))
+
+
+@pytest.fixture(autouse=True)
+def _jax_on_cpu():
+    """These are the CPU round trips: where JAX also sees a GPU, it would put new arrays there."""
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
 WIDE = {"int64", "uint64", "float64", "complex128"}
 
 

@@ -197,6 +197,9 @@ def test_expanded_torch_tensor_zero_strides():
 def test_negative_strides_to_torch():
     # torch cannot represent negative strides: it must refuse (pytorch#188023 used to abort)
     # and must still release our export (checked by the autouse leak check).
+    if torch.__version__ < "2.13":  # TorchVersion compares as a version
+        pytest.skip(f"SKIP: torch {torch.__version__} aborts the process on negative strides "
+                    "(pytorch#188023, fixed after 2.12)")
     t = devtensor.zeros((3, 4))
     with pytest.raises((RuntimeError, BufferError, ValueError)):
         torch.from_dlpack(t[::-1])

@@ -8,7 +8,8 @@ use cudarc::driver::{DriverError, sys};
 use super::context::{Current, bind_context, check, current_context, device, driver};
 use crate::error::{Error, Result};
 
-/// A CUDA stream: owned (destroyed on drop) or borrowed (a consumer's handle,
+/// A CUDA stream: owned (made by devtensor, back to its reuse list on drop,
+/// never destroyed: see `crate::stream::own`) or borrowed (a consumer's handle,
 /// or one of the default streams, never destroyed by devtensor).
 #[derive(Debug)]
 pub struct CudaStream {
@@ -23,10 +24,20 @@ unsafe impl Send for CudaStream {}
 unsafe impl Sync for CudaStream {}
 
 impl CudaStream {
-    /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
+    /// A non-blocking stream on GPU `ordinal`: one dropped earlier, else a new
+    /// one. Its handle stays valid after drop (memory may have recorded it).
     pub fn new(ordinal: u32) -> Result<CudaStream> {
+        let gpu = crate::Device::Cuda(ordinal);
+        if let Some(raw) = crate::stream::own::reuse(gpu) {
+            return Ok(CudaStream {
+                raw: raw as sys::CUstream,
+                ordinal,
+                owned: true,
+            });
+        }
         let _current = device(ordinal)?.bind()?;
         let raw = driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking))?;
+        crate::stream::own::created(raw as usize);
         Ok(CudaStream {
             raw,
             ordinal,
@@ -101,7 +112,7 @@ impl CudaStream {
         }
     }
 
-    /// True when this stream owns its handle (destroys it on drop).
+    /// True when devtensor made this stream (it goes back to the reuse list on drop).
     pub fn is_owned(&self) -> bool {
         self.owned
     }
@@ -154,11 +165,8 @@ impl CudaStream {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if self.owned
-            && let Ok(_current) = device(self.ordinal).and_then(|g| g.bind())
-        {
-            // SAFETY: an owned stream created by `new`, destroyed once.
-            let _ = unsafe { result::stream::destroy(self.raw) };
+        if self.owned {
+            crate::stream::own::dropped(crate::Device::Cuda(self.ordinal), self.raw as usize);
         }
     }
 }

@@ -80,7 +80,6 @@ unsafe extern "C" {
     ) -> Status;
 
     pub fn hipStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> Status;
-    pub fn hipStreamDestroy(stream: Stream) -> Status;
     pub fn hipStreamSynchronize(stream: Stream) -> Status;
     pub fn hipDeviceSynchronize() -> Status;
     pub fn hipStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> Status;

@@ -6,7 +6,8 @@ use super::context::{check, device};
 use super::ffi;
 use crate::error::{Error, Result};
 
-/// A HIP stream: owned (destroyed on drop) or borrowed (a consumer's handle,
+/// A HIP stream: owned (made by devtensor, back to its reuse list on drop,
+/// never destroyed) or borrowed (a consumer's handle,
 /// or the null default stream, never destroyed by devtensor).
 #[derive(Debug)]
 pub struct RocmStream {
@@ -21,14 +22,25 @@ unsafe impl Send for RocmStream {}
 unsafe impl Sync for RocmStream {}
 
 impl RocmStream {
-    /// A new non-blocking stream on GPU `ordinal`, destroyed on drop.
+    /// A non-blocking stream on GPU `ordinal`: one dropped earlier, else a new
+    /// one. Its handle stays valid after drop (memory may have recorded it;
+    /// see `crate::stream::own`).
     pub fn new(ordinal: u32) -> Result<RocmStream> {
+        let gpu = crate::Device::Rocm(ordinal);
+        if let Some(raw) = crate::stream::own::reuse(gpu) {
+            return Ok(RocmStream {
+                raw: raw as ffi::Stream,
+                ordinal,
+                owned: true,
+            });
+        }
         let _current = device(ordinal)?.bind()?;
         let mut raw: ffi::Stream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
         check("hipStreamCreateWithFlags", unsafe {
             ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
         })?;
+        crate::stream::own::created(raw as usize);
         Ok(RocmStream {
             raw,
             ordinal,
@@ -118,11 +130,8 @@ impl RocmStream {
 
 impl Drop for RocmStream {
     fn drop(&mut self) {
-        if self.owned
-            && let Ok(_current) = device(self.ordinal).and_then(|g| g.bind())
-        {
-            // SAFETY: an owned stream created by `new`, destroyed once.
-            let _ = unsafe { ffi::hipStreamDestroy(self.raw) };
+        if self.owned {
+            crate::stream::own::dropped(crate::Device::Rocm(self.ordinal), self.raw as usize);
         }
     }
 }
