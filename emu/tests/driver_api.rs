@@ -160,8 +160,7 @@ fn bad_arguments() {
         assert_eq!(cuStreamCreate(&mut s, 0x10), CUDA_ERROR_INVALID_VALUE);
         assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
         assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
-        assert_eq!(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE, "destroyed stream");
-        assert_eq!(cuStreamDestroy_v2(s), CUDA_ERROR_INVALID_HANDLE);
+        // (A destroyed stream used again stops the process: the next test.)
         assert_eq!(cuStreamSynchronize(0x4242_0000 as Handle), CUDA_ERROR_INVALID_HANDLE);
         assert_eq!(cuStreamDestroy_v2(null_mut()), CUDA_ERROR_INVALID_HANDLE);
         let mut e = null_mut();
@@ -197,6 +196,46 @@ fn bad_arguments() {
         assert_eq!(
             cuMemPoolSetAttribute(0x99 as Handle, 4, (&mut 0u64 as *mut u64).cast()),
             CUDA_ERROR_INVALID_HANDLE
+        );
+    }
+}
+
+/// A stream used after `cuStreamDestroy` stops the process with a message: a
+/// real driver follows the dangling handle (SIGSEGV on an H100, driver 580),
+/// so answering CUDA_ERROR_INVALID_HANDLE would hide a crash. A handle the
+/// driver never issued is still only an error (the test before).
+#[test]
+fn a_destroyed_stream_used_again_stops_the_process() {
+    if in_child() {
+        setup();
+        let call = std::env::var("EMU_DESTROYED_CALL").unwrap();
+        // SAFETY: a deliberate use of a destroyed stream; the process must stop.
+        unsafe {
+            let mut s = null_mut();
+            assert_eq!(cuStreamCreate(&mut s, 1), CUDA_SUCCESS);
+            assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+            let rc = match call.as_str() {
+                "synchronize" => cuStreamSynchronize(s),
+                "record" => {
+                    let mut e = null_mut();
+                    assert_eq!(cuEventCreate(&mut e, 0), CUDA_SUCCESS);
+                    cuEventRecord(e, s)
+                }
+                _ => cuStreamDestroy_v2(s),
+            };
+            println!("the call returned {rc}");
+        }
+        return;
+    }
+    for call in ["synchronize", "record", "destroy"] {
+        let (status, stderr) = child(
+            "a_destroyed_stream_used_again_stops_the_process",
+            &[("EMU_DESTROYED_CALL", call)],
+        );
+        assert!(!status.success(), "{call}: the process went on ({status:?})\n{stderr}");
+        assert!(
+            stderr.contains("used after cuStreamDestroy"),
+            "{call}: no message\n{stderr}"
         );
     }
 }

@@ -222,6 +222,18 @@ impl<T> Registry<T> {
         lock(&self.map).as_mut()?.remove(&(h as usize))
     }
 
+    /// True for a handle this registry issued and has since removed (a
+    /// destroyed object's): ids are never reused, so it cannot be a live one.
+    pub(crate) fn was_removed(&self, h: Handle) -> bool {
+        let h = h as usize;
+        let id = (h >> 4) & ((1 << 36) - 1);
+        h >> 40 == self.tag
+            && h & 0xf == 0
+            && id != 0
+            && id < self.next.load(Ordering::Relaxed)
+            && lock(&self.map).as_ref().is_none_or(|m| !m.contains_key(&h))
+    }
+
     /// The handle of a registered object (NULL if it is not registered).
     pub(crate) fn handle_of(&self, v: &Arc<T>) -> Handle {
         lock(&self.map)

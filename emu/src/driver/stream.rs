@@ -343,6 +343,19 @@ impl Stream {
     }
 }
 
+/// A call on a stream after `cuStreamDestroy`: the handle is a pointer the
+/// real driver follows into freed memory (the Driver API defines nothing for
+/// it; on an H100 with driver 580, recording an event on a destroyed stream
+/// crashed the process with SIGSEGV). The emulator stops the process too, but
+/// says why, as compute-sanitizer would.
+fn destroyed_stream_used(h: Handle) -> ! {
+    eprintln!(
+        "devtensor-emu: stream {h:p} used after cuStreamDestroy: a real driver follows the \
+         dangling handle (SIGSEGV on an H100, driver 580); aborting"
+    );
+    std::process::abort()
+}
+
 /// The stream behind a handle: NULL and `CU_STREAM_LEGACY` are the legacy
 /// default stream of the current context, `CU_STREAM_PER_THREAD` the calling
 /// thread's per-thread default stream; others must be live streams
@@ -352,7 +365,12 @@ pub fn resolve(h: Handle) -> Result<Arc<Stream>> {
         0 | CU_STREAM_LEGACY => context::current_ok()?.legacy(),
         CU_STREAM_PER_THREAD => context::current_ok()?.per_thread(),
         _ => STREAMS.get(h).map_or_else(
-            || err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream")),
+            || {
+                if STREAMS.was_removed(h) {
+                    destroyed_stream_used(h);
+                }
+                err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream"))
+            },
             Ok,
         )?,
     };
@@ -427,6 +445,9 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: Handle) -> CUresult {
             return err(CUDA_ERROR_INVALID_HANDLE, "the default streams cannot be destroyed");
         }
         let Some(s) = STREAMS.remove(h) else {
+            if STREAMS.was_removed(h) {
+                destroyed_stream_used(h);
+            }
             return err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream"));
         };
         s.destroy();
