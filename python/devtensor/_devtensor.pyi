@@ -194,8 +194,11 @@ _CudaDevice = Union[None, int, str, object]
 
 @final
 class Stream:
-    """A CUDA stream: a new one, or (with handle=) a wrapper of an existing CUstream
-    that devtensor never destroys. Streams are CUDA's: ValueError for the CPU."""
+    """A CUDA stream: a new non-blocking one (devtensor's streams are reused after they
+    are dropped, never destroyed, so memory that recorded one can always wait for it), or
+    (with handle=) a wrapper of an existing CUstream that devtensor never destroys. An
+    export records the consumer's stream only when it is one of devtensor's. Streams are
+    CUDA's: ValueError for the CPU."""
 
     def __new__(cls, device: _CudaDevice = None, *, handle: Optional[int] = None) -> Stream: ...
     @property

@@ -109,9 +109,9 @@ impl PyStream {
 #[pymethods]
 impl PyStream {
     /// `Stream(device=None, *, handle=None)`: a new non-blocking stream on
-    /// `device` (default: the current GPU), or, with `handle`, a wrapper of an
-    /// existing `CUstream` (e.g. `torch.cuda.current_stream().cuda_stream`),
-    /// which devtensor never destroys.
+    /// `device` (default: the current GPU; reused after drop, never destroyed),
+    /// or, with `handle`, a wrapper of an existing `CUstream` (e.g.
+    /// `torch.cuda.current_stream().cuda_stream`), which devtensor never destroys.
     #[new]
     #[pyo3(signature = (device = None, *, handle = None))]
     fn new(py: Python<'_>, device: Option<&Bound<'_, PyAny>>, handle: Option<usize>) -> PyResult<PyStream> {
