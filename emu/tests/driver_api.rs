@@ -167,9 +167,8 @@ fn bad_arguments() {
         assert_eq!(cuEventCreate(&mut e, 0x40), CUDA_ERROR_INVALID_VALUE);
         assert_eq!(cuEventCreate(&mut e, 0), CUDA_SUCCESS);
         assert_eq!(cuEventDestroy_v2(e), CUDA_SUCCESS);
-        assert_eq!(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
-        assert_eq!(cuEventRecord(e, null_mut()), CUDA_ERROR_INVALID_HANDLE);
-        assert_eq!(cuStreamWaitEvent(null_mut(), e, 0), CUDA_ERROR_INVALID_HANDLE);
+        // (A destroyed event used again stops the process: the next test.)
+        assert_eq!(cuEventQuery(0x4242_0000 as Handle), CUDA_ERROR_INVALID_HANDLE);
         let mut m = null_mut();
         assert_eq!(cuModuleLoadData(&mut m, null_mut()), CUDA_ERROR_INVALID_VALUE);
         assert_eq!(
@@ -200,12 +199,12 @@ fn bad_arguments() {
     }
 }
 
-/// A stream used after `cuStreamDestroy` stops the process with a message: a
-/// real driver follows the dangling handle (SIGSEGV on an H100, driver 580),
-/// so answering CUDA_ERROR_INVALID_HANDLE would hide a crash. A handle the
-/// driver never issued is still only an error (the test before).
+/// A stream or event used after its destroy call stops the process with a
+/// message: a real driver follows the dangling handle (SIGSEGV on an H100,
+/// driver 580), so answering CUDA_ERROR_INVALID_HANDLE would hide a crash. A
+/// handle the driver never issued is still only an error (the test before).
 #[test]
-fn a_destroyed_stream_used_again_stops_the_process() {
+fn a_destroyed_stream_or_event_used_again_stops_the_process() {
     if in_child() {
         setup();
         let call = std::env::var("EMU_DESTROYED_CALL").unwrap();
@@ -221,20 +220,42 @@ fn a_destroyed_stream_used_again_stops_the_process() {
                     assert_eq!(cuEventCreate(&mut e, 0), CUDA_SUCCESS);
                     cuEventRecord(e, s)
                 }
-                _ => cuStreamDestroy_v2(s),
+                "destroy" => cuStreamDestroy_v2(s),
+                event_call => {
+                    let mut e = null_mut();
+                    assert_eq!(cuEventCreate(&mut e, 0), CUDA_SUCCESS);
+                    assert_eq!(cuEventDestroy_v2(e), CUDA_SUCCESS);
+                    match event_call {
+                        "event_query" => cuEventQuery(e),
+                        "event_wait" => cuStreamWaitEvent(null_mut(), e, 0),
+                        _ => cuEventDestroy_v2(e),
+                    }
+                }
             };
             println!("the call returned {rc}");
         }
         return;
     }
-    for call in ["synchronize", "record", "destroy"] {
+    for call in [
+        "synchronize",
+        "record",
+        "destroy",
+        "event_query",
+        "event_wait",
+        "event_destroy",
+    ] {
         let (status, stderr) = child(
-            "a_destroyed_stream_used_again_stops_the_process",
+            "a_destroyed_stream_or_event_used_again_stops_the_process",
             &[("EMU_DESTROYED_CALL", call)],
         );
         assert!(!status.success(), "{call}: the process went on ({status:?})\n{stderr}");
+        let destroy = if call.starts_with("event") {
+            "cuEventDestroy"
+        } else {
+            "cuStreamDestroy"
+        };
         assert!(
-            stderr.contains("used after cuStreamDestroy"),
+            stderr.contains(&format!("used after {destroy}")),
             "{call}: no message\n{stderr}"
         );
     }

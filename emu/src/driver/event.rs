@@ -12,7 +12,7 @@ use super::context::{self, Context};
 use super::stream::{self, Stream, Wait};
 use super::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_READY, CUresult, Handle, Registry, Result, api,
-    code, entry, err, lock, null_arg, out,
+    code, entry, err, lock, null_arg, out, used_after_destroy,
 };
 
 /// `CU_EVENT_BLOCKING_SYNC`, `CU_EVENT_DISABLE_TIMING`, `CU_EVENT_INTERPROCESS`.
@@ -48,10 +48,16 @@ impl Event {
 
 pub(crate) static EVENTS: Registry<Event> = Registry::new(0xE7);
 
-/// The event behind a handle (`CUDA_ERROR_INVALID_HANDLE` for unknown or destroyed ones).
+/// The event behind a handle (`CUDA_ERROR_INVALID_HANDLE` for unknown ones).
+/// An event used after `cuEventDestroy` stops the process (see `used_after_destroy`).
 pub fn from_handle(h: Handle) -> Result<Arc<Event>> {
     EVENTS.get(h).map_or_else(
-        || err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live event")),
+        || {
+            if EVENTS.was_removed(h) {
+                used_after_destroy("event", "cuEventDestroy", h);
+            }
+            err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live event"))
+        },
         Ok,
     )
 }
@@ -266,7 +272,12 @@ pub unsafe extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: Handle, end:
 pub unsafe extern "C" fn cuEventDestroy_v2(ev: Handle) -> CUresult {
     api("cuEventDestroy_v2", || {
         EVENTS.remove(ev).map(|_| ()).map_or_else(
-            || err(CUDA_ERROR_INVALID_HANDLE, format!("{ev:p} is not a live event")),
+            || {
+                if EVENTS.was_removed(ev) {
+                    used_after_destroy("event", "cuEventDestroy", ev);
+                }
+                err(CUDA_ERROR_INVALID_HANDLE, format!("{ev:p} is not a live event"))
+            },
             Ok,
         )
     })

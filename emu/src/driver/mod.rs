@@ -188,6 +188,19 @@ pub(crate) unsafe fn out<T>(ptr: *mut T, name: &str, value: T) -> Result<()> {
     Ok(())
 }
 
+/// A call on a stream or event after its destroy call: the handle is a pointer
+/// the real driver follows into freed memory (the Driver API defines nothing
+/// for it; on an H100 with driver 580, recording an event on a destroyed
+/// stream crashed the process with SIGSEGV). The emulator stops the process
+/// too, but says why, as compute-sanitizer would.
+pub(crate) fn used_after_destroy(kind: &str, destroy: &str, h: Handle) -> ! {
+    eprintln!(
+        "devtensor-emu: {kind} {h:p} used after {destroy}: a real driver follows the dangling \
+         handle (SIGSEGV on an H100, driver 580); aborting"
+    );
+    std::process::abort()
+}
+
 /// A table of live objects behind opaque handles. Handles are `tag << 40 | id`
 /// (never dereferenced by anyone but us: the CUDA handle types are opaque), so
 /// a destroyed or foreign handle is recognised and answered with

@@ -29,7 +29,7 @@ use super::event;
 use super::race::{self, Access, Epoch, Site, VClock};
 use super::{
     CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_LAUNCH_FAILED, CUDA_ERROR_NOT_READY,
-    CUDA_ERROR_UNKNOWN, CUresult, Handle, Registry, Result, api, code, err, lock, null_arg, out,
+    CUDA_ERROR_UNKNOWN, CUresult, Handle, Registry, Result, api, code, err, lock, null_arg, out, used_after_destroy,
 };
 
 /// `CU_STREAM_LEGACY`.
@@ -343,19 +343,6 @@ impl Stream {
     }
 }
 
-/// A call on a stream after `cuStreamDestroy`: the handle is a pointer the
-/// real driver follows into freed memory (the Driver API defines nothing for
-/// it; on an H100 with driver 580, recording an event on a destroyed stream
-/// crashed the process with SIGSEGV). The emulator stops the process too, but
-/// says why, as compute-sanitizer would.
-fn destroyed_stream_used(h: Handle) -> ! {
-    eprintln!(
-        "devtensor-emu: stream {h:p} used after cuStreamDestroy: a real driver follows the \
-         dangling handle (SIGSEGV on an H100, driver 580); aborting"
-    );
-    std::process::abort()
-}
-
 /// The stream behind a handle: NULL and `CU_STREAM_LEGACY` are the legacy
 /// default stream of the current context, `CU_STREAM_PER_THREAD` the calling
 /// thread's per-thread default stream; others must be live streams
@@ -367,7 +354,7 @@ pub fn resolve(h: Handle) -> Result<Arc<Stream>> {
         _ => STREAMS.get(h).map_or_else(
             || {
                 if STREAMS.was_removed(h) {
-                    destroyed_stream_used(h);
+                    used_after_destroy("stream", "cuStreamDestroy", h);
                 }
                 err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream"))
             },
@@ -446,7 +433,7 @@ pub unsafe extern "C" fn cuStreamDestroy_v2(h: Handle) -> CUresult {
         }
         let Some(s) = STREAMS.remove(h) else {
             if STREAMS.was_removed(h) {
-                destroyed_stream_used(h);
+                used_after_destroy("stream", "cuStreamDestroy", h);
             }
             return err(CUDA_ERROR_INVALID_HANDLE, format!("{h:p} is not a live stream"));
         };
