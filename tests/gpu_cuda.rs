@@ -223,8 +223,8 @@ fn make_current_and_restore_context() {
 /// A consumer that destroys its own stream before it releases an export (CuPy
 /// does when the stream object is collected first): the export must not have
 /// recorded that stream, or the free would record an event on a dangling
-/// handle (a SIGSEGV in the driver on an H100; the emulated driver answers
-/// CUDA_ERROR_INVALID_HANDLE). Our own streams are recorded (see the suite's
+/// handle (a SIGSEGV in the driver on an H100; the emulated driver stops the
+/// process with a message). Our own streams are recorded (see the suite's
 /// `a_consumer_stream_dropped_before_the_release_still_orders_the_free`).
 #[test]
 fn a_foreign_consumer_stream_is_not_recorded_so_it_may_be_destroyed_first() {

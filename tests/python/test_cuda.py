@@ -300,7 +300,7 @@ def test_a_consumer_may_destroy_its_stream_before_releasing_an_export(memory):
     # CuPy destroys a stream when its object is collected, which may come before the arrays
     # imported on it go. Exports must not record a consumer's own stream: the free (or a host
     # read of managed memory) would then touch a destroyed handle, which crashed the process
-    # on an H100 (the emulated driver answers CUDA_ERROR_INVALID_HANDLE instead).
+    # on an H100 (the emulated driver stops the process too, with a message).
     drv = _Driver()
     s = drv.stream()
     n = 1 << 12

@@ -53,9 +53,10 @@ impl<A: NDAlloc> CachingAlloc<A> {
             match self.raw.record_event(s) {
                 Ok(Some(ev)) => events.push(Arc::new(ev)),
                 Ok(None) => {}
-                // The stream cannot be recorded on: its owner destroyed it (a
-                // DLPack consumer's stream, say; the driver answers
-                // CUDA_ERROR_INVALID_HANDLE) while its work may still be queued.
+                // The stream cannot be recorded on (a driver that detects a
+                // destroyed handle answers CUDA_ERROR_INVALID_HANDLE; a real one
+                // may crash instead, which is why exports record only our own,
+                // never-destroyed streams) while its work may still be queued.
                 // Wait for all the device's work instead, once; a device that
                 // cannot even synchronise has failed, and the block goes back as it is.
                 Err(_) if !synced => {
