@@ -49,8 +49,10 @@ fn forked_child_gets_a_typed_error_for_inherited_cuda() {
         .unwrap()
         .to(dev(0))
         .unwrap();
-    // A freed block the caching pool keeps: the child must not be served from it.
+    // A freed block the caching pool keeps, and a dropped stream kept for reuse:
+    // the child must be served from neither.
     drop(Tensor::empty(&[4], DType::F32, dev(0)).unwrap());
+    drop(CudaStream::new(0).unwrap());
     // SAFETY: the child only calls devtensor, then `_exit`s without unwinding
     // into the test harness.
     let pid = unsafe { libc::fork() };
@@ -68,6 +70,12 @@ fn forked_child_gets_a_typed_error_for_inherited_cuda() {
             let cpu = Tensor::zeros(&[2048, 2048], DType::F32, Device::Cpu).unwrap();
             forked(Tensor::empty(&[4], DType::F32, dev(0)))
                 && forked(parent.to(Device::Cpu))
+                && matches!(
+                    CudaStream::new(0),
+                    Err(devtensor::Error::ForkedChild {
+                        backend: devtensor::Backend::Cuda
+                    })
+                )
                 && devtensor::backend::cuda::context::current_device().is_err()
                 && cpu.transpose(0, 1).unwrap().contiguous().is_ok()
         };

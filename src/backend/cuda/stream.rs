@@ -27,15 +27,15 @@ impl CudaStream {
     /// A non-blocking stream on GPU `ordinal`: one dropped earlier, else a new
     /// one. Its handle stays valid after drop (memory may have recorded it).
     pub fn new(ordinal: u32) -> Result<CudaStream> {
-        let gpu = crate::Device::Cuda(ordinal);
-        if let Some(raw) = crate::stream::own::reuse(gpu) {
+        let gpu = device(ordinal)?; // a forked child's typed error, first
+        if let Some(raw) = crate::stream::own::reuse(crate::Device::Cuda(ordinal)) {
             return Ok(CudaStream {
                 raw: raw as sys::CUstream,
                 ordinal,
                 owned: true,
             });
         }
-        let _current = device(ordinal)?.bind()?;
+        let _current = gpu.bind()?;
         let raw = driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking))?;
         crate::stream::own::created(raw as usize);
         Ok(CudaStream {

@@ -26,15 +26,15 @@ impl RocmStream {
     /// one. Its handle stays valid after drop (memory may have recorded it;
     /// see `crate::stream::own`).
     pub fn new(ordinal: u32) -> Result<RocmStream> {
-        let gpu = crate::Device::Rocm(ordinal);
-        if let Some(raw) = crate::stream::own::reuse(gpu) {
+        let gpu = device(ordinal)?; // a forked child's typed error, first
+        if let Some(raw) = crate::stream::own::reuse(crate::Device::Rocm(ordinal)) {
             return Ok(RocmStream {
                 raw: raw as ffi::Stream,
                 ordinal,
                 owned: true,
             });
         }
-        let _current = device(ordinal)?.bind()?;
+        let _current = gpu.bind()?;
         let mut raw: ffi::Stream = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the GPU is current.
         check("hipStreamCreateWithFlags", unsafe {
