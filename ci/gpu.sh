@@ -74,8 +74,17 @@ if command -v cargo >/dev/null; then
     step cargo test --release --no-fail-fast $FEATURES -- --test-threads=4 &&
       if [ -n "${CAPI_TESTS:-}" ]; then step cargo test --release --no-fail-fast -p devtensor-capi; fi
   }
+  # The binary's path from cargo itself, so that CARGO_TARGET_DIR is honoured.
   # shellcheck disable=SC2086
-  gpu_test_bin() { cargo test --release --no-run $FEATURES --test $TEST_TARGET 2>&1 | grep -o "target/release/deps/$TEST_TARGET-[a-z0-9]*" | head -n 1; }
+  gpu_test_bin() {
+    cargo test --release --no-run $FEATURES --test $TEST_TARGET --message-format=json 2>/dev/null | $PY -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])
+' "$TEST_TARGET" | head -n 1
+  }
 else
   CLI="carry/devtensor"
   run_rust_tests() {
