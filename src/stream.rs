@@ -71,9 +71,10 @@ impl EventHandle {
 #[cfg_attr(not(any(feature = "cuda", feature = "rocm")), allow(dead_code))]
 pub(crate) mod own {
     use std::collections::HashSet;
-    use std::sync::Mutex;
+    use std::sync::{LazyLock, Mutex};
 
     use crate::device::Device;
+    use crate::error::Result;
 
     #[derive(Default)]
     struct Own {
@@ -83,24 +84,25 @@ pub(crate) mod own {
         free: Vec<(Device, usize)>,
     }
 
-    static OWN: Mutex<Option<Own>> = Mutex::new(None);
+    static OWN: LazyLock<Mutex<Own>> = LazyLock::new(Default::default);
 
     fn with<R>(f: impl FnOnce(&mut Own) -> R) -> R {
-        let mut own = OWN.lock().unwrap_or_else(|p| p.into_inner());
-        f(own.get_or_insert_with(Own::default))
+        f(&mut OWN.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// A dropped stream of `gpu` to reuse, if any.
-    pub(crate) fn reuse(gpu: Device) -> Option<usize> {
-        with(|o| {
+    /// A stream of `gpu` dropped earlier, else a new one from `create` (called
+    /// without the list locked), noted as ours.
+    pub(crate) fn reuse_or_create(gpu: Device, create: impl FnOnce() -> Result<usize>) -> Result<usize> {
+        let reused = with(|o| {
             let i = o.free.iter().position(|&(d, _)| d == gpu)?;
             Some(o.free.swap_remove(i).1)
-        })
-    }
-
-    /// Notes a stream just created.
-    pub(crate) fn created(raw: usize) {
+        });
+        if let Some(raw) = reused {
+            return Ok(raw);
+        }
+        let raw = create()?;
         with(|o| o.all.insert(raw));
+        Ok(raw)
     }
 
     /// Takes back a stream whose owner dropped it.

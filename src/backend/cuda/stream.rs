@@ -28,18 +28,12 @@ impl CudaStream {
     /// one. Its handle stays valid after drop (memory may have recorded it).
     pub fn new(ordinal: u32) -> Result<CudaStream> {
         let gpu = device(ordinal)?; // a forked child's typed error, first
-        if let Some(raw) = crate::stream::own::reuse(crate::Device::Cuda(ordinal)) {
-            return Ok(CudaStream {
-                raw: raw as sys::CUstream,
-                ordinal,
-                owned: true,
-            });
-        }
-        let _current = gpu.bind()?;
-        let raw = driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking))?;
-        crate::stream::own::created(raw as usize);
+        let raw = crate::stream::own::reuse_or_create(crate::Device::Cuda(ordinal), || {
+            let _current = gpu.bind()?;
+            driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking)).map(|s| s as usize)
+        })?;
         Ok(CudaStream {
-            raw,
+            raw: raw as sys::CUstream,
             ordinal,
             owned: true,
         })

@@ -27,22 +27,17 @@ impl RocmStream {
     /// see `crate::stream::own`).
     pub fn new(ordinal: u32) -> Result<RocmStream> {
         let gpu = device(ordinal)?; // a forked child's typed error, first
-        if let Some(raw) = crate::stream::own::reuse(crate::Device::Rocm(ordinal)) {
-            return Ok(RocmStream {
-                raw: raw as ffi::Stream,
-                ordinal,
-                owned: true,
-            });
-        }
-        let _current = gpu.bind()?;
-        let mut raw: ffi::Stream = std::ptr::null_mut();
-        // SAFETY: valid out-pointer; the GPU is current.
-        check("hipStreamCreateWithFlags", unsafe {
-            ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
+        let raw = crate::stream::own::reuse_or_create(crate::Device::Rocm(ordinal), || {
+            let _current = gpu.bind()?;
+            let mut raw: ffi::Stream = std::ptr::null_mut();
+            // SAFETY: valid out-pointer; the GPU is current.
+            check("hipStreamCreateWithFlags", unsafe {
+                ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
+            })?;
+            Ok(raw as usize)
         })?;
-        crate::stream::own::created(raw as usize);
         Ok(RocmStream {
-            raw,
+            raw: raw as ffi::Stream,
             ordinal,
             owned: true,
         })
