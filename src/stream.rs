@@ -90,11 +90,16 @@ pub(crate) mod own {
         f(&mut OWN.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// A stream of `gpu` dropped earlier, else a new one from `create` (called
-    /// without the list locked), noted as ours.
-    pub(crate) fn reuse_or_create(gpu: Device, create: impl FnOnce() -> Result<usize>) -> Result<usize> {
+    /// A stream of `gpu` dropped earlier whose work is done (`idle`), so that a
+    /// new stream starts with nothing queued as a created one does; else a new
+    /// one from `create` (called without the list locked), noted as ours.
+    pub(crate) fn reuse_or_create(
+        gpu: Device,
+        idle: impl Fn(usize) -> bool,
+        create: impl FnOnce() -> Result<usize>,
+    ) -> Result<usize> {
         let reused = with(|o| {
-            let i = o.free.iter().position(|&(d, _)| d == gpu)?;
+            let i = o.free.iter().position(|&(d, raw)| d == gpu && idle(raw))?;
             Some(o.free.swap_remove(i).1)
         });
         if let Some(raw) = reused {

@@ -276,3 +276,41 @@ fn a_foreign_consumer_stream_is_not_recorded_so_it_may_be_destroyed_first() {
     assert_eq!(again.to_vec::<u32>().unwrap(), vec![9; n]);
     devtensor::dlpack::drain_deleters();
 }
+
+/// A new stream starts with nothing queued, as a created one does, though
+/// devtensor reuses dropped streams instead of destroying them: one dropped
+/// with work still queued is not handed out again until that work is done.
+#[test]
+fn a_new_stream_has_nothing_queued_even_when_reused() {
+    if !ready("a_new_stream_has_nothing_queued_even_when_reused") {
+        return;
+    }
+    let n = 2048;
+    let src = Tensor::zeros(&[n, n], DType::U32, dev(0)).unwrap();
+    let dst = Tensor::empty(&[n, n], DType::U32, dev(0)).unwrap();
+    src.to(Device::Cpu).unwrap(); // the fill done
+    let busy = CudaStream::new(0).unwrap();
+    let busy_raw = busy.raw() as usize;
+    enqueue_copy(&dst, &src.transpose(0, 1).unwrap(), &busy).unwrap();
+    let queued = !busy.query().unwrap();
+    drop(busy); // with the transpose still running
+    let fresh = CudaStream::new(0).unwrap();
+    assert!(
+        fresh.query().unwrap(),
+        "a new stream (reused: {}) has work queued",
+        fresh.raw() as usize == busy_raw
+    );
+    if queued {
+        assert_ne!(fresh.raw() as usize, busy_raw, "the busy stream was handed out again");
+    }
+    fresh.synchronize().unwrap();
+    let fresh_raw = fresh.raw() as usize;
+    drop(fresh);
+    // Once idle, a dropped stream is reused: no new driver stream per call.
+    let again = CudaStream::new(0).unwrap();
+    assert!(again.query().unwrap());
+    assert!(
+        [fresh_raw, busy_raw].contains(&(again.raw() as usize)),
+        "a new driver stream"
+    );
+}

@@ -202,7 +202,6 @@ macro_rules! gpu_suite {
             }
         }
 
-        /// Enqueues `src → dst` on `stream`.
         /// Enqueues `src → dst` on `stream` (`Tensor::copy_from_on_stream`).
         fn enqueue_copy(dst: &Tensor, src: &Tensor, stream: &$stream) -> devtensor::Result<()> {
             dst.copy_from_on_stream(src, stream.handle())

@@ -27,11 +27,13 @@ impl CudaStream {
     /// A non-blocking stream on GPU `ordinal`: one dropped earlier, else a new
     /// one. Its handle stays valid after drop (memory may have recorded it).
     pub fn new(ordinal: u32) -> Result<CudaStream> {
-        let gpu = device(ordinal)?; // a forked child's typed error, first
-        let raw = crate::stream::own::reuse_or_create(crate::Device::Cuda(ordinal), || {
-            let _current = gpu.bind()?;
-            driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking)).map(|s| s as usize)
-        })?;
+        let _current = device(ordinal)?.bind()?; // a forked child's typed error, first
+        let raw = crate::stream::own::reuse_or_create(
+            crate::Device::Cuda(ordinal),
+            // SAFETY: a stream devtensor made on this GPU, never destroyed.
+            |raw| unsafe { sys::cuStreamQuery(raw as sys::CUstream) } == sys::CUresult::CUDA_SUCCESS,
+            || driver("cuStreamCreate", result::stream::create(StreamKind::NonBlocking)).map(|s| s as usize),
+        )?;
         Ok(CudaStream {
             raw: raw as sys::CUstream,
             ordinal,

@@ -81,6 +81,7 @@ unsafe extern "C" {
 
     pub fn hipStreamCreateWithFlags(stream: *mut Stream, flags: c_uint) -> Status;
     pub fn hipStreamSynchronize(stream: Stream) -> Status;
+    pub fn hipStreamQuery(stream: Stream) -> Status;
     pub fn hipDeviceSynchronize() -> Status;
     pub fn hipStreamWaitEvent(stream: Stream, event: Event, flags: c_uint) -> Status;
 

@@ -26,16 +26,20 @@ impl RocmStream {
     /// one. Its handle stays valid after drop (memory may have recorded it;
     /// see `crate::stream::own`).
     pub fn new(ordinal: u32) -> Result<RocmStream> {
-        let gpu = device(ordinal)?; // a forked child's typed error, first
-        let raw = crate::stream::own::reuse_or_create(crate::Device::Rocm(ordinal), || {
-            let _current = gpu.bind()?;
-            let mut raw: ffi::Stream = std::ptr::null_mut();
-            // SAFETY: valid out-pointer; the GPU is current.
-            check("hipStreamCreateWithFlags", unsafe {
-                ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
-            })?;
-            Ok(raw as usize)
-        })?;
+        let _current = device(ordinal)?.bind()?; // a forked child's typed error, first
+        let raw = crate::stream::own::reuse_or_create(
+            crate::Device::Rocm(ordinal),
+            // SAFETY: a stream devtensor made on this GPU, never destroyed.
+            |raw| unsafe { ffi::hipStreamQuery(raw as ffi::Stream) } == ffi::SUCCESS,
+            || {
+                let mut raw: ffi::Stream = std::ptr::null_mut();
+                // SAFETY: valid out-pointer; the GPU is current.
+                check("hipStreamCreateWithFlags", unsafe {
+                    ffi::hipStreamCreateWithFlags(&mut raw, ffi::STREAM_NON_BLOCKING)
+                })?;
+                Ok(raw as usize)
+            },
+        )?;
         Ok(RocmStream {
             raw: raw as ffi::Stream,
             ordinal,
