@@ -124,7 +124,8 @@ step $CLI bench --device "$BENCH_DEVICE" 2>&1 | tee "$log/bench.txt"
 bin=$([ -x carry/devtensor ] && echo carry/devtensor || echo target/release/devtensor)
 if [ "$BACKEND" = cuda ]; then step $PY bench/gpu_copy_peers.py --bin "$bin" 2>&1 | tee "$log/peers.txt"
 else echo "(torch ROCm peer bench: bench/gpu_copy_peers.py runs on torch.cuda, which is HIP on a ROCm torch)" > "$log/peers.txt"; fi
-step $PY bench/python_handoff.py 2>&1 | tee "$log/handoff.txt" || true
+# Under a step cap the short form, so that the table (CUDA rows first) is printed at all.
+step $PY bench/python_handoff.py ${DEVTENSOR_STEP_TIMEOUT:+--quick} 2>&1 | tee "$log/handoff.txt" || true
 
 # The memory checker last: the slowest step, by far.
 sanitizer="not available"
