@@ -34,6 +34,7 @@
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod blocks;
+mod caches;
 #[cfg(target_arch = "x86_64")]
 mod channels;
 mod elem;

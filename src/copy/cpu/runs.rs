@@ -5,6 +5,7 @@
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::caches::llc_bytes;
 use super::elem::{ld, st};
 use super::parallel::{Shared, par_for};
 
@@ -37,27 +38,6 @@ static STREAM_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// tests use to cover those paths; `Some(usize::MAX)` never streams.
 pub fn set_stream_threshold(bytes: Option<usize>) {
     STREAM_BYTES.store(bytes.map_or(0, |b| b.max(1)), Ordering::Relaxed);
-}
-
-/// Size of the largest CPU cache, from Linux sysfs.
-fn llc_bytes() -> Option<usize> {
-    let mut best = None;
-    for i in 0..8 {
-        let Ok(s) = std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu0/cache/index{i}/size")) else {
-            break;
-        };
-        let s = s.trim();
-        let (num, mult) = match s.as_bytes().last() {
-            Some(b'K') => (&s[..s.len() - 1], 1usize << 10),
-            Some(b'M') => (&s[..s.len() - 1], 1 << 20),
-            Some(b'G') => (&s[..s.len() - 1], 1 << 30),
-            _ => (s, 1),
-        };
-        if let Ok(n) = num.parse::<usize>() {
-            best = best.max(Some(n * mult));
-        }
-    }
-    best
 }
 
 /// Makes a task's non-temporal stores globally visible before it ends.
