@@ -4,25 +4,48 @@
 
 use std::sync::OnceLock;
 
-/// The caches of CPU 0 as (level, bytes).
-fn caches() -> &'static [(u32, usize)] {
-    static CACHES: OnceLock<Vec<(u32, usize)>> = OnceLock::new();
+/// One cache of CPU 0.
+#[derive(Clone, Copy)]
+struct Cache {
+    level: u32,
+    bytes: usize,
+    /// Logical CPUs sharing it (hyperthreads, core clusters).
+    cpus: usize,
+}
+
+/// The caches of CPU 0.
+fn caches() -> &'static [Cache] {
+    static CACHES: OnceLock<Vec<Cache>> = OnceLock::new();
     CACHES.get_or_init(|| {
         let mut v = Vec::new();
         for i in 0..8 {
             let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
-            let (Ok(level), Ok(size)) = (
-                std::fs::read_to_string(format!("{dir}/level")),
-                std::fs::read_to_string(format!("{dir}/size")),
-            ) else {
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}"));
+            let (Ok(level), Ok(size)) = (read("level"), read("size")) else {
                 break;
             };
             if let (Ok(level), Some(bytes)) = (level.trim().parse(), parse_size(size.trim())) {
-                v.push((level, bytes));
+                let cpus = read("shared_cpu_list")
+                    .ok()
+                    .and_then(|l| count_cpus(l.trim()))
+                    .unwrap_or(1);
+                v.push(Cache { level, bytes, cpus });
             }
         }
         v
     })
+}
+
+/// The number of CPUs in a sysfs list such as "0-3,8,10-11".
+fn count_cpus(list: &str) -> Option<usize> {
+    let mut n = 0;
+    for part in list.split(',') {
+        n += match part.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().ok()?.checked_sub(a.parse::<usize>().ok()?)? + 1,
+            None => part.parse::<usize>().map(|_| 1).ok()?,
+        };
+    }
+    (n > 0).then_some(n)
 }
 
 /// "48K", "2048K", "32M", "1G" or plain bytes.
@@ -38,20 +61,21 @@ fn parse_size(s: &str) -> Option<usize> {
 
 /// Size of the largest CPU cache (the last level's), if sysfs tells.
 pub(super) fn llc_bytes() -> Option<usize> {
-    caches().iter().map(|&(_, b)| b).max()
+    caches().iter().map(|c| c.bytes).max()
 }
 
-/// Size of a core's L2 (1 MiB where sysfs does not tell).
+/// A logical CPU's part of its L2: the L2's size over the CPUs sharing it
+/// (1 MiB where sysfs does not tell).
 pub(super) fn l2_bytes() -> usize {
     caches()
         .iter()
-        .find(|&&(level, _)| level == 2)
-        .map_or(1 << 20, |&(_, b)| b)
+        .find(|c| c.level == 2)
+        .map_or(1 << 20, |c| c.bytes / c.cpus.max(1))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_size;
+    use super::{count_cpus, parse_size};
 
     #[test]
     fn sysfs_sizes_parse_with_their_suffixes() {
@@ -62,5 +86,15 @@ mod tests {
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("K"), None);
         assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn sysfs_cpu_lists_count_their_cpus() {
+        assert_eq!(count_cpus("0"), Some(1));
+        assert_eq!(count_cpus("0,8"), Some(2));
+        assert_eq!(count_cpus("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpus("3-1"), None);
+        assert_eq!(count_cpus(""), None);
+        assert_eq!(count_cpus("x"), None);
     }
 }

@@ -56,11 +56,18 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
     // wake-up fewer before work starts, and no more busy threads than cores
     // (4 MiB row flips on two cores, one run: 0.81× torch's speed with a pool
     // of two beside the caller, 0.97× with one).
-    if 2 * bytes / workers <= l2_bytes() {
-        static_shares(pool, workers, total, bytes, &f);
-    } else {
-        balanced(pool, workers, total, bytes, &f);
+    match static_share_count(total, bytes, workers, l2_bytes()) {
+        Some(shares) => static_shares(pool, shares, total, &f),
+        None => balanced(pool, workers, total, bytes, &f),
     }
+}
+
+/// The number of shares when a copy of `bytes` over `0..total` runs in
+/// [`static_shares`] (each share, read and written, fits in `l2` bytes, a
+/// worker's part of its L2), `None` when it runs [`balanced`].
+fn static_share_count(total: usize, bytes: usize, workers: usize, l2: usize) -> Option<usize> {
+    let shares = workers.min(bytes / PAR_SHARE_MIN_BYTES).min(total).max(1);
+    (bytes.saturating_mul(2) / shares <= l2).then_some(shares)
 }
 
 /// Where each worker's share of a copy (read and written) fits in its core's
@@ -74,14 +81,9 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
 /// 186–231), 64 columns of an 8192² f32 matrix 90/92 → 155/265 (torch
 /// 180–203). Larger copies lose the affinity anyway, and static shares lost
 /// there: a 4096² f32 transpose ran at 48/44 GB/s balanced, 26/30 static.
-fn static_shares<F: Fn(usize, usize) + Sync + ?Sized>(
-    pool: &rayon::ThreadPool,
-    workers: usize,
-    total: usize,
-    bytes: usize,
-    f: &F,
-) {
-    let shares = workers.min(bytes / PAR_SHARE_MIN_BYTES).min(total).max(1);
+fn static_shares<F: Fn(usize, usize) + Sync + ?Sized>(pool: &rayon::ThreadPool, shares: usize, total: usize, f: &F) {
+    // A share without a thread would be skipped.
+    debug_assert!(pool.current_num_threads() + 1 >= shares);
     let range = move |k: usize| {
         let at = |k: usize| ((total as u128 * k as u128) / shares as u128) as usize;
         (at(k), at(k + 1))
@@ -173,7 +175,7 @@ mod tests {
     use std::sync::Mutex;
     use std::thread::ThreadId;
 
-    use super::{balanced, static_shares};
+    use super::{balanced, static_share_count, static_shares};
 
     /// Which thread visited each index of `0..total`, once per index.
     fn visits(total: usize, run: impl FnOnce(&(dyn Fn(usize, usize) + Sync))) -> Vec<ThreadId> {
@@ -201,8 +203,9 @@ mod tests {
             .unwrap();
         for total in [2, 3, 7, 64, 1000, 12345] {
             for bytes in [1 << 20, 4 << 20, 64 << 20] {
-                let first = visits(total, |f| static_shares(&pool, workers, total, bytes, f));
-                let again = visits(total, |f| static_shares(&pool, workers, total, bytes, f));
+                let shares = workers.min(total);
+                let first = visits(total, |f| static_shares(&pool, shares, total, f));
+                let again = visits(total, |f| static_shares(&pool, shares, total, f));
                 // The same index on the same thread, call after call: the affinity
                 // the static schedule exists for.
                 assert_eq!(first, again, "total {total}, bytes {bytes}");
@@ -211,5 +214,20 @@ mod tests {
                 visits(total, |f| balanced(&pool, workers, total, bytes, f));
             }
         }
+    }
+
+    #[test]
+    fn static_shares_where_each_fits_in_a_workers_l2() {
+        let mib = 1 << 20;
+        // 16 workers, 2 MiB of L2 each: 4 MiB in 16 shares of 512 KiB read and
+        // written; 1 MiB in 8 (128 KiB each at least); 64 MiB does not fit.
+        assert_eq!(static_share_count(1 << 20, 4 * mib, 16, 2 * mib), Some(16));
+        assert_eq!(static_share_count(1 << 20, mib, 16, 2 * mib), Some(8));
+        assert_eq!(static_share_count(1 << 20, 64 * mib, 16, 2 * mib), None);
+        // Two pieces of 8 MiB each cannot stay in a 2 MiB L2, however many workers.
+        assert_eq!(static_share_count(2, 16 * mib, 16, 2 * mib), None);
+        // Two workers, 1 MiB of L2 each.
+        assert_eq!(static_share_count(1000, mib, 2, mib), Some(2));
+        assert_eq!(static_share_count(1000, 2 * mib, 2, mib), None);
     }
 }
