@@ -202,15 +202,15 @@ mod tests {
             .build()
             .unwrap();
         for total in [2, 3, 7, 64, 1000, 12345] {
+            let shares = workers.min(total);
+            let first = visits(total, |f| static_shares(&pool, shares, total, f));
+            let again = visits(total, |f| static_shares(&pool, shares, total, f));
+            // The same index on the same thread, call after call: the affinity
+            // the static schedule exists for.
+            assert_eq!(first, again, "total {total}");
+            let threads: std::collections::HashSet<_> = first.iter().collect();
+            assert_eq!(threads.len(), shares, "total {total}");
             for bytes in [1 << 20, 4 << 20, 64 << 20] {
-                let shares = workers.min(total);
-                let first = visits(total, |f| static_shares(&pool, shares, total, f));
-                let again = visits(total, |f| static_shares(&pool, shares, total, f));
-                // The same index on the same thread, call after call: the affinity
-                // the static schedule exists for.
-                assert_eq!(first, again, "total {total}, bytes {bytes}");
-                let threads: std::collections::HashSet<_> = first.iter().collect();
-                assert_eq!(threads.len(), workers.min(total), "total {total}, bytes {bytes}");
                 visits(total, |f| balanced(&pool, workers, total, bytes, f));
             }
         }
