@@ -252,9 +252,15 @@ const EXTEND_MAX_RUN: usize = 1024;
 /// Destination runs an extension aims at (bytes, at most), and source runs.
 /// 64⁴ f32 permute 3021 on two cores (one run, GB/s): 21 unextended, 31 with
 /// 512-byte destination runs, 18 with 1 KiB; 32⁴ × 16 f32 permute 43210:
-/// 8.7 unextended, 14.7 with 512 × 256 bytes, 10.8 with 256 × 256.
+/// 8.7 unextended, 14.7 with 512 × 256 bytes, 10.8 with 256 × 256 (now 22
+/// with 256- or 1024-byte source runs, 21 with 2 KiB).
 const EXTENDED_DST_RUN: usize = 512;
 const EXTENDED_SRC_RUN: usize = 256;
+/// Source runs an extension aims at when no batch dim continues the
+/// destination runs: 32⁵ f16 permute 03142 on two cores (three runs each,
+/// median GB/s): 14.4 unextended, 21.1 with 256-byte source runs, 22.1 with 1
+/// KiB, 22.3 with 2 KiB.
+const EXTENDED_SRC_RUN_ALONE: usize = 1024;
 
 /// Batch dims that continue a short tile side: `da` has the destination
 /// stride of a whole `a` run (destination runs grow `da.1`-fold), `sb` the
@@ -284,15 +290,18 @@ impl Extension {
             .position(|c| c.dst == ra as isize)
             .map(|k| (k, grow(batch[k].len, ra, EXTENDED_DST_RUN)))
             .filter(|&(_, n)| n > 1);
+        let src_run = if da.is_some() {
+            EXTENDED_SRC_RUN
+        } else {
+            EXTENDED_SRC_RUN_ALONE
+        };
         let sb = batch
             .iter()
             .enumerate()
             .position(|(k, c)| c.src == rb as isize && da.is_none_or(|(ka, _)| ka != k))
-            .map(|k| (k, grow(batch[k].len, rb, EXTENDED_SRC_RUN)))
+            .map(|k| (k, grow(batch[k].len, rb, src_run)))
             .filter(|&(_, n)| n > 1);
-        // Longer source runs alone did not pay: 32⁵ f16 permute 03142, 30
-        // GB/s either way; longer destination runs did (above).
-        da.is_some().then_some(Extension { da, sb })
+        (da.is_some() || sb.is_some()).then_some(Extension { da, sb })
     }
 }
 
