@@ -363,7 +363,9 @@ unsafe fn extended<T: Elem>(
         with_stage(stage_bytes, |buf| {
             for_each_segment(&batch, 1, t0, t1, |dof, so, _, _| {
                 // SAFETY: every sub-tile is an `a × b` slice of the plan; the
-                // staging buffer holds `n2 · b.len` rows of `tb` bytes.
+                // staging buffer holds `n2 · b.len` rows of `tb` bytes; with
+                // `db == tb` the `b.len` destination runs of a `k2` are the
+                // contiguous `b.len · tb` bytes from its first.
                 unsafe {
                     for k2 in 0..n2 {
                         for k1 in 0..n1 {
