@@ -357,7 +357,7 @@ fn transposes_every_alignment_and_kernel() {
         set_avx2_allowed(avx2);
         for stream in [Some(1), Some(usize::MAX)] {
             set_stream_threshold(stream);
-            for e in [1usize, 2, 4, 8, 16] {
+            for e in [1usize, 2, 3, 4, 8, 16] {
                 // Destination rows of at least 4 KiB take line-aligned tiles
                 // when their stride is a multiple of a line; others are staged.
                 let long = 4096 / e;

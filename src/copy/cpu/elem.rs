@@ -96,7 +96,6 @@ macro_rules! scalar_elem {
 }
 
 scalar_elem! {
-    [u8; 3] => 4;
     [u8; 5] => 4;
     [u8; 6] => 4;
     [u8; 7] => 4;
@@ -112,6 +111,7 @@ scalar_elem! {
 
 #[cfg(not(target_arch = "x86_64"))]
 scalar_elem! {
+    [u8; 3] => 4;
     u8 => 8;
     u16 => 8;
     u32 => 8;
@@ -213,6 +213,12 @@ mod sse {
         }
     }
 
+    /// Three-byte elements have no SSE2 kernel (the scalar 4×4 tile), only an
+    /// AVX2 one.
+    impl Elem for [u8; 3] {
+        const MICRO: usize = 4;
+        with_avx2!(E3);
+    }
     impl Elem for u8 {
         const MICRO: usize = 16;
         with_avx2!(U8);
