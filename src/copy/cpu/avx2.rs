@@ -228,7 +228,7 @@ impl Kernel for E3 {
                 let v = _mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(p.add(8).cast()));
                 _mm256_shuffle_epi8(v, spread)
             };
-            let mut a: [__m256i; 4] = std::array::from_fn(|k| row(k));
+            let mut a: [__m256i; 4] = std::array::from_fn(&row);
             let mut b: [__m256i; 4] = std::array::from_fn(|k| row(4 + k));
             for _ in 0..2 {
                 let (mut ta, mut tb) = ([zero; 4], [zero; 4]);
