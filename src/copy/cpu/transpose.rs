@@ -184,12 +184,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         let (i1, ni1) = cols.get((t + 1) / rows.count());
                         let (j1, nj1) = rows.get((t + 1) % rows.count());
                         let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
-                        NextTile {
-                            src: at,
-                            rows: ni1,
-                            row_lines: (nj1 * e).div_ceil(LINE),
-                            sa,
-                        }
+                        NextTile::new(at, ni1, nj1 * e, sa)
                     });
                     // SAFETY: the tile's elements are elements of the plan; the
                     // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes; on
@@ -235,6 +230,21 @@ struct NextTile {
 }
 
 impl NextTile {
+    /// The tile of `rows` rows of `row_bytes` from `src`, `sa` bytes apart.
+    /// Rows that do not start on a line span one line more than their bytes
+    /// fill: that line, left out, was a demand miss per row and tile (4097 ×
+    /// 4095 f32 on two cores, three runs each: 22.4 GB/s without it, 31.1 with).
+    #[inline(always)]
+    fn new(src: *const u8, rows: usize, row_bytes: usize, sa: isize) -> NextTile {
+        let misaligned = src as usize % LINE != 0 || sa % LINE as isize != 0;
+        NextTile {
+            src,
+            rows,
+            row_lines: row_bytes.div_ceil(LINE) + usize::from(misaligned),
+            sa,
+        }
+    }
+
     /// Prefetches into L2 the `step`-th of `steps` equal shares of the tile's
     /// source lines (one share per destination run written out).
     #[inline(always)]
@@ -381,11 +391,9 @@ unsafe fn extended<T: Elem>(
                     // where that dim wraps: a prefetch is only a hint), for
                     // each `k1`: `a.len` rows of `n2` source runs.
                     let steps = n2 * b.len;
-                    let next = |k1: usize| NextTile {
-                        src: s.get().wrapping_offset(so + batch[0].src + k1 as isize * c1.src),
-                        rows: a.len,
-                        row_lines: (n2 * b.len * e).div_ceil(LINE),
-                        sa,
+                    let next = |k1: usize| {
+                        let at = s.get().wrapping_offset(so + batch[0].src + k1 as isize * c1.src);
+                        NextTile::new(at, a.len, n2 * b.len * e, sa)
                     };
                     for k2 in 0..n2 {
                         let dt = d.get().offset(dof + k2 as isize * c2.dst);
