@@ -660,7 +660,7 @@ fn sliced_rows_and_flips() {
         assert!(got == want, "sliced rows k = {k}");
     }
     // Bytes rows at odd addresses on both sides.
-    for k in [4usize, 63, 64, 128, 255, 257, 1000, 16_385] {
+    for k in [4usize, 63, 64, 128, 255, 257, 1000, 3001, 16_385] {
         let (m, n) = (67, 2 * k + 3);
         let src = pattern(m * n + 1, k as u64);
         let mut got = vec![0u8; m * k + 1];
