@@ -203,8 +203,8 @@ impl Kernel for E3 {
     const E: usize = 3;
     const M: usize = 8;
 
-    /// `NT` is ignored: 24-byte rows never fill whole lines, and [`blocks::tiles`]
-    /// streams only kernels with 32-byte rows.
+    /// `NT` is ignored: three-byte tiles are never streamed (only line tiles
+    /// are, and those take power-of-two elements).
     #[target_feature(enable = "avx2")]
     #[inline]
     unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
