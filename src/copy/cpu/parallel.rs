@@ -10,11 +10,14 @@ use smallvec::SmallVec;
 use super::caches::l2_bytes;
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
-/// Below this many bytes a copy runs on the calling thread: waking the pool
-/// costs about as much as copying a MiB in cache (same-process comparison with
-/// NumPy's single-threaded copies, `bench/cpu_copy_peers.py`: 256 KiB row flips
-/// ran at 0.4× NumPy's speed split across two threads).
-pub(super) const PAR_MIN_BYTES: usize = 1 << 20;
+/// Below this many bytes a copy runs on the calling thread: two of torch's
+/// grains (`parallel_for` gives a thread at least 32768 elements). With a
+/// sleeping caller ([`FINISH_SPIN`]) splitting cost about a MiB of copying
+/// and this was 1 MiB (256 KiB row flips had run at 0.4× NumPy's speed on two
+/// threads); with a spinning one, 512 KiB copies on two cores, two runs each,
+/// GB/s, one thread → two: clone 73–91 → 128–138, row flip 73 → 123–130
+/// (torch 122–134); 256 KiB row flip 94–99 → 104 (torch 100–103).
+pub(super) const PAR_MIN_BYTES: usize = 256 << 10;
 /// Target bytes per task of the balanced schedule.
 const PAR_CHUNK_BYTES: usize = 1 << 20;
 /// Fewest bytes worth a worker of their own in the static schedule (torch's
