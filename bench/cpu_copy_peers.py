@@ -72,7 +72,7 @@ def peer_patterns(quick):
     for mib in ([2, 8] if quick else [2, 8, 16, 64]):  # x[:, :1024]: 4 KiB rows of a 2×-wide f32 matrix
         r = (mib << 20) // 4096
         v.append(pattern(f"sliced_rows_4KiB_{mib}MiB_of_f32_{r}x2048", 4, r * 2048, [r, 1024], [2048, 1]))
-    for m in ([256, 1024] if quick else [256, 1024, 4096]):  # 2-D flips
+    for m in ([256, 1024] if quick else [256, 512, 1024, 4096]):  # 2-D flips
         v.append(pattern(f"flip2d_both_f32_{m}x{m}", 4, m * m, [m, m], [-m, -1], m * m - 1))
         v.append(pattern(f"flip2d_rows_f32_{m}x{m}", 4, m * m, [m, m], [-m, 1], (m - 1) * m))
         v.append(pattern(f"flip2d_cols_f32_{m}x{m}", 4, m * m, [m, m], [m, -1], m - 1))
