@@ -1,7 +1,7 @@
 //! The parallel loop: [`par_for`] splits a flat index space across the copy
 //! pool, and [`for_each_segment`] walks one task's piece of it row by row.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -107,13 +107,14 @@ fn static_share_count(total: usize, bytes: usize, workers: usize, l2: usize) -> 
 /// 180–203). Larger copies lose the affinity anyway, and static shares lost
 /// there: a 4096² f32 transpose ran at 48/44 GB/s balanced, 26/30 static.
 fn static_shares<F: Fn(usize, usize) + Sync + ?Sized>(pool: &rayon::ThreadPool, shares: usize, total: usize, f: &F) {
+    let threads = pool.current_num_threads();
     // A share without a thread would be skipped.
-    debug_assert!(pool.current_num_threads() + 1 >= shares);
+    debug_assert!(threads + 1 >= shares);
     let range = move |k: usize| {
         let at = |k: usize| ((total as u128 * k as u128) / shares as u128) as usize;
         (at(k), at(k + 1))
     };
-    let threads = pool.current_num_threads();
+    // Pool threads done with their broadcast job (share or none).
     let finished = &AtomicUsize::new(0);
     pool.in_place_scope(|scope| {
         // Pool thread i takes share i + 1, on every call.
@@ -144,14 +145,14 @@ fn balanced<F: Fn(usize, usize) + Sync + ?Sized>(
     let rest = total - own;
     let n = (bytes / PAR_CHUNK_BYTES).clamp(workers, workers * 64).min(rest).max(1);
     let split = move |c: usize| own + ((rest as u128 * c as u128) / n as u128) as usize;
-    let finished = &AtomicUsize::new(0);
+    let finished = &AtomicBool::new(false);
     pool.in_place_scope(|scope| {
         scope.spawn(move |_| {
             (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1)));
-            finished.store(1, Ordering::Release);
+            finished.store(true, Ordering::Release);
         });
         f(0, own);
-        spin_until(|| finished.load(Ordering::Acquire) == 1);
+        spin_until(|| finished.load(Ordering::Acquire));
     });
 }
 
