@@ -52,7 +52,7 @@ fn traffic(plan: &CopyPlan) -> usize {
     let lines = plan
         .dims
         .iter()
-        .all(|d| d.len == 1 || d.src.unsigned_abs() >= LINE as usize);
+        .all(|d| d.len == 1 || d.src.unsigned_abs() >= LINE);
     if lines {
         plan.bytes()
             .max(plan.dims.iter().map(|d| d.len).product::<usize>() * LINE)
