@@ -65,12 +65,14 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         return;
     }
     // Long rows are whole destination lines written once while a strided
-    // source streams through the cache: streaming stores pay off from half of
-    // the last-level cache (4 KiB rows of 16 MiB: 18 → 33 GB/s; at an eighth,
-    // a 4 MiB row flip ran at 0.6× torch's cached stores; at a quarter, 8 MiB
-    // of 4 KiB rows, read and written, still fit in the cache: 53 GB/s
-    // streamed, 86–116 cached, torch 101–146; two cores, 32 MiB L3).
-    let nt = nt || plan.bytes() >= stream_threshold() / 2;
+    // source streams through the cache: streaming stores pay off from five
+    // eighths of the last-level cache. At an eighth, a 4 MiB row flip ran at
+    // 0.6× torch's cached stores; at a quarter, 8 MiB of 4 KiB rows at 53 GB/s
+    // streamed, 86–116 cached (torch 101–146). Two cores, 32 MiB L3, four
+    // alternated runs each, GB/s in the VM's slow / fast memory mode, streamed
+    // against cached: 16 MiB of 4 KiB rows 57 / 111 against 65 / 123 (torch
+    // 58–64 / 111–120); 20 MiB 55 / 111 against 51–57 (torch 50–56 / 89–96).
+    let nt = nt || plan.bytes() >= stream_threshold() / 8 * 5;
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;
