@@ -49,10 +49,7 @@ pub(super) unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const
 /// thread → two: 1.08–1.17 → 2.09–2.19 (×1), 4.5 → 6.8–7.8 (×2), 9.2–9.3 →
 /// 13.8–15.5 (×4); NumPy and torch 1.0–1.1, 2.7–4.4, 5.3–8.0.
 fn traffic(plan: &CopyPlan) -> usize {
-    let lines = plan
-        .dims
-        .iter()
-        .all(|d| d.len == 1 || d.src.unsigned_abs() >= LINE);
+    let lines = plan.dims.iter().all(|d| d.len == 1 || d.src.unsigned_abs() >= LINE);
     if lines {
         plan.bytes()
             .max(plan.dims.iter().map(|d| d.len).product::<usize>() * LINE)

@@ -1,10 +1,9 @@
 //! The parallel loop: [`par_for`] splits a flat index space across the copy
 //! pool, and [`for_each_segment`] walks one task's piece of it row by row.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use smallvec::SmallVec;
 
 use super::caches::l2_bytes;
@@ -25,18 +24,18 @@ const PAR_CHUNK_BYTES: usize = 1 << 20;
 const PAR_SHARE_MIN_BYTES: usize = 128 << 10;
 
 /// How long the calling thread, its own share done, spins for the pool's
-/// before it sleeps in rayon's wait (as OpenMP's threads spin at a barrier).
-/// A sleeping caller is woken by the last pool thread, and on a VM that
-/// wake-up costs about as much as copying a MiB: two cores, two runs each,
-/// GB/s, sleeping → spinning: 1 MiB clone 120–138 → 148–152, 1 MiB row flip
-/// 64–66 → 140–142 (one thread: 75), 2 MiB of 4 KiB rows 92–95 → 137–138,
-/// 4 MiB clone 125–129 → 168.
+/// before it sleeps (as OpenMP's threads spin at a barrier). A sleeping
+/// caller waits for a wake-up, and on a VM that costs about as much as
+/// copying a MiB: two cores, two runs each, GB/s, sleeping → spinning: 1 MiB
+/// clone 120–138 → 148–152, 1 MiB row flip 64–66 → 140–142 (one thread: 75),
+/// 2 MiB of 4 KiB rows 92–95 → 137–138, 4 MiB clone 125–129 → 168. Also how
+/// long it leaves a static share to its pool thread before taking it itself.
 const FINISH_SPIN: Duration = Duration::from_micros(200);
 
-/// Spins until `done()` holds or [`FINISH_SPIN`] has passed.
-fn spin_until(done: impl Fn() -> bool) {
+/// Spins until `done()` holds or `cap` has passed.
+fn spin_until(done: impl Fn() -> bool, cap: Duration) {
     let start = Instant::now();
-    while !done() && start.elapsed() < FINISH_SPIN {
+    while !done() && start.elapsed() < cap {
         for _ in 0..32 {
             std::hint::spin_loop();
         }
@@ -70,6 +69,10 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
         f(0, total);
         return;
     }
+    if Backoff::active() {
+        f(0, total);
+        return;
+    }
     // Our own pool, made again in a fork()ed child (crate::fork); its threads
     // and this one are the workers.
     let Some((pool, workers)) = crate::fork::copy_pool().filter(|&(_, workers)| workers >= 2) else {
@@ -82,8 +85,50 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
     // (4 MiB row flips on two cores, one run: 0.81× torch's speed with a pool
     // of two beside the caller, 0.97× with one).
     match static_share_count(total, bytes, workers, l2_bytes()) {
-        Some(shares) => static_shares(pool, shares, total, &f),
+        Some(shares) => static_shares(pool, shares, total, FINISH_SPIN, &f),
         None => balanced(pool, workers, total, bytes, &f),
+    }
+}
+
+/// Copies run on the calling thread alone for a while after the pool was
+/// late to one: its threads then wait behind others for the cores (another
+/// library's threads spinning after their own parallel loop, as OpenMP's do
+/// for milliseconds), and waking them only queues one more thread there, in
+/// front of the caller too. 16 MiB of 4 KiB rows copied alternately by
+/// devtensor and torch, call by call, two cores, median GB/s: in a third of
+/// the runs both fell to 3–4 (torch 8) without the back-off; with it, nine
+/// runs of nine at 21–26 (torch 42–57; alone, either copy runs at 56–62).
+struct Backoff;
+
+/// Nanoseconds after [`Backoff::epoch`] until which copies stay serial.
+static UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// A pool thread that starts this long after the copy was handed out is late.
+const POOL_LATE: Duration = Duration::from_millis(1);
+/// How long copies stay on the calling thread after that.
+const BACKOFF: Duration = Duration::from_millis(20);
+
+impl Backoff {
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    fn now() -> u64 {
+        Backoff::epoch().elapsed().as_nanos() as u64
+    }
+
+    fn active() -> bool {
+        let until = UNTIL.load(Ordering::Relaxed);
+        until != 0 && Backoff::now() < until
+    }
+
+    /// Records how long the pool took to start on a copy (`None`: it had not
+    /// started when the copy was over, `waited` after it was handed out).
+    fn observe(start: Option<Duration>, waited: Duration) {
+        if start.unwrap_or(waited) >= POOL_LATE {
+            UNTIL.store(Backoff::now() + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -96,44 +141,32 @@ fn static_share_count(total: usize, bytes: usize, workers: usize, l2: usize) -> 
 }
 
 /// Where each worker's share of a copy (read and written) fits in its core's
-/// L2: worker k always gets the k-th of equal shares (OpenMP's
-/// `schedule(static)`, which torch's `parallel_for` uses), so a copy repeated
-/// on the same buffers finds its share in the cache of the core that copied
-/// it last time; [`balanced`] hands the pieces out anew on every call, and
-/// each core then reads what others wrote. 16-core Xeon (L2 2 MiB a core),
-/// GB/s, two alternated runs each, work stealing → static: 4 MiB row flips
-/// 158/179 → 398/514 (torch 382–530), 1 MiB clone 102/104 → 270/269 (torch
-/// 186–231), 64 columns of an 8192² f32 matrix 90/92 → 155/265 (torch
-/// 180–203). Larger copies lose the affinity anyway, and static shares lost
-/// there: a 4096² f32 transpose ran at 48/44 GB/s balanced, 26/30 static.
-fn static_shares<F: Fn(usize, usize) + Sync + ?Sized>(pool: &rayon::ThreadPool, shares: usize, total: usize, f: &F) {
-    let threads = pool.current_num_threads();
-    // A share without a thread would be skipped.
-    debug_assert!(threads + 1 >= shares);
-    let range = move |k: usize| {
-        let at = |k: usize| ((total as u128 * k as u128) / shares as u128) as usize;
-        (at(k), at(k + 1))
-    };
-    // Pool threads done with their broadcast job (share or none).
-    let finished = &AtomicUsize::new(0);
-    pool.in_place_scope(|scope| {
-        // Pool thread i takes share i + 1, on every call.
-        scope.spawn_broadcast(move |_, ctx| {
-            let k = ctx.index() + 1;
-            if k < shares {
-                let (lo, hi) = range(k);
-                f(lo, hi);
-            }
-            finished.fetch_add(1, Ordering::Release);
-        });
-        let (lo, hi) = range(0);
-        f(lo, hi);
-        spin_until(|| finished.load(Ordering::Acquire) == threads);
-    });
+/// L2: worker k gets the k-th of equal shares (OpenMP's `schedule(static)`,
+/// which torch's `parallel_for` uses), so a copy repeated on the same buffers
+/// finds its share in the cache of the core that copied it last time;
+/// [`balanced`] hands the pieces out anew on every call, and each core then
+/// reads what others wrote. 16-core Xeon (L2 2 MiB a core), GB/s, two
+/// alternated runs each, work stealing → static: 4 MiB row flips 158/179 →
+/// 398/514 (torch 382–530), 1 MiB clone 102/104 → 270/269 (torch 186–231), 64
+/// columns of an 8192² f32 matrix 90/92 → 155/265 (torch 180–203). Larger
+/// copies lose the affinity anyway, and static shares lost there: a 4096² f32
+/// transpose ran at 48/44 GB/s balanced, 26/30 static. A share whose thread
+/// has not started within `grace` of the caller finishing its own is taken
+/// by the caller ([`Job`]).
+fn static_shares<F: Fn(usize, usize) + Sync + ?Sized>(
+    pool: &rayon::ThreadPool,
+    shares: usize,
+    total: usize,
+    grace: Duration,
+    f: &F,
+) {
+    let bounds = (0..=shares).map(|k| ((total as u128 * k as u128) / shares as u128) as usize);
+    // Pool thread i prefers share i + 1, on every call.
+    Job::run(pool, bounds.collect(), true, grace, f);
 }
 
-/// The calling thread takes one worker's share; the pool's threads take the
-/// rest in chunks of about [`PAR_CHUNK_BYTES`], whichever thread is free.
+/// The calling thread takes one worker's share, then pieces of about
+/// [`PAR_CHUNK_BYTES`] of the rest, as every pool thread does once it starts.
 fn balanced<F: Fn(usize, usize) + Sync + ?Sized>(
     pool: &rayon::ThreadPool,
     workers: usize,
@@ -145,15 +178,165 @@ fn balanced<F: Fn(usize, usize) + Sync + ?Sized>(
     let rest = total - own;
     let n = (bytes / PAR_CHUNK_BYTES).clamp(workers, workers * 64).min(rest).max(1);
     let split = move |c: usize| own + ((rest as u128 * c as u128) / n as u128) as usize;
-    let finished = &AtomicBool::new(false);
-    pool.in_place_scope(|scope| {
-        scope.spawn(move |_| {
-            (0..n).into_par_iter().for_each(|c| f(split(c), split(c + 1)));
-            finished.store(true, Ordering::Release);
+    let bounds = std::iter::once(0).chain((0..=n).map(split));
+    Job::run(pool, bounds.collect(), false, Duration::ZERO, f);
+}
+
+/// The caller's loop body with its lifetime erased, so that pool threads
+/// may hold it in a job that outlives the call ([`Job`] says when they may
+/// call it).
+#[derive(Clone, Copy)]
+struct Body(*const (dyn Fn(usize, usize) + Sync + 'static));
+
+// SAFETY: the closure is `Sync`, and a `Body` is only dereferenced under
+// `Job`'s protocol, while the caller's frame that owns the closure is alive.
+unsafe impl Send for Body {}
+// SAFETY: as `Send`.
+unsafe impl Sync for Body {}
+
+/// One parallel loop: its ranges (`bounds[k] .. bounds[k + 1]`), each run
+/// once by whichever thread claims it first. The caller runs range 0, then
+/// claims what no pool thread has, so it never waits for a thread that has
+/// not started (one that waits behind other threads for a core, [`Backoff`]):
+/// only for ranges other threads are running.
+/// Pool threads join through a broadcast that may run after the call has
+/// returned: they count themselves in `active` before they look at `closed`,
+/// and the caller sets `closed` before it waits for `active` to drop to zero,
+/// so a pool thread calls the body only while the caller waits for it
+/// (sequentially consistent order: one of the two sees the other's write).
+struct Job {
+    body: Body,
+    bounds: Vec<usize>,
+    claimed: Box<[AtomicBool]>,
+    /// Where the search for an unclaimed range goes on.
+    next: AtomicUsize,
+    /// Ranges run (or panicked).
+    done: AtomicUsize,
+    /// Pool threads inside the job.
+    active: AtomicUsize,
+    /// When the job was handed out, and nanoseconds after that until the
+    /// first pool thread started on it (`u64::MAX`: none yet).
+    handed: Instant,
+    first: AtomicU64,
+    closed: AtomicBool,
+    /// The first panic of the body, resumed on the caller's thread.
+    panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
+}
+
+impl Job {
+    /// Runs `f` over every range of `bounds` on the calling thread and the
+    /// pool's; with `preferred`, pool thread i first claims range i + 1, and
+    /// the caller leaves those to their threads for `grace` after its own.
+    fn run<F: Fn(usize, usize) + Sync + ?Sized>(
+        pool: &rayon::ThreadPool,
+        bounds: Vec<usize>,
+        preferred: bool,
+        grace: Duration,
+        f: &F,
+    ) {
+        let n = bounds.len() - 1;
+        if n == 1 {
+            f(bounds[0], bounds[1]);
+            return;
+        }
+        let body: &(dyn Fn(usize, usize) + Sync) = &|lo, hi| f(lo, hi);
+        // SAFETY: a lifetime transmute of a reference to a trait object; the
+        // pointer is used under the protocol above only, while `f` lives.
+        let body = Body(unsafe {
+            std::mem::transmute::<&(dyn Fn(usize, usize) + Sync), &'static (dyn Fn(usize, usize) + Sync)>(body)
         });
-        f(0, own);
-        spin_until(|| finished.load(Ordering::Acquire));
-    });
+        let job = std::sync::Arc::new(Job {
+            body,
+            bounds,
+            claimed: (0..n).map(|k| AtomicBool::new(k == 0)).collect(),
+            next: AtomicUsize::new(1),
+            done: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+            handed: Instant::now(),
+            first: AtomicU64::new(u64::MAX),
+            closed: AtomicBool::new(false),
+            panic: std::sync::Mutex::new(None),
+        });
+        let shared = job.clone();
+        pool.spawn_broadcast(move |ctx| {
+            shared.active.fetch_add(1, Ordering::SeqCst);
+            let late = shared.handed.elapsed().as_nanos() as u64;
+            let _ = shared
+                .first
+                .compare_exchange(u64::MAX, late, Ordering::Relaxed, Ordering::Relaxed);
+            if !shared.closed.load(Ordering::SeqCst) {
+                // With preferred ranges a pool thread runs its own only (another
+                // thread's is its cache's); late ones are the caller's to take.
+                let mine = ctx.index() + 1;
+                if !preferred {
+                    while let Some(k) = shared.claim() {
+                        shared.run_range(k);
+                    }
+                } else if mine < n && !shared.claimed[mine].swap(true, Ordering::AcqRel) {
+                    shared.run_range(mine);
+                }
+            }
+            shared.active.fetch_sub(1, Ordering::SeqCst);
+        });
+        job.run_range(0);
+        if preferred {
+            spin_until(|| job.done.load(Ordering::Acquire) == n, grace);
+        }
+        while let Some(k) = job.claim() {
+            job.run_range(k);
+        }
+        // Only ranges running on other threads are left.
+        wait_until(|| job.done.load(Ordering::Acquire) == n);
+        job.closed.store(true, Ordering::SeqCst);
+        let first = job.first.load(Ordering::Relaxed);
+        Backoff::observe(
+            (first != u64::MAX).then(|| Duration::from_nanos(first)),
+            job.handed.elapsed(),
+        );
+        wait_until(|| job.active.load(Ordering::SeqCst) == 0);
+        let panic = job.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(payload) = panic {
+            std::panic::resume_unwind(payload);
+        }
+    }
+
+    /// Claims a range no thread has yet, if any is left.
+    fn claim(&self) -> Option<usize> {
+        loop {
+            let k = self.next.fetch_add(1, Ordering::Relaxed);
+            if k >= self.claimed.len() {
+                return None;
+            }
+            if !self.claimed[k].swap(true, Ordering::AcqRel) {
+                return Some(k);
+            }
+        }
+    }
+
+    /// Runs claimed range `k`, keeping a panic for the caller.
+    fn run_range(&self, k: usize) {
+        let (lo, hi) = (self.bounds[k], self.bounds[k + 1]);
+        // SAFETY: the caller of `Job::run` is alive: this thread claimed `k`
+        // while `closed` was false and is counted in `active` (or is the
+        // caller itself), and the caller waits for both.
+        let body = unsafe { &*self.body.0 };
+        if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(lo, hi))) {
+            self.panic
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(payload);
+        }
+        self.done.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// Waits for `done()`: spins for [`FINISH_SPIN`], then sleeps in short steps
+/// (leaving the core to the threads it waits for).
+fn wait_until(done: impl Fn() -> bool) {
+    spin_until(&done, FINISH_SPIN);
+    while !done() {
+        std::thread::sleep(Duration::from_micros(20));
+    }
 }
 
 /// Walks the flat index range `[w0, w1)` of `outer × inner_len`
@@ -208,7 +391,9 @@ pub(super) fn for_each_segment(
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::mpsc::channel;
     use std::thread::ThreadId;
+    use std::time::{Duration, Instant};
 
     use super::{FINISH_SPIN, balanced, spin_until, static_share_count, static_shares};
 
@@ -238,8 +423,10 @@ mod tests {
             .unwrap();
         for total in [2, 3, 7, 64, 1000, 12345] {
             let shares = workers.min(total);
-            let first = visits(total, |f| static_shares(&pool, shares, total, f));
-            let again = visits(total, |f| static_shares(&pool, shares, total, f));
+            // A grace no pool thread misses: every share runs on its thread.
+            let grace = Duration::from_secs(10);
+            let first = visits(total, |f| static_shares(&pool, shares, total, grace, f));
+            let again = visits(total, |f| static_shares(&pool, shares, total, grace, f));
             // The same index on the same thread, call after call: the affinity
             // the static schedule exists for.
             assert_eq!(first, again, "total {total}");
@@ -253,15 +440,59 @@ mod tests {
 
     #[test]
     fn the_caller_spins_until_the_pool_is_done_and_no_longer_than_its_cap() {
-        use std::time::{Duration, Instant};
         // Done already: no wait.
         let t = Instant::now();
-        spin_until(|| true);
+        spin_until(|| true, FINISH_SPIN);
         assert!(t.elapsed() < FINISH_SPIN);
         // Never done: it gives up after the cap (and not long after).
         let t = Instant::now();
-        spin_until(|| false);
+        spin_until(|| false, FINISH_SPIN);
         assert!(t.elapsed() >= FINISH_SPIN && t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn the_caller_takes_the_ranges_of_a_pool_thread_that_has_not_started() {
+        // The pool's only thread is busy (as when another library's threads
+        // hold the cores) until the copies are over, or for 10 s at most.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let (release, blocked) = channel::<()>();
+        let (started, running) = channel::<()>();
+        pool.spawn(move || {
+            started.send(()).unwrap();
+            let _ = blocked.recv_timeout(Duration::from_secs(10));
+        });
+        running.recv().unwrap();
+        let me = std::thread::current().id();
+        for total in [2, 3, 1000] {
+            let t = Instant::now();
+            let by = visits(total, |f| static_shares(&pool, 2, total, Duration::from_millis(1), f));
+            assert!(by.iter().all(|&t| t == me), "static, total {total}");
+            let by = visits(total, |f| balanced(&pool, 2, total, 64 << 20, f));
+            assert!(by.iter().all(|&t| t == me), "balanced, total {total}");
+            assert!(t.elapsed() < Duration::from_secs(5));
+        }
+        release.send(()).unwrap();
+        // The pool runs its late broadcasts, which find the jobs closed, and
+        // stays usable.
+        let by = visits(1000, |f| static_shares(&pool, 2, 1000, Duration::from_secs(10), f));
+        assert!(by.iter().any(|&t| t != me));
+    }
+
+    #[test]
+    fn a_panic_in_the_body_reaches_the_caller_after_every_range_has_ended() {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let ran = std::sync::atomic::AtomicUsize::new(0);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            balanced(&pool, 4, 1000, 64 << 20, &|lo: usize, _hi: usize| {
+                ran.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                assert!(lo != 0, "the first range panics");
+            })
+        }));
+        let payload = r.unwrap_err();
+        let msg = payload.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert!(msg.contains("the first range panics"), "{msg}");
+        // Every other range ran too: the caller returned after all of them.
+        assert!(ran.load(std::sync::atomic::Ordering::SeqCst) > 4);
     }
 
     #[test]
