@@ -395,7 +395,9 @@ mod tests {
     use std::thread::ThreadId;
     use std::time::{Duration, Instant};
 
-    use super::{FINISH_SPIN, balanced, spin_until, static_share_count, static_shares};
+    use super::{
+        BACKOFF, Backoff, FINISH_SPIN, POOL_LATE, UNTIL, balanced, spin_until, static_share_count, static_shares,
+    };
 
     /// Which thread visited each index of `0..total`, once per index.
     fn visits(total: usize, run: impl FnOnce(&(dyn Fn(usize, usize) + Sync))) -> Vec<ThreadId> {
@@ -451,6 +453,7 @@ mod tests {
     }
 
     #[test]
+    #[serial_test::serial(copy_backoff)]
     fn the_caller_takes_the_ranges_of_a_pool_thread_that_has_not_started() {
         // The pool's only thread is busy (as when another library's threads
         // hold the cores) until the copies are over, or for 10 s at most.
@@ -476,6 +479,27 @@ mod tests {
         // stays usable.
         let by = visits(1000, |f| static_shares(&pool, 2, 1000, Duration::from_secs(10), f));
         assert!(by.iter().any(|&t| t != me));
+    }
+
+    #[test]
+    #[serial_test::serial(copy_backoff)]
+    fn a_late_pool_sends_copies_to_the_caller_alone_for_a_while() {
+        use std::sync::atomic::Ordering;
+        UNTIL.store(0, Ordering::SeqCst);
+        // Started 50 µs after it was handed out, in a copy of 5 ms: on time.
+        Backoff::observe(Some(Duration::from_micros(50)), Duration::from_millis(5));
+        assert!(!Backoff::active());
+        // Not started within a copy that took 0.5 ms: not late either.
+        Backoff::observe(None, Duration::from_micros(500));
+        assert!(!Backoff::active());
+        // Started after POOL_LATE, or not within a copy that long: late.
+        Backoff::observe(Some(POOL_LATE), POOL_LATE);
+        assert!(Backoff::active());
+        std::thread::sleep(BACKOFF + Duration::from_millis(5));
+        assert!(!Backoff::active());
+        Backoff::observe(None, POOL_LATE);
+        assert!(Backoff::active());
+        UNTIL.store(0, Ordering::SeqCst);
     }
 
     #[test]
