@@ -51,8 +51,7 @@ pub(super) unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const
 fn traffic(plan: &CopyPlan) -> usize {
     let lines = plan.dims.iter().all(|d| d.len == 1 || d.src.unsigned_abs() >= LINE);
     if lines {
-        plan.bytes()
-            .max(plan.dims.iter().map(|d| d.len).product::<usize>() * LINE)
+        plan.bytes().max(plan.numel * LINE)
     } else {
         plan.bytes()
     }

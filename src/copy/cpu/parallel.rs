@@ -64,12 +64,9 @@ impl<P: Copy> Shared<P> {
 /// Runs `f(lo, hi)` over a partition of `0..total`, in parallel when `bytes` is
 /// large enough.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
-    // Small work never touches rayon (whose first use spawns the pool).
-    if total < 2 || bytes < PAR_MIN_BYTES {
-        f(0, total);
-        return;
-    }
-    if Backoff::active() {
+    // Small work never touches rayon (whose first use spawns the pool), nor
+    // does any while the pool is backed off.
+    if total < 2 || bytes < PAR_MIN_BYTES || Backoff::active() {
         f(0, total);
         return;
     }
