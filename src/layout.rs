@@ -7,10 +7,13 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 
-/// Inline storage for shapes (most tensors have at most 6 dimensions).
-pub type Shape = SmallVec<[usize; 6]>;
+/// Inline storage for shapes (most tensors have at most 5 dimensions). Five
+/// keep a [`Tensor`](crate::Tensor) within 128 bytes, which the compiler moves
+/// inline rather than through a `memcpy` call: a Python `empty((16,))` moves
+/// its tensor three times.
+pub type Shape = SmallVec<[usize; 5]>;
 /// Inline storage for strides, in elements.
-pub type Strides = SmallVec<[isize; 6]>;
+pub type Strides = SmallVec<[isize; 5]>;
 
 /// Most dimensions a tensor may have (the DLPack import limit as well).
 pub const MAX_NDIM: usize = 64;
@@ -25,12 +28,13 @@ pub fn check_ndim(ndim: usize) -> Result<()> {
 
 /// Number of elements, `Err(Overflow)` when it does not fit `isize`.
 pub fn numel(shape: &[usize]) -> Result<usize> {
-    let n = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or(Error::Overflow {
+    // `let … else`, not `ok_or`: no error value built (and dropped) on the
+    // way that succeeds, which every allocation takes.
+    let Some(n) = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) else {
+        return Err(Error::Overflow {
             what: "number of elements",
-        })?;
+        });
+    };
     if n > isize::MAX as usize {
         return Err(Error::Overflow {
             what: "number of elements",
@@ -45,9 +49,18 @@ pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
     let mut strides: Strides = SmallVec::from_elem(0, shape.len());
     let mut acc: usize = 1;
     for (s, &d) in strides.iter_mut().zip(shape).rev() {
-        *s = isize::try_from(acc).map_err(|_| Error::Overflow { what: "strides" })?;
+        // Checked once, after the loop: `acc` only grows, so the last value
+        // bounds every stride.
+        *s = acc as isize;
         // A zero-sized dim makes later products zero; keep the stride meaningful.
-        acc = acc.checked_mul(d.max(1)).ok_or(Error::Overflow { what: "strides" })?;
+        let Some(next) = acc.checked_mul(d.max(1)) else {
+            return Err(Error::Overflow { what: "strides" });
+        };
+        acc = next;
+    }
+    let last = shape.first().map_or(1, |&d| acc / d.max(1));
+    if last > isize::MAX as usize {
+        return Err(Error::Overflow { what: "strides" });
     }
     Ok(strides)
 }

@@ -180,3 +180,25 @@ fn no_tensor_has_more_dimensions_than_dlpack_import_accepts() {
         MAX_NDIM
     );
 }
+
+#[test]
+fn a_tensor_stays_within_128_bytes_and_more_than_five_dims_still_work() {
+    // Within 128 bytes the compiler moves a tensor inline instead of calling
+    // memcpy; a Python `empty()` moves it three times.
+    assert!(
+        std::mem::size_of::<Tensor>() <= 128,
+        "{}",
+        std::mem::size_of::<Tensor>()
+    );
+    // Six and seven dims no longer fit the inline shape: views and copies of
+    // them must be as right as ever.
+    for shape in [&[2usize, 3, 2, 1, 2, 3][..], &[1, 2, 3, 2, 1, 2, 2]] {
+        let t = arange(shape);
+        let n = shape.len();
+        let dims: Vec<isize> = (0..n as isize).rev().collect();
+        let p = t.permute(&dims).unwrap();
+        assert_eq!(p.shape(), shape.iter().rev().copied().collect::<Vec<_>>().as_slice());
+        let back = p.contiguous().unwrap().permute(&dims).unwrap().contiguous().unwrap();
+        assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
+    }
+}

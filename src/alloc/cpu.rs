@@ -64,9 +64,11 @@ impl CpuAlloc {
             return Ok(None);
         }
         // Sizes rounded up to 64 bytes, so that nearby sizes share cached blocks.
-        let padded = size.next_multiple_of(64).checked_add(PAD).ok_or(Error::Overflow {
-            what: "allocation size",
-        })?;
+        let Some(padded) = size.next_multiple_of(64).checked_add(PAD) else {
+            return Err(Error::Overflow {
+                what: "allocation size",
+            });
+        };
         Layout::from_size_align(padded, MALLOC_ALIGNMENT)
             .map(Some)
             .map_err(|_| Error::Overflow {

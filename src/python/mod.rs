@@ -69,7 +69,17 @@ fn filled(
     dtype: DType,
     device: DeviceArg,
 ) -> PyResult<PyTensor> {
-    let bytes = scalar_bytes(value, dtype)?;
+    filled_bytes(py, shape, scalar_bytes(value, dtype)?, dtype, device)
+}
+
+/// [`filled`] with the element's bytes.
+fn filled_bytes(
+    py: Python<'_>,
+    shape: ShapeArg,
+    bytes: Vec<u8>,
+    dtype: DType,
+    device: DeviceArg,
+) -> PyResult<PyTensor> {
     let total = shape.0.iter().product::<usize>().saturating_mul(dtype.size());
     let make = || {
         let t = Tensor::empty(&shape.0, dtype, device.resolve()?)?;
@@ -89,14 +99,11 @@ fn filled(
 #[pyfunction]
 #[pyo3(signature = (shape, dtype = None, device = None))]
 fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
-    let zero = 0i64.into_pyobject(py)?.into_any();
-    filled(
-        py,
-        shape,
-        &zero,
-        dtype.map_or(DType::F32, |d| d.0),
-        device.unwrap_or_default(),
-    )
+    let dtype = dtype.map_or(DType::F32, |d| d.0);
+    // No Python object to convert (zero rounds as each dtype rounds it:
+    // float8_e8m0fnu has no zero).
+    let bytes = crate::scalar::Scalar::Int(0).to_bytes(dtype).map_err(to_py)?;
+    filled_bytes(py, shape, bytes, dtype, device.unwrap_or_default())
 }
 
 /// `ones(shape, dtype="float32", device="cpu")`.

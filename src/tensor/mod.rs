@@ -60,9 +60,11 @@ impl Tensor {
     pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let n = layout::numel(shape)?;
-        let bytes = n.checked_mul(dtype.size()).ok_or(Error::Overflow {
-            what: "allocation size",
-        })?;
+        let Some(bytes) = n.checked_mul(dtype.size()) else {
+            return Err(Error::Overflow {
+                what: "allocation size",
+            });
+        };
         // Device memory is ordered on the thread's current stream of its GPU
         // (`torch.cuda.stream(s)`), when one is set; the default stream otherwise.
         let stream = match alloc.device() {
@@ -411,7 +413,8 @@ impl Tensor {
     /// A fresh, writable, C-contiguous copy on the same device.
     pub fn contiguous_copy(&self) -> Result<Tensor> {
         let out = Tensor::empty(&self.shape, self.dtype, self.device())?;
-        out.copy_from_impl(self, false)?;
+        // A fresh, writable tensor of the same shape and dtype: no checks.
+        out.copy_matching(self, false)?;
         Ok(out)
     }
 
@@ -444,6 +447,12 @@ impl Tensor {
                 got: src.dtype,
             });
         }
+        self.copy_matching(src, lock_dst)
+    }
+
+    /// [`copy_from_impl`](Self::copy_from_impl) once `self` is known to be
+    /// writable and of `src`'s shape and dtype.
+    fn copy_matching(&self, src: &Tensor, lock_dst: bool) -> Result<()> {
         let _access = access::lock(lock_dst.then_some(&*self.storage), Some(&src.storage));
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
             return copy_on_device(self, src);

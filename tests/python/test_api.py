@@ -132,6 +132,13 @@ def test_zeros_every_dtype(dtype):
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_zeros_holds_what_full_with_zero_holds(dtype):
+    # zeros() converts no Python object; it must still round 0 as full() does
+    # (float8_e8m0fnu has no zero).
+    assert raw(devtensor.zeros(4, dtype=dtype)) == raw(devtensor.full(4, 0, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_ones_every_dtype(dtype):
     t = devtensor.ones(7, dtype=dtype)
     assert t.shape == (7,)
