@@ -26,7 +26,8 @@ pub(super) struct AccessLock(RwLock<()>);
 
 thread_local! {
     /// Storages (by address) the calling thread holds locked.
-    static HELD: RefCell<SmallVec<[usize; 4]>> = RefCell::new(SmallVec::new());
+    // `const`: no lazy-initialisation check on each of a copy's two visits.
+    static HELD: RefCell<SmallVec<[usize; 4]>> = const { RefCell::new(SmallVec::new_const()) };
 }
 
 enum Guard<'a> {

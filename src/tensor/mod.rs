@@ -75,7 +75,7 @@ impl Tensor {
         Ok(Tensor {
             storage,
             dtype,
-            shape: shape.into(),
+            shape: Shape::from_slice(shape),
             strides: layout::contiguous_strides(shape)?,
             offset: 0,
             read_only: false,
