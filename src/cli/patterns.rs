@@ -401,6 +401,24 @@ fn matrix(q: usize) -> Vec<Pattern> {
         &[n4k + 1, n4k - 1],
         &[1, 0],
     ));
+    // The same, read from a wider matrix (`x[:, :n].T`, an image with a row
+    // pitch): rows no longer a multiple of 4 KiB apart, so they spread over the
+    // cache sets. Beside the power-of-two ones above, they show what that
+    // aliasing costs.
+    for (e, ty, n, pitch) in [
+        (1usize, "u8", 2 * n4k, 2 * n4k + 64),
+        (2, "f16", n4k, n4k + 32),
+        (4, "f32", n4k, n4k + 16),
+    ] {
+        v.push(Pattern {
+            name: format!("pitched_transpose2d_{ty}_{n}x{n}_pitch{pitch}"),
+            elem_size: e,
+            src_alloc_elems: n * pitch,
+            shape: vec![n, n],
+            src_strides: vec![1, pitch as isize],
+            src_offset: 0,
+        });
+    }
     // 3. Batched last-two transposes.
     v.push(p(
         format!("batched_transpose_f32_{}x512x512", 32 / (q * q)),
