@@ -279,6 +279,13 @@ mod tests {
         assert!(matches!(numel(&[1 << 40, 1 << 40]), Err(Error::Overflow { .. })));
         assert_eq!(contiguous_strides(&[2, 3, 4]).unwrap().as_slice(), &[12, 4, 1]);
         assert_eq!(contiguous_strides(&[2, 0, 4]).unwrap().as_slice(), &[4, 4, 1]);
+        // A stride past isize::MAX, with and without an overflowing product.
+        let overflows = |shape: &[usize]| matches!(contiguous_strides(shape), Err(Error::Overflow { .. }));
+        assert!(overflows(&[1, 1 << 63]));
+        assert!(overflows(&[0, 1 << 63]));
+        assert!(overflows(&[2, 1 << 62, 2]));
+        assert!(overflows(&[3, usize::MAX]));
+        assert_eq!(contiguous_strides(&[1, 1 << 62]).unwrap().as_slice(), &[1 << 62, 1]);
     }
 
     #[test]
