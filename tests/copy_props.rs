@@ -379,10 +379,11 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short runs that batch dims extend: destination runs
-                        // only (4-D), both runs (5-D, all dims reversed), and
-                        // source runs only (5-D, 03142).
+                        // only (4-D), both runs (5-D and 6-D, all dims
+                        // reversed), and source runs only (5-D, 03142).
                         check_permute_at(&[6, 40, 12, 40], &[3, 0, 2, 1], e, src_at, dst_at);
                         check_permute_at(&[4, 12, 6, 10, 8], &[4, 3, 2, 1, 0], e, src_at, dst_at);
+                        check_permute_at(&[4, 6, 3, 5, 10, 8], &[5, 4, 3, 2, 1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, 6, 10, 12, 8], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                     }
                 }
