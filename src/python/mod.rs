@@ -14,6 +14,7 @@ mod convert;
 mod dlpack_method;
 mod errors;
 mod exchange;
+mod fastcall;
 mod kernel_api;
 #[cfg(feature = "cuda")]
 mod streams;
@@ -26,12 +27,11 @@ use crate::dtype::DType;
 use crate::tensor::Tensor;
 use convert::{DTypeArg, DeviceArg, ShapeArg, scalar_bytes};
 use errors::to_py;
+use fastcall::{MethodDef, Signature, extract, extract_optional, fast_function, required};
 pub use kernel_api::{Framework, TensorArg, TensorOut, default_framework, empty_on, order_streams, to_py_err};
 pub(crate) use tensor::PyTensor;
 
 /// `empty(shape, dtype="float32", device="cpu")`.
-#[pyfunction]
-#[pyo3(signature = (shape, dtype = None, device = None))]
 fn empty(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
     let device = device.unwrap_or_default();
@@ -96,8 +96,6 @@ fn filled_bytes(
 }
 
 /// `zeros(shape, dtype="float32", device="cpu")`.
-#[pyfunction]
-#[pyo3(signature = (shape, dtype = None, device = None))]
 fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
     // No Python object to convert (zero rounds as each dtype rounds it:
@@ -107,8 +105,6 @@ fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Optio
 }
 
 /// `ones(shape, dtype="float32", device="cpu")`.
-#[pyfunction]
-#[pyo3(signature = (shape, dtype = None, device = None))]
 fn ones(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let one = 1i64.into_pyobject(py)?.into_any();
     filled(
@@ -122,8 +118,6 @@ fn ones(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option
 
 /// `full(shape, fill_value, dtype=None, device="cpu")`: the dtype defaults to
 /// bool, int64, float32 or complex64 after the value, as in torch.
-#[pyfunction]
-#[pyo3(signature = (shape, fill_value, dtype = None, device = None))]
 fn full(
     py: Python<'_>,
     shape: ShapeArg,
@@ -137,6 +131,82 @@ fn full(
     };
     filled(py, shape, fill_value, dtype, device.unwrap_or_default())
 }
+
+// The constructors as fast C functions (see `fastcall`): `empty((1024,),
+// dtype=np.float64)` 224 → 194 ns, as fast as with the dtype by position.
+const CREATION: [&str; 3] = ["shape", "dtype", "device"];
+static EMPTY: Signature<3> = Signature::new("empty", CREATION, 3, 1);
+static ZEROS: Signature<3> = Signature::new("zeros", CREATION, 3, 1);
+static ONES: Signature<3> = Signature::new("ones", CREATION, 3, 1);
+static FULL: Signature<4> = Signature::new("full", ["shape", "fill_value", "dtype", "device"], 4, 2);
+
+/// A constructor's result as a Python object.
+fn created(py: Python<'_>, t: PyResult<PyTensor>) -> PyResult<Bound<'_, PyAny>> {
+    Ok(Bound::new(py, t?)?.into_any())
+}
+
+fast_function!(empty_fastcall, EMPTY, |py, [shape, dtype, device]| {
+    let shape = extract(required(&shape)?)?;
+    created(
+        py,
+        empty(py, shape, extract_optional(&dtype)?, extract_optional(&device)?),
+    )
+});
+fast_function!(zeros_fastcall, ZEROS, |py, [shape, dtype, device]| {
+    let shape = extract(required(&shape)?)?;
+    created(
+        py,
+        zeros(py, shape, extract_optional(&dtype)?, extract_optional(&device)?),
+    )
+});
+fast_function!(ones_fastcall, ONES, |py, [shape, dtype, device]| {
+    let shape = extract(required(&shape)?)?;
+    created(
+        py,
+        ones(py, shape, extract_optional(&dtype)?, extract_optional(&device)?),
+    )
+});
+fast_function!(full_fastcall, FULL, |py, [shape, fill_value, dtype, device]| {
+    let shape = extract(required(&shape)?)?;
+    let (dtype, device) = (extract_optional(&dtype)?, extract_optional(&device)?);
+    created(py, full(py, shape, required(&fill_value)?, dtype, device))
+});
+
+static CONSTRUCTORS: [MethodDef; 4] = [
+    MethodDef::fast(
+        c"empty",
+        empty_fastcall,
+        c"empty(shape, dtype=None, device=None)
+--
+
+A new tensor of `shape`, uninitialised; dtype float32 and device \"cpu\" by default.",
+    ),
+    MethodDef::fast(
+        c"zeros",
+        zeros_fastcall,
+        c"zeros(shape, dtype=None, device=None)
+--
+
+A new tensor of `shape` filled with zeros; dtype float32 and device \"cpu\" by default.",
+    ),
+    MethodDef::fast(
+        c"ones",
+        ones_fastcall,
+        c"ones(shape, dtype=None, device=None)
+--
+
+A new tensor of `shape` filled with ones; dtype float32 and device \"cpu\" by default.",
+    ),
+    MethodDef::fast(
+        c"full",
+        full_fastcall,
+        c"full(shape, fill_value, dtype=None, device=None)
+--
+
+A new tensor of `shape` filled with `fill_value`; the dtype defaults to bool,
+int64, float32 or complex64 after the value, as in torch; device \"cpu\".",
+    ),
+];
 
 /// `from_dlpack(x, *, device=None, copy=None)`.
 #[pyfunction]
@@ -217,10 +287,9 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add_class::<PyTensor>()?;
     dlpack_method::install(&m.py().get_type::<PyTensor>())?;
-    m.add_function(wrap_pyfunction!(empty, m)?)?;
-    m.add_function(wrap_pyfunction!(zeros, m)?)?;
-    m.add_function(wrap_pyfunction!(ones, m)?)?;
-    m.add_function(wrap_pyfunction!(full, m)?)?;
+    for def in &CONSTRUCTORS {
+        def.add_to(m)?;
+    }
     m.add_function(wrap_pyfunction!(from_dlpack, m)?)?;
     m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;

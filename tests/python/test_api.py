@@ -2,6 +2,7 @@
 
 import ctypes
 import gc
+import inspect
 
 import pytest
 
@@ -253,6 +254,37 @@ def test_default_dtype_and_device():
     assert (t.dtype, t.device) == ("float32", "cpu")
     assert devtensor.zeros(3).dtype == "float32"
     assert devtensor.ones(3).dtype == "float32"
+
+
+@pytest.mark.parametrize("make, extra", [(devtensor.empty, ()), (devtensor.zeros, ()), (devtensor.ones, ()), (devtensor.full, (2,))])
+def test_constructors_take_arguments_by_position_and_keyword(make, extra):
+    name = make.__name__
+    params = ["shape", *(["fill_value"] if extra else []), "dtype", "device"]
+    assert list(inspect.signature(make).parameters) == params
+    values = dict(zip(params, [(2, 3), *extra, "int16", "cpu"]))
+    by_position = make(*values.values())
+    # Keywords in any order, and built at run time (not interned at a call site).
+    by_keyword = make(**dict(reversed(values.items())))
+    by_runtime_keyword = make(**{"".join(k): v for k, v in values.items()})
+    for t in (by_position, by_keyword, by_runtime_keyword):
+        assert (t.shape, t.dtype, t.device) == ((2, 3), "int16", "cpu")
+    assert make((2,), *extra, dtype=None, device=None).dtype == ("int64" if extra else "float32")
+    with pytest.raises(TypeError, match=rf"{name}\(\) got multiple values for argument 'dtype'"):
+        make((2,), *extra, "int16", dtype="int16")
+    with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected keyword argument 'dtyp'"):
+        make((2,), *extra, dtyp="int16")
+    with pytest.raises(TypeError, match=rf"{name}\(\) takes from {1 + len(extra)} to {len(params)} positional arguments but {len(params) + 1} were given"):
+        make((2,), *extra, "int16", "cpu", None)
+    with pytest.raises(TypeError, match=rf"{name}\(\) missing 1 required positional argument: 'shape'"):
+        make(dtype="int16")
+    if extra:
+        with pytest.raises(TypeError, match="missing 1 required positional argument: 'fill_value'"):
+            make((2,), dtype="int16")
+    # A bad value raises what its conversion raises.
+    with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
+        make("abc", *extra)
+    with pytest.raises(ValueError):
+        make((-1,), *extra)
 
 
 @pytest.mark.parametrize("dtype", ["float33", "int", "floaty", "", "torch.float33", 123, object()])
