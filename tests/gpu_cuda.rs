@@ -304,13 +304,20 @@ fn a_new_stream_has_nothing_queued_even_when_reused() {
         assert_ne!(fresh.raw() as usize, busy_raw, "the busy stream was handed out again");
     }
     fresh.synchronize().unwrap();
-    let fresh_raw = fresh.raw() as usize;
     drop(fresh);
     // Once idle, a dropped stream is reused: no new driver stream per call.
-    let again = CudaStream::new(0).unwrap();
-    assert!(again.query().unwrap());
+    // Other tests of this binary take streams from the same pool meanwhile,
+    // so one reuse is not certain (CI saw one taken in between), but a
+    // handful of handles for 32 calls is.
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..32 {
+        let s = CudaStream::new(0).unwrap();
+        assert!(s.query().unwrap(), "a new stream has work queued");
+        seen.insert(s.raw() as usize);
+    }
     assert!(
-        [fresh_raw, busy_raw].contains(&(again.raw() as usize)),
-        "a new driver stream"
+        seen.len() <= 8,
+        "{} driver streams for 32 streams made and dropped",
+        seen.len()
     );
 }
