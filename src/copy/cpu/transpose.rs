@@ -423,9 +423,8 @@ unsafe fn extended<T: Elem>(
             for_each_segment(&batch, 1, t0, t1, |dof, so, _, _| {
                 // SAFETY: every sub-tile is an `a × b` slice of the plan; the
                 // staging buffer holds the `b.len` rows of `tb` bytes of one
-                // `k2`; with
-                // `db == tb` the `b.len` destination runs of a `k2` are the
-                // contiguous `b.len · tb` bytes from its first.
+                // `k2`; with `db == tb` the `b.len` destination runs of a `k2`
+                // are the contiguous `b.len · tb` bytes from its first.
                 unsafe {
                     let stage = |k2: usize| {
                         for k1 in 0..n1 {
