@@ -2,6 +2,7 @@
 
 mod caching;
 mod cpu;
+mod huge_pages;
 mod small_blocks;
 
 use std::fmt;
@@ -105,7 +106,8 @@ impl Counters {
 /// is aligned to at least the requested alignment, valid for `size` bytes on
 /// [`NDAlloc::device`] and not handed out again until it is passed back to
 /// [`NDAlloc::deallocate`]. For `size == 0` it may return any non-null
-/// aligned pointer that is never dereferenced.
+/// aligned pointer that is never dereferenced. [`NDAlloc::zero_filled`] says
+/// `true` only of fresh allocations whose every byte reads as zero.
 pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     /// The memory kind this allocator serves.
     fn device(&self) -> Device;
@@ -134,6 +136,14 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
         let _ = used_on;
         // SAFETY: forwarded from the caller.
         unsafe { self.deallocate(a, stream) }
+    }
+
+    /// Whether `a`, just returned by [`NDAlloc::allocate`] and not yet
+    /// written, already reads as zeros (a fresh anonymous mapping): zero-filled
+    /// tensors then skip their fill, as `calloc` lets NumPy's `zeros` do.
+    fn zero_filled(&self, a: &Allocation) -> bool {
+        let _ = a;
+        false
     }
 
     /// Live-allocation counters.

@@ -81,11 +81,7 @@ fn filled_bytes(
     device: DeviceArg,
 ) -> PyResult<PyTensor> {
     let total = shape.0.iter().product::<usize>().saturating_mul(dtype.size());
-    let make = || {
-        let t = Tensor::empty(&shape.0, dtype, device.resolve()?)?;
-        t.fill_bytes(&bytes)?;
-        Ok(t)
-    };
+    let make = || Tensor::full_bytes(&shape.0, dtype, device.resolve()?, &bytes);
     let t = if device.is_cpu() && total < 1 << 16 {
         make()
     } else {

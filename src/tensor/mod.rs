@@ -84,8 +84,18 @@ impl Tensor {
 
     /// Zero-filled tensor.
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
+        Tensor::full_bytes(shape, dtype, device, &vec![0u8; dtype.size()])
+    }
+
+    /// A new tensor with every element's bytes `value` (`dtype.size()` bytes).
+    /// Zero bytes into memory that already reads as zeros (a fresh mapping of
+    /// a large CPU block) are not written: the pages stay unfaulted until
+    /// used, as NumPy's `zeros` leaves them (4096² f32: 4 ms → µs).
+    pub fn full_bytes(shape: &[usize], dtype: DType, device: Device, value: &[u8]) -> Result<Tensor> {
         let t = Tensor::empty(shape, dtype, device)?;
-        t.fill_bytes(&vec![0u8; dtype.size()])?;
+        if !(value.iter().all(|&b| b == 0) && value.len() == dtype.size() && t.storage.fresh_zeros()) {
+            t.fill_bytes(value)?;
+        }
         Ok(t)
     }
 

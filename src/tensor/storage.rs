@@ -85,6 +85,15 @@ impl Storage {
         })
     }
 
+    /// Whether the memory, fresh from its allocator and not yet written, reads
+    /// as zeros ([`NDAlloc::zero_filled`]).
+    pub(crate) fn fresh_zeros(&self) -> bool {
+        match &self.owner {
+            Owner::Alloc { alloc, allocation, .. } => alloc.zero_filled(allocation),
+            Owner::Foreign { .. } => false,
+        }
+    }
+
     /// Marks the memory as used on `stream` as well (torch's `record_stream`):
     /// a stream-aware pool will not reuse it elsewhere before that work is done,
     /// and a foreign (DLPack-imported) owner's deleter waits for that work.
