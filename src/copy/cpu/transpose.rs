@@ -206,8 +206,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                     // Contiguous destination rows: one run.
                                     None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
                                     _ => {
+                                        // This tile's first ends, unless the tile
+                                        // before prefetched them.
                                         let ends = RunEnds::new(dt, nj, tb, db);
-                                        if t == first && route == Route::Prefetched {
+                                        let staged = route == Route::Staged;
+                                        if t == first || staged {
                                             (0..RunEnds::AHEAD).for_each(|j| ends.prefetch(j));
                                         }
                                         for j in 0..nj {
@@ -217,6 +220,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                                     k => next_ends.prefetch(k - nj),
                                                 }
                                                 next.prefetch(j, nj);
+                                            } else if staged {
+                                                ends.prefetch(j + RunEnds::AHEAD);
                                             }
                                             copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
                                         }
@@ -283,7 +288,9 @@ impl NextTile {
 /// - Python, transposes into a reused output, three alternated runs: 4097 ×
 ///   4095 f32 29.5–31.4 → 32.7–34.7, 5001 × 3000 f32 28–30 → 37–41, 3000 ×
 ///   5001 i16 23–25 → 35, 4097 × 4095 f16 17 → 20–22, 2049 × 2047 f64
-///   36–37 → 38–42; 4096² f32 (no partial lines) 36–38 → 39.
+///   36–37 → 38–42; 4096² f32 (no partial lines) 36–38 → 39;
+/// - the staged route's tiles too, within each tile: 300 × 40001 f16 9.5–9.7
+///   → 14.9–15.4, 100001 × 200 f32 19.2–19.9 → 21.1–22.1.
 ///
 /// Rows of one alignment are left out: the partial lines at the ends of
 /// three-byte pixels' runs gained nothing (4096 × 2048, 31.5 → 31.3).
