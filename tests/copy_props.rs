@@ -377,6 +377,9 @@ fn transposes_every_alignment_and_kernel() {
                         // batched (a batch slice ends a task's run of tiles).
                         let run = 1024 / e;
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
+                        // Destination rows of two runs or more: 768-byte runs
+                        // for 2- and 4-byte elements, and a shorter last one.
+                        check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short runs that batch dims extend: destination runs
                         // only (4-D), both runs (5-D and 6-D, all dims

@@ -40,6 +40,22 @@ const LINES_MIN_ROW: usize = 4096;
 /// 33 % of memcpy through the staging tile, 24 % prefetched).
 const PREFETCHED_MIN_RUN: usize = 1024;
 
+/// The prefetched route's tiles of 2- and 4-byte elements: 768-byte
+/// destination runs × 128 source bytes, at most 32 KiB (f16 tiles then take
+/// one source line a row), where destination rows hold two runs or more.
+/// Against 512 × 256, two cores, median GB/s of alternated runs, memcpy 56:
+/// - f32, five runs: 4096² 41.7 → 45.7, 4097 × 4095 37.7 → 39.5, from a
+///   4112-wide matrix 41.1 → 50.5, 32 × 512² batched 46.1 → 50.6;
+/// - three runs: f32 offset by one 37.6 → 44.1, 256³ f32 permute 201 40.2 →
+///   47.0; f16 4096² 34.2 → 34.9, from a 4128-wide matrix 41.3 → 46.8, 16 ×
+///   4096 × 128 batched 46 → 52, attention's 8 × 2048 × 16 × 64 45.0 → 47.4;
+/// - 640 and 896-byte runs did as well on f32 (two runs each); 1 KiB runs
+///   lost on 4097 × 4095 f32; one source line a row lost on f32 (4096²: 35);
+///   f64 (48.8 → 42.4), u8 (28.4 → 18.1) and RGB pixels (34.2 → 28.7) lose;
+/// - 1 KiB rows as 768 + 256 bytes lost (256³ f32 permute 210: 37.0 → 35.0),
+///   and so did two 512-byte blocks of 16 KiB tiles.
+const PREFETCHED_2_4: (usize, usize, usize) = (768, 128, 32 << 10);
+
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
@@ -130,12 +146,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // prefetchers want several lines of a page per visit) × 128 source bytes,
     // at most 256 source rows, whose lines stay in L1 between the column
     // steps. Prefetched: 512 × 256 bytes (128 × 64 f32), 32 KiB of staging
-    // in L1 (the best of 128 B – 2 KiB runs on 4096² f32: 44 GB/s, against
-    // 29–41 for the others). Staged: up to 512 × 2 KiB, at most 256 KiB (L2) of staging. A
-    // short side is taken whole and the other grows to fill the tile.
+    // in L1 (the best of the power-of-two runs from 128 B to 2 KiB on 4096²
+    // f32: 44 GB/s, against 29–41 for the others); for 2- and 4-byte elements
+    // 768-byte destination runs from two source lines (192 × 32 f32) or one
+    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4). Staged: up to 512 × 2 KiB, at
+    // most 256 KiB (L2) of staging. A short side is taken whole and the other
+    // grows to fill the tile.
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
+        Route::Prefetched if (e == 2 || e == 4) && a.len * e >= 2 * PREFETCHED_2_4.0 => PREFETCHED_2_4,
         Route::Prefetched => (512, 256, 32 << 10),
         Route::Staged => (512, 2048, 256 << 10),
     };
