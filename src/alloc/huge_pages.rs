@@ -15,9 +15,11 @@ use super::cpu::{HUGE_PAGE, HUGE_PAGE_MIN};
 
 /// Bytes mapped for a block of `size` bytes at `align`: whole huge pages,
 /// for blocks of [`HUGE_PAGE_MIN`] or more that need at most a huge page's
-/// alignment, on Linux; `None` for the others (the global allocator's).
+/// alignment, on Linux; `None` for the others (the global allocator's, which
+/// also refuses sizes past `isize::MAX` as an overflow).
 pub(super) fn mapped_len(size: usize, align: usize) -> Option<usize> {
-    (cfg!(target_os = "linux") && size >= HUGE_PAGE_MIN && align <= HUGE_PAGE)
+    let large = (HUGE_PAGE_MIN..=isize::MAX as usize).contains(&size);
+    (cfg!(target_os = "linux") && large && align <= HUGE_PAGE)
         .then(|| size.checked_next_multiple_of(HUGE_PAGE))
         .flatten()
 }
@@ -132,5 +134,6 @@ mod tests {
         assert_eq!(mapped_len(HUGE_PAGE_MIN - 1, 256), None);
         assert_eq!(mapped_len(HUGE_PAGE_MIN, 2 * HUGE_PAGE), None);
         assert_eq!(mapped_len(usize::MAX - 5, 256), None);
+        assert_eq!(mapped_len(isize::MAX as usize + 1, 256), None);
     }
 }
