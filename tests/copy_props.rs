@@ -378,7 +378,8 @@ fn transposes_every_alignment_and_kernel() {
                         let run = 1024 / e;
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
                         // Destination rows of two runs or more: 768-byte runs
-                        // for 2- and 4-byte elements, and a shorter last one.
+                        // for 2- and 4-byte elements, 640-byte ones for bytes,
+                        // and a shorter last one.
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short runs that batch dims extend: destination runs
@@ -830,8 +831,10 @@ fn tiny_copies_every_element_size_layout_and_overlap() {
             (&[5, 3], &[2, 0], 11),               // a broadcast column
             (&[3, 4], &[8, 1], 2),                // sliced rows (dense rows)
             (&[3, 4], &[9, 2], 1),                // every other column
-            (&[2048 / e], &[-1], 2048 / e - 1),   // the largest tiny copy, reversed
-            (&[2048 / e + 1], &[-1], 2048 / e),   // just above: through the plan
+            // Ten dims: more outer counters than the odometer keeps on the stack.
+            (&[2, 1, 2, 1, 2, 1, 2, 1, 2, 2], &[1, 7, 4, 3, 16, 5, 2, 9, 64, 32], 5),
+            (&[2048 / e], &[-1], 2048 / e - 1), // the largest tiny copy, reversed
+            (&[2048 / e + 1], &[-1], 2048 / e), // just above: through the plan
         ];
         for &(shape, strides, off) in cases {
             let n: usize = shape.iter().product();

@@ -17,9 +17,6 @@ use crate::copy::plan::ranges_overlap;
 /// gather still matches the planned kernels.
 pub(super) const TINY_MAX_BYTES: usize = 2048;
 
-/// Most dims a tiny copy takes (the odometer's stack index).
-const MAX_DIMS: usize = 64;
-
 /// Copies `shape` from `src` (element strides `src_strides`) to the dense,
 /// C-ordered `dst`, when the copy is tiny; `false` (nothing done) otherwise.
 ///
@@ -43,7 +40,7 @@ pub(super) unsafe fn copy_tiny(
     };
     // Empty copies and zero-sized elements go to the plan, which validates
     // them; wide elements it turns into a byte dim.
-    if bytes == 0 || elem_size > MAX_ELEM || shape.len() > MAX_DIMS {
+    if bytes == 0 || elem_size > MAX_ELEM {
         return false;
     }
     // A source extent that overflows goes to the plan too, which reports it.
@@ -146,7 +143,16 @@ unsafe fn odometer(
         return;
     };
     let step = strides[shape.len() - 1] * e;
-    let mut index = [0usize; MAX_DIMS];
+    // The outer dims' counters, on the stack up to 8 dims. A 64-counter
+    // index cost a 512-byte memset per call: `contiguous()` of a 4 × 4 f32
+    // transpose from Python, best of 15, three alternated runs: 244 → 232 ns.
+    let (mut inline, mut heap) = ([0usize; 8], Vec::new());
+    let index: &mut [usize] = if outer.len() <= inline.len() {
+        &mut inline[..outer.len()]
+    } else {
+        heap.resize(outer.len(), 0);
+        &mut heap
+    };
     let mut at = src;
     loop {
         row(out, at, n, step);
