@@ -56,6 +56,18 @@ const PREFETCHED_MIN_RUN: usize = 1024;
 ///   and so did two 512-byte blocks of 16 KiB tiles.
 const PREFETCHED_2_4: (usize, usize, usize) = (768, 128, 32 << 10);
 
+/// The prefetched route's tiles of bytes: 640-byte destination runs × one
+/// source line, 40 KiB, where destination rows hold two runs or more and
+/// source rows are not a multiple of 4 KiB apart. Against 512 × 64, two
+/// cores, GB/s of alternated runs:
+/// - Python, into a reused output, three runs: 4320 × 7680 31.6 → 35.6,
+///   7680 × 4320 24.7 → 27.6, 6000² 30.9 → 32.6, 3000 × 5001 29.5 → 30.8;
+/// - the bench's 8192² from an 8256-wide matrix, six runs: 40.0 → 42.7
+///   (memcpy 87), ten runs: 38.4 → 40.1 (memcpy 57);
+/// - rows 8 KiB apart lose (the bench's 8192², six runs: 31.1 → 29.4), and
+///   keep 512 × 64: their lines share few L2 sets, which longer runs crowd.
+const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
+
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
@@ -149,13 +161,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // in L1 (the best of the power-of-two runs from 128 B to 2 KiB on 4096²
     // f32: 44 GB/s, against 29–41 for the others); for 2- and 4-byte elements
     // 768-byte destination runs from two source lines (192 × 32 f32) or one
-    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4). Staged: up to 512 × 2 KiB, at
+    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4); bytes 640 × 64 (PREFETCHED_1)
+    // unless rows are 4 KiB-aligned apart. Staged: up to 512 × 2 KiB, at
     // most 256 KiB (L2) of staging. A short side is taken whole and the other
     // grows to fill the tile.
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched if (e == 2 || e == 4) && a.len * e >= 2 * PREFETCHED_2_4.0 => PREFETCHED_2_4,
+        Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1.0 && a.src % 4096 != 0 => PREFETCHED_1,
         Route::Prefetched => (512, 256, 32 << 10),
         Route::Staged => (512, 2048, 256 << 10),
     };
