@@ -56,6 +56,18 @@ const PREFETCHED_MIN_RUN: usize = 1024;
 ///   and so did two 512-byte blocks of 16 KiB tiles.
 const PREFETCHED_2_4: (usize, usize, usize) = (768, 128, 32 << 10);
 
+/// [`PREFETCHED_2_4`] for 2-byte elements whose source rows do not keep one
+/// alignment (a row stride not a multiple of a line): two source lines a row
+/// (384 × 64), 48 KiB. A row's 64 bytes span two lines, of which the tile
+/// used half; of three lines, two thirds. Against [`PREFETCHED_2_4`],
+/// Python, into a reused output, two cores, three alternated runs, GB/s:
+/// f16 3000 × 5001 19.9–30.8 → 33.6–35.9, 5001 × 3000 23.2–29.5 → 32.3–34.0,
+/// 1999 × 3001 27.3–29.8 → 34.7–35.2, 4097 × 4095 18.0–20.2 → 21.3–24.2;
+/// i16 3000 × 5001 28.8–32.0 → 35.8–36.6. Line-aligned rows lose with them
+/// (the bench's 4128-wide f16 47.3 → 43.2), and f32's 256 source bytes a
+/// row gained nothing clear (3000 × 5001, 4097 × 4095, six runs each).
+const PREFETCHED_2_MISALIGNED: (usize, usize, usize) = (768, 128, 48 << 10);
+
 /// The prefetched route's tiles of bytes: 640-byte destination runs × one
 /// source line, 40 KiB, where destination rows hold two runs or more and
 /// source rows are not a multiple of 4 KiB apart. Against 512 × 64, two
@@ -161,13 +173,17 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // in L1 (the best of the power-of-two runs from 128 B to 2 KiB on 4096²
     // f32: 44 GB/s, against 29–41 for the others); for 2- and 4-byte elements
     // 768-byte destination runs from two source lines (192 × 32 f32) or one
-    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4); bytes 640 × 64 (PREFETCHED_1)
-    // unless rows are 4 KiB-aligned apart. Staged: up to 512 × 2 KiB, at
-    // most 256 KiB (L2) of staging. A short side is taken whole and the other
-    // grows to fill the tile.
+    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4), or two (384 × 64 f16) from
+    // rows that are not line-aligned (PREFETCHED_2_MISALIGNED); bytes 640 ×
+    // 64 unless rows are 4 KiB-aligned apart (PREFETCHED_1). Staged: up to
+    // 512 × 2 KiB, at most 256 KiB (L2) of staging. A short side is taken
+    // whole and the other grows to fill the tile.
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
+        Route::Prefetched if e == 2 && a.len * e >= 2 * PREFETCHED_2_4.0 && a.src % LINE as isize != 0 => {
+            PREFETCHED_2_MISALIGNED
+        }
         Route::Prefetched if (e == 2 || e == 4) && a.len * e >= 2 * PREFETCHED_2_4.0 => PREFETCHED_2_4,
         Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1.0 && a.src % 4096 != 0 => PREFETCHED_1,
         Route::Prefetched => (512, 256, 32 << 10),
