@@ -379,7 +379,10 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
                         // Destination rows of two runs or more: 768-byte runs
                         // for 2- and 4-byte elements, 640-byte ones for bytes,
-                        // and a shorter last one.
+                        // and a shorter last one; from source rows that are
+                        // line-aligned and from rows that are not (tiles of
+                        // more source bytes a row for 1- and 2-byte elements).
+                        check_permute_at(&[2 * run + 72, run + 64], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short runs that batch dims extend: destination runs

@@ -58,8 +58,8 @@ const PREFETCHED_2_4: (usize, usize, usize) = (768, 128, 32 << 10);
 
 /// [`PREFETCHED_2_4`] for 2-byte elements whose source rows do not keep one
 /// alignment (a row stride not a multiple of a line): two source lines a row
-/// (384 × 64), 48 KiB. A row's 64 bytes span two lines, of which the tile
-/// used half; of three lines, two thirds. Against [`PREFETCHED_2_4`],
+/// (384 × 64), 48 KiB. A row's 64 bytes span two lines, half of what is
+/// fetched; 128 bytes span three, two thirds. Against [`PREFETCHED_2_4`],
 /// Python, into a reused output, two cores, three alternated runs, GB/s:
 /// f16 3000 × 5001 19.9–30.8 → 33.6–35.9, 5001 × 3000 23.2–29.5 → 32.3–34.0,
 /// 1999 × 3001 27.3–29.8 → 34.7–35.2, 4097 × 4095 18.0–20.2 → 21.3–24.2;
@@ -79,6 +79,15 @@ const PREFETCHED_2_MISALIGNED: (usize, usize, usize) = (768, 128, 48 << 10);
 /// - rows 8 KiB apart lose (the bench's 8192², six runs: 31.1 → 29.4), and
 ///   keep 512 × 64: their lines share few L2 sets, which longer runs crowd.
 const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
+
+/// [`PREFETCHED_1`] for source rows that are not line-aligned: 448-byte runs
+/// × two source lines, 56 KiB (one line of bytes spans two). Against
+/// [`PREFETCHED_1`], Python, into a reused output, two cores, three
+/// alternated runs, GB/s: u8 3000 × 5001 30.9–31.3 → 33.9–35.1, 5001 × 3000
+/// 32.4–33.4 → 34.7–34.9 (and one run of 18.2), 1999 × 3001 26.3–26.5 →
+/// 33.7–34.3; 4097 × 4095 17.2–17.6 → 16.1–16.9. Runs of 384 and 512 bytes
+/// did almost as well, of 640 less.
+const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
@@ -175,7 +184,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 768-byte destination runs from two source lines (192 × 32 f32) or one
     // (384 × 32 f16), 24 KiB (PREFETCHED_2_4), or two (384 × 64 f16) from
     // rows that are not line-aligned (PREFETCHED_2_MISALIGNED); bytes 640 ×
-    // 64 unless rows are 4 KiB-aligned apart (PREFETCHED_1). Staged: up to
+    // 64 unless rows are 4 KiB-aligned apart (PREFETCHED_1), or 448 × 128
+    // from rows that are not line-aligned (PREFETCHED_1_MISALIGNED). Staged: up to
     // 512 × 2 KiB, at most 256 KiB (L2) of staging. A short side is taken
     // whole and the other grows to fill the tile.
     let (tile_dst, tile_src, tile_max) = match route {
@@ -185,6 +195,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             PREFETCHED_2_MISALIGNED
         }
         Route::Prefetched if (e == 2 || e == 4) && a.len * e >= 2 * PREFETCHED_2_4.0 => PREFETCHED_2_4,
+        Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1_MISALIGNED.0 && a.src % LINE as isize != 0 => {
+            PREFETCHED_1_MISALIGNED
+        }
         Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1.0 && a.src % 4096 != 0 => PREFETCHED_1,
         Route::Prefetched => (512, 256, 32 << 10),
         Route::Staged => (512, 2048, 256 << 10),
