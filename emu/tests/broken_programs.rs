@@ -663,6 +663,71 @@ fn kernel_reading_freed_block() {
     run_variant(T, "fixed", &lib, &[]).clean();
 }
 
+/// Every block reads the freed input, block 0 only after a long loop: its workers meet the
+/// other blocks' faults first, and the report must still name block 0 (the lowest faulting
+/// block, whichever fault a worker met first), so that it is the same on every run.
+const LATE_FIRST_SRC: &str = r#"
+extern "C" __global__ void late_first(const float* in, float* out, int spin) {
+  float acc = 0.0f;
+  if (blockIdx.x == 0) {
+    for (int k = 0; k < spin; ++k) acc += 0.5f * (float)k;
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = in[threadIdx.x] + acc;
+}
+"#;
+
+fn lowest_block_program(fixed: bool) {
+    init();
+    let f = function(load(LATE_FIRST_SRC), "late_first");
+    let blocks = 8usize;
+    let (d_in, d_out) = (alloc(4 * 32), alloc(4 * 32 * blocks));
+    upload(d_in, &[1.0f32; 32]);
+    if !fixed {
+        // SAFETY: a live allocation, freed once.
+        ok("cuMemFree_v2", unsafe { cuMemFree_v2(d_in) });
+    }
+    let (mut i, mut o, mut spin) = (d_in, d_out, if fixed { 4 } else { 20_000 });
+    let rc = launch(
+        f,
+        [blocks as u32, 1, 1],
+        [32, 1, 1],
+        0,
+        null_mut(),
+        &mut [arg(&mut i), arg(&mut o), arg(&mut spin)],
+    );
+    step("launch", rc);
+    if step("sync", ctx_sync()) != CUDA_SUCCESS {
+        return done(false);
+    }
+    let out: Vec<f32> = download(d_out, 32 * blocks);
+    // Block 0 adds 0.5 · (0 + 1 + 2 + 3) = 3.
+    assert!(
+        out.iter()
+            .enumerate()
+            .all(|(k, &v)| v == if k < 32 { 4.0 } else { 1.0 })
+    );
+    done(true);
+}
+
+#[test]
+fn the_lowest_faulting_block_is_reported() {
+    const T: &str = "the_lowest_faulting_block_is_reported";
+    if let Some(v) = child_variant() {
+        return lowest_block_program(v == "fixed");
+    }
+    let Some(lib) = nvrtc_or_skip(T) else { return };
+    // Four workers even on a smaller host: blocks 1.. fault while block 0 still loops.
+    let bad = run_variant(T, "broken", &lib, &[("DEVTENSOR_EMU_THREADS", "4")]);
+    bad.finished();
+    bad.expect("launch", 0, &[]);
+    bad.expect(
+        "sync",
+        CUDA_ERROR_ILLEGAL_ADDRESS as i64,
+        &["kernel `late_first`", "Freed in block (0,0,0) thread (0,0,0)"],
+    );
+    run_variant(T, "fixed", &lib, &[("DEVTENSOR_EMU_THREADS", "4")]).clean();
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. An out-of-bounds store from an off-by-one grid.
 

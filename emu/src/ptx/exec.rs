@@ -68,7 +68,10 @@ pub fn run(k: &Kernel, launch: &Launch<'_>) -> Result<LaunchStats, KernelError> 
     let nworkers = launch.threads.max(1).min(nblocks.min(usize::MAX as u64) as usize);
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let first_err: Mutex<Option<KernelError>> = Mutex::new(None);
+    // The fault of the lowest-numbered faulting block, whichever worker met it
+    // first: blocks are handed out in order and each runs to its end, so every
+    // block below a faulting one runs, and the report is the same on every run.
+    let first_err: Mutex<Option<(u64, KernelError)>> = Mutex::new(None);
     let total: Mutex<(LaunchStats, RangeSet, RangeSet, RangeSet)> = Mutex::default();
     let work = || {
         let mut w = Worker::new(k, launch, nthreads as u32);
@@ -88,8 +91,8 @@ pub fn run(k: &Kernel, launch: &Launch<'_>) -> Result<LaunchStats, KernelError> 
             if let Err(e) = w.run_block(ctaid) {
                 stop.store(true, Ordering::Relaxed);
                 let mut fe = first_err.lock().unwrap_or_else(|p| p.into_inner());
-                if fe.is_none() {
-                    *fe = Some(e);
+                if fe.as_ref().is_none_or(|(first, _)| b < *first) {
+                    *fe = Some((b, e));
                 }
                 break;
             }
@@ -112,7 +115,7 @@ pub fn run(k: &Kernel, launch: &Launch<'_>) -> Result<LaunchStats, KernelError> 
             }
         });
     }
-    if let Some(e) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    if let Some((_, e)) = first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
     let (mut stats, mut reads, mut nc, mut writes) = total.into_inner().unwrap_or_else(|p| p.into_inner());
