@@ -89,6 +89,22 @@ const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
 /// did almost as well, of 640 less.
 const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 
+/// The prefetched route's tile (destination run, source run, most bytes) for
+/// `e`-byte elements with destination rows along `a`: 512 × 256 bytes in 32
+/// KiB, or one of the tiles above where their destination runs fit at least
+/// twice in a destination row.
+fn prefetched_tile(e: usize, a: PlanDim) -> (usize, usize, usize) {
+    let misaligned = a.src % LINE as isize != 0;
+    let tile = match e {
+        2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
+        2 | 4 => Some(PREFETCHED_2_4),
+        1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
+        1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
+        _ => None,
+    };
+    tile.filter(|t| a.len * e >= 2 * t.0).unwrap_or((512, 256, 32 << 10))
+}
+
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
@@ -180,26 +196,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // at most 256 source rows, whose lines stay in L1 between the column
     // steps. Prefetched: 512 × 256 bytes (128 × 64 f32), 32 KiB of staging
     // in L1 (the best of the power-of-two runs from 128 B to 2 KiB on 4096²
-    // f32: 44 GB/s, against 29–41 for the others); for 2- and 4-byte elements
-    // 768-byte destination runs from two source lines (192 × 32 f32) or one
-    // (384 × 32 f16), 24 KiB (PREFETCHED_2_4), or two (384 × 64 f16) from
-    // rows that are not line-aligned (PREFETCHED_2_MISALIGNED); bytes 640 ×
-    // 64 unless rows are 4 KiB-aligned apart (PREFETCHED_1), or 448 × 128
-    // from rows that are not line-aligned (PREFETCHED_1_MISALIGNED). Staged: up to
-    // 512 × 2 KiB, at most 256 KiB (L2) of staging. A short side is taken
-    // whole and the other grows to fill the tile.
+    // f32: 44 GB/s, against 29–41 for the others), or the tiles of
+    // [`prefetched_tile`]. Staged: up to 512 × 2 KiB, at most 256 KiB (L2) of
+    // staging. A short side is taken whole and the other grows to fill the
+    // tile.
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
-        Route::Prefetched if e == 2 && a.len * e >= 2 * PREFETCHED_2_4.0 && a.src % LINE as isize != 0 => {
-            PREFETCHED_2_MISALIGNED
-        }
-        Route::Prefetched if (e == 2 || e == 4) && a.len * e >= 2 * PREFETCHED_2_4.0 => PREFETCHED_2_4,
-        Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1_MISALIGNED.0 && a.src % LINE as isize != 0 => {
-            PREFETCHED_1_MISALIGNED
-        }
-        Route::Prefetched if e == 1 && a.len >= 2 * PREFETCHED_1.0 && a.src % 4096 != 0 => PREFETCHED_1,
-        Route::Prefetched => (512, 256, 32 << 10),
+        Route::Prefetched => prefetched_tile(e, a),
         Route::Staged => (512, 2048, 256 << 10),
     };
     let base_i = (tile_dst / e / m).max(1) * m;
