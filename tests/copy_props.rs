@@ -371,6 +371,14 @@ fn transposes_every_alignment_and_kernel() {
                     // shuffles for 1-byte elements), with a partial last block.
                     check_permute_at(&[2, 37, 41, 3], &[0, 3, 1, 2], e, src_at, dst_at);
                     check_permute_at(&[2, 3, 37, 41], &[0, 2, 3, 1], e, src_at, dst_at);
+                    // Destination rows a multiple of 4 KiB apart (they share L1
+                    // sets): small copies take the large ones' routes, without
+                    // prefetches — line tiles, prefetched-route tiles, and tiles
+                    // extended by a batch dim (3-D and 4-D reversals).
+                    check_permute_at(&[long, 37], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[long, long / 4 + 3], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[32, 128 / e, 33], &[2, 1, 0], e, src_at, dst_at);
+                    check_permute_at(&[3, 32, 128 / e, 20], &[0, 3, 2, 1], e, src_at, dst_at);
                     if stream == Some(1) {
                         // Runs of at least 1 KiB on both sides, streamed: staged
                         // tiles whose next tile's source is prefetched, alone and

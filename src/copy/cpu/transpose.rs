@@ -27,6 +27,25 @@ fn avx2_enabled() -> bool {
 /// Largest transpose (bytes) done in small, L1-sized tiles.
 const DIRECT_MAX_BYTES: usize = 2 << 20;
 
+/// Bytes apart at which lines share an L1 set (64 sets of 64-byte lines: a
+/// 32 KiB 8-way or 48 KiB 12-way L1D). Destination rows a multiple of this
+/// apart put every line a small tile writes into one or two sets, which hold
+/// 8 (or 12): a tile of 16 such rows evicts its own lines before finishing
+/// them, and each is fetched again for every micro tile that writes it.
+/// Small copies with such rows take the large copies' routes instead (whole
+/// lines or runs written at once), without their prefetches. Two cores,
+/// Python, into a reused output, three alternated runs, GB/s:
+/// - permutes: 32³ f32 210 9–10 → 22–28, 64³ 13–17 → 49–52, 64³ f16 11–15 →
+///   30–32, 64³ f32 201 17–20 → 33–37, 128³ u8 210 8–10 → 18–23, NHWC → NCHW
+///   1 × 32 × 32 × 64 f32 16–18 → 32–36;
+/// - transposes: 1024 × 256 f32 17–20 → 42–51, 512² f64 31–40 → 60–68, 2048
+///   × 256 f16 15–16 → 18–28, 4 × 1024 × 64 batched f32 18–20 → 33–38.
+///
+/// Byte transposes without batch dims keep the small tiles (4096 × 256 u8:
+/// 11–12 either way); rows 2 KiB apart (two sets) gain nothing (512² f32,
+/// 1024 × 512 f16).
+const L1_SET_SPAN: isize = 4096;
+
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
 /// are mostly the narrow blocks before the first and after the last line of
 /// each row when the operands are not line-aligned, and the staged route's
@@ -108,7 +127,8 @@ fn prefetched_tile(e: usize, a: PlanDim) -> (usize, usize, usize) {
 /// How a transpose's tiles reach the destination.
 #[derive(Clone, Copy, PartialEq)]
 enum Route {
-    /// Small, cache-resident copies: L1-sized tiles straight into the destination.
+    /// Small, cache-resident copies: L1-sized tiles straight into the
+    /// destination, unless its rows share L1 sets ([`L1_SET_SPAN`]).
     Small,
     /// Large ones with long runs on both sides: 128 destination × 256 source
     /// bytes staged in L1 (AVX2 micro tiles, line-aligned blocks), each
@@ -166,7 +186,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
-    let route = if !nt && plan.bytes() <= DIRECT_MAX_BYTES {
+    let small = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
+    let rows_share_sets = b.dst % L1_SET_SPAN == 0 && (e > 1 || !batch.is_empty());
+    let route = if small && !rows_share_sets {
         Route::Small
     } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= PREFETCHED_MIN_RUN {
         Route::Prefetched
@@ -179,7 +201,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && let Some(ext) = Extension::find(a, b, &batch, e)
     {
         // SAFETY: forwarded.
-        unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
+        unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, small, plan.bytes()) };
         return;
     }
     // One choice of kernel for the whole copy: tiles are sized for its micro
@@ -246,8 +268,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                     let (j0, nj) = rows.get(t % rows.count());
                     let tb = ni * e; // staging row stride
                     // The next tile's source (same source rows, further along
-                    // them), prefetched while this one is written out.
-                    let next = (route == Route::Prefetched && t + 1 < first + n).then(|| {
+                    // them), prefetched while this one is written out; not in
+                    // small copies, whose source is taken to be in cache (1024
+                    // × 256 f32 transposed, rows sharing L1 sets, three
+                    // alternated runs: 26–36 GB/s with, 33–43 without; 512² f64
+                    // 34–36 → 44–50).
+                    let next = (route == Route::Prefetched && !small && t + 1 < first + n).then(|| {
                         let (i1, ni1) = cols.get((t + 1) / rows.count());
                         let (j1, nj1) = rows.get((t + 1) % rows.count());
                         let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
@@ -499,7 +525,11 @@ impl Extension {
 /// `n1` slices long, and read `n2` slices along the source rows. The next
 /// tile's source is prefetched while this one is written out: its rows are
 /// many pages apart, one or a few lines each, which the hardware prefetchers
-/// do not follow (64⁴ f32 permute 3021: 21 GB/s without, 29–31 with).
+/// do not follow (64⁴ f32 permute 3021: 21 GB/s without, 29–31 with). Not in
+/// `small` copies (those of the small tiles' size, rows sharing L1 sets),
+/// whose source is taken to be in cache: there the prefetches' address
+/// arithmetic costs more than it hides (32³ f32 permute 210, Python, two
+/// alternated runs: 10.4–11.1 GB/s with, 19.5–26.6 without).
 ///
 /// # Safety
 ///
@@ -513,6 +543,7 @@ unsafe fn extended<T: Elem>(
     dst: *mut u8,
     src: *const u8,
     nt: bool,
+    small: bool,
     bytes: usize,
 ) {
     let e = size_of::<T>();
@@ -582,26 +613,27 @@ unsafe fn extended<T: Elem>(
                     // where that dim wraps: a prefetch is only a hint), for
                     // each `k1`: `a.len` rows of `n2` source runs.
                     let steps = n2 * b.len;
-                    let next = |k1: usize| {
-                        let at = s.get().wrapping_offset(so + batch[0].src + k1 as isize * c1.src);
-                        NextTile::new(at, a.len, n2 * b.len * e, sa)
+                    let prefetch_next = |step: usize| {
+                        if small {
+                            return;
+                        }
+                        for k1 in 0..n1 {
+                            let at = s.get().wrapping_offset(so + batch[0].src + k1 as isize * c1.src);
+                            NextTile::new(at, a.len, n2 * b.len * e, sa).prefetch(step, steps);
+                        }
                     };
                     let write = |k2: usize| {
                         let dt = d.get().offset(dof + k2 as isize * c2.dst);
                         if db == tb as isize {
                             // Contiguous destination runs: one copy of them all.
                             for j in 0..b.len {
-                                for k1 in 0..n1 {
-                                    next(k1).prefetch(k2 * b.len + j, steps);
-                                }
+                                prefetch_next(k2 * b.len + j);
                             }
                             copy_run(dt, buf, b.len * tb, nt);
                             return;
                         }
                         for j in 0..b.len {
-                            for k1 in 0..n1 {
-                                next(k1).prefetch(k2 * b.len + j, steps);
-                            }
+                            prefetch_next(k2 * b.len + j);
                             copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
                         }
                     };
