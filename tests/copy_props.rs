@@ -373,10 +373,9 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[2, 3, 37, 41], &[0, 2, 3, 1], e, src_at, dst_at);
                     // Destination rows a multiple of 4 KiB apart (they share L1
                     // sets): small copies take the large ones' routes, without
-                    // prefetches — line tiles, prefetched-route tiles, and tiles
-                    // extended by a batch dim (3-D and 4-D reversals).
+                    // prefetches — line tiles, and tiles extended by a batch dim
+                    // (3-D and 4-D reversals); the prefetched route's below.
                     check_permute_at(&[long, 37], &[1, 0], e, src_at, dst_at);
-                    check_permute_at(&[long, long / 4 + 3], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[32, 128 / e, 33], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[3, 32, 128 / e, 20], &[0, 3, 2, 1], e, src_at, dst_at);
                     if stream == Some(1) {
@@ -400,6 +399,10 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[4, 12, 6, 10, 8], &[4, 3, 2, 1, 0], e, src_at, dst_at);
                         check_permute_at(&[4, 6, 3, 5, 10, 8], &[5, 4, 3, 2, 1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, 6, 10, 12, 8], &[0, 3, 1, 4, 2], e, src_at, dst_at);
+                        // Source runs narrower than a micro tile (2 and 3
+                        // elements), extended: staged together.
+                        check_permute_at(&[6, 40, 12, 2], &[3, 2, 1, 0], e, src_at, dst_at);
+                        check_permute_at(&[5, 8, 24, 3], &[3, 2, 1, 0], e, src_at, dst_at);
                     }
                 }
             }
@@ -410,6 +413,11 @@ fn transposes_every_alignment_and_kernel() {
         for (e, dst_at) in [(1usize, 0usize), (2, 16), (4, 0), (8, 16)] {
             let side = ((3usize << 20) / e).isqrt();
             check_permute_at(&[side, side + 64], &[1, 0], e, 0, dst_at);
+        }
+        // Small ones with 1 KiB runs on both sides, destination rows 4 KiB
+        // apart: the prefetched route's tiles, without the prefetches.
+        for (e, at) in [(2usize, 0usize), (4, 16), (8, 0), (16, 48)] {
+            check_permute_at(&[4096 / e, 1024 / e], &[1, 0], e, at, at);
         }
     }
     set_stream_threshold(None);

@@ -201,7 +201,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && let Some(ext) = Extension::find(a, b, &batch, e)
     {
         // SAFETY: forwarded.
-        unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, small, plan.bytes()) };
+        unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
         return;
     }
     // One choice of kernel for the whole copy: tiles are sized for its micro
@@ -268,12 +268,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                     let (j0, nj) = rows.get(t % rows.count());
                     let tb = ni * e; // staging row stride
                     // The next tile's source (same source rows, further along
-                    // them), prefetched while this one is written out; not in
-                    // small copies, whose source is taken to be in cache (1024
-                    // × 256 f32 transposed, rows sharing L1 sets, three
-                    // alternated runs: 26–36 GB/s with, 33–43 without; 512² f64
-                    // 34–36 → 44–50).
-                    let next = (route == Route::Prefetched && !small && t + 1 < first + n).then(|| {
+                    // them), prefetched while this one is written out; not
+                    // when the copy does not stream, and its source is taken
+                    // to be in cache (three alternated runs each: 1024 × 256
+                    // f32, rows sharing L1 sets, 26–36 GB/s with, 33–43
+                    // without; 512² f64 34–36 → 44–50; 1400 × 700 f32, 3.7
+                    // MiB, 17–22 → 24–35).
+                    let next = (route == Route::Prefetched && nt && t + 1 < first + n).then(|| {
                         let (i1, ni1) = cols.get((t + 1) / rows.count());
                         let (j1, nj1) = rows.get((t + 1) % rows.count());
                         let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
@@ -300,10 +301,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                     None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
                                     _ => {
                                         // This tile's first ends, unless the tile
-                                        // before prefetched them.
+                                        // before prefetched them (on the
+                                        // prefetched route of a streamed copy).
                                         let ends = RunEnds::new(dt, nj, tb, db);
-                                        let staged = route == Route::Staged;
-                                        if t == first || staged {
+                                        let own_ends = route == Route::Staged || !nt;
+                                        if t == first || own_ends {
                                             (0..RunEnds::AHEAD).for_each(|j| ends.prefetch(j));
                                         }
                                         for j in 0..nj {
@@ -313,7 +315,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                                     k => next_ends.prefetch(k - nj),
                                                 }
                                                 next.prefetch(j, nj);
-                                            } else if staged {
+                                            } else if own_ends {
                                                 ends.prefetch(j + RunEnds::AHEAD);
                                             }
                                             copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
@@ -525,11 +527,12 @@ impl Extension {
 /// `n1` slices long, and read `n2` slices along the source rows. The next
 /// tile's source is prefetched while this one is written out: its rows are
 /// many pages apart, one or a few lines each, which the hardware prefetchers
-/// do not follow (64⁴ f32 permute 3021: 21 GB/s without, 29–31 with). Not in
-/// `small` copies (those of the small tiles' size, rows sharing L1 sets),
-/// whose source is taken to be in cache: there the prefetches' address
-/// arithmetic costs more than it hides (32³ f32 permute 210, Python, two
-/// alternated runs: 10.4–11.1 GB/s with, 19.5–26.6 without).
+/// do not follow (64⁴ f32 permute 3021: 21 GB/s without, 29–31 with). Not
+/// when the copy does not stream (`nt`), and its source is taken to be in
+/// cache: there the prefetches' address arithmetic costs more than it hides
+/// (Python, alternated runs: 32³ f32 permute 210, rows sharing L1 sets,
+/// 10.4–11.1 GB/s with, 19.5–26.6 without; 96³ 21–23 → 30–39, 4 × 512 × 384
+/// batched f32 34–36 → 41–45).
 ///
 /// # Safety
 ///
@@ -543,7 +546,6 @@ unsafe fn extended<T: Elem>(
     dst: *mut u8,
     src: *const u8,
     nt: bool,
-    small: bool,
     bytes: usize,
 ) {
     let e = size_of::<T>();
@@ -581,7 +583,15 @@ unsafe fn extended<T: Elem>(
     // written out, and the staging stays in L1 (32⁴ × 16 f32 permute 43210,
     // 1 KiB × 512-byte runs, 128 KiB staged at once before: 27.7 → 29.0 GB/s,
     // five alternated runs; 0.98–1.04× on eleven other 4–6-D permutes).
-    let stage_bytes = tb * b.len;
+    // Unless a slice is narrower than a micro tile: then all `n2` of them
+    // are staged at once, one tile of `n2 · b.len` source columns (the
+    // extension continues the source runs: column `c` is `c · e` bytes along),
+    // which the micro tiles take, instead of `b.len` scalar gathers from
+    // rows far apart for each (a 64³ × 2 f32 tensor reversed, Python, two
+    // alternated runs: 3.0–3.2 → 26.3–26.5 GB/s).
+    let group = if b.len < T::micro_len(avx2) { n2 } else { 1 };
+    debug_assert!(group == 1 || c2.src == (b.len * e) as isize);
+    let stage_bytes = tb * b.len * group;
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
@@ -589,9 +599,10 @@ unsafe fn extended<T: Elem>(
         with_stage(stage_bytes, |buf| {
             for_each_segment(&batch, 1, t0, t1, |dof, so, _, _| {
                 // SAFETY: every sub-tile is an `a × b` slice of the plan; the
-                // staging buffer holds the `b.len` rows of `tb` bytes of one
-                // `k2`; with `db == tb` the `b.len` destination runs of a `k2`
-                // are the contiguous `b.len · tb` bytes from its first.
+                // staging buffer holds the `b.len` rows of `tb` bytes of each
+                // of `group` `k2`s (their columns `e` bytes apart); with `db ==
+                // tb` the `b.len` destination runs of a `k2` are the
+                // contiguous `b.len · tb` bytes from its first.
                 unsafe {
                     let stage = |k2: usize| {
                         for k1 in 0..n1 {
@@ -601,7 +612,7 @@ unsafe fn extended<T: Elem>(
                                 buf.add(k1 * a.len * e),
                                 st,
                                 a.len,
-                                b.len,
+                                group * b.len,
                                 sa,
                                 tb as isize,
                                 false,
@@ -614,7 +625,7 @@ unsafe fn extended<T: Elem>(
                     // each `k1`: `a.len` rows of `n2` source runs.
                     let steps = n2 * b.len;
                     let prefetch_next = |step: usize| {
-                        if small {
+                        if !nt {
                             return;
                         }
                         for k1 in 0..n1 {
@@ -622,7 +633,7 @@ unsafe fn extended<T: Elem>(
                             NextTile::new(at, a.len, n2 * b.len * e, sa).prefetch(step, steps);
                         }
                     };
-                    let write = |k2: usize| {
+                    let write = |k2: usize, buf: *mut u8| {
                         let dt = d.get().offset(dof + k2 as isize * c2.dst);
                         if db == tb as isize {
                             // Contiguous destination runs: one copy of them all.
@@ -637,9 +648,11 @@ unsafe fn extended<T: Elem>(
                             copy_run(dt.offset(j as isize * db), buf.add(j * tb), tb, nt);
                         }
                     };
-                    for k2 in 0..n2 {
+                    for k2 in (0..n2).step_by(group) {
                         stage(k2);
-                        write(k2);
+                        for g in 0..group {
+                            write(k2 + g, buf.add(g * b.len * tb));
+                        }
                     }
                 }
             });
