@@ -11,7 +11,9 @@ Prints GB/s (read + write) and the ratio of devtensor to the faster peer.
 
 Besides the CLI's matrix, the kinds where a peer once won, at several sizes
 (`peer_patterns`): large contiguous clones, small permutes (call and dispatch
-overhead), narrow column slices of a large matrix, and 2-D flips.
+overhead), narrow column slices of a large matrix, and 2-D flips; and permutes of
+1–4 MiB in cache whose destination rows are 4 KiB apart or whose unit-stride side
+is a pair or a pixel of three.
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -76,6 +78,14 @@ def peer_patterns(quick):
         v.append(pattern(f"flip2d_both_f32_{m}x{m}", 4, m * m, [m, m], [-m, -1], m * m - 1))
         v.append(pattern(f"flip2d_rows_f32_{m}x{m}", 4, m * m, [m, m], [-m, 1], (m - 1) * m))
         v.append(pattern(f"flip2d_cols_f32_{m}x{m}", 4, m * m, [m, m], [m, -1], m - 1))
+    # In cache, 1-4 MiB: destination rows 4 KiB apart (their lines share L1 sets),
+    # and unit-stride sides of 2 or 3 elements (pairs, pixels) moved outermost.
+    v.append(permute("cached_permute3d_210_f32_96x96x96", 4, [96, 96, 96], [2, 1, 0]))
+    v.append(permute("cached_transpose2d_f32_1024x256", 4, [1024, 256], [1, 0]))
+    v.append(permute("cached_transpose2d_f64_512x512", 8, [512, 512], [1, 0]))
+    v.append(permute("pairs_reversed_f32_64x64x64x2", 4, [64, 64, 64, 2], [3, 2, 1, 0]))
+    v.append(permute("pairs_reversed_f32_2x32x32x32x16", 4, [2, 32, 32, 32, 16], [4, 3, 2, 1, 0]))
+    v.append(permute("pixels_reversed_f32_60x62x64x3", 4, [60, 62, 64, 3], [3, 2, 1, 0]))
     return v
 
 
