@@ -583,13 +583,19 @@ unsafe fn extended<T: Elem>(
     // written out, and the staging stays in L1 (32⁴ × 16 f32 permute 43210,
     // 1 KiB × 512-byte runs, 128 KiB staged at once before: 27.7 → 29.0 GB/s,
     // five alternated runs; 0.98–1.04× on eleven other 4–6-D permutes).
-    // Unless a slice is narrower than a micro tile: then all `n2` of them
-    // are staged at once, one tile of `n2 · b.len` source columns (the
-    // extension continues the source runs: column `c` is `c · e` bytes along),
-    // which the micro tiles take, instead of `b.len` scalar gathers from
-    // rows far apart for each (a 64³ × 2 f32 tensor reversed, Python, two
-    // alternated runs: 3.0–3.2 → 26.3–26.5 GB/s).
-    let group = if b.len < T::micro_len(avx2) { n2 } else { 1 };
+    // Unless a slice is narrower than a micro tile: then `group` of them
+    // (as many as 32 KiB of staging holds, a divisor of `n2`) are staged at
+    // once, one tile of `group · b.len` source columns (the extension
+    // continues the source runs: column `c` is `c · e` bytes along), which
+    // the micro tiles take, instead of `b.len` scalar gathers from rows far
+    // apart for each (a 64³ × 2 f32 tensor reversed, Python, two alternated
+    // runs: 3.0–3.2 → 26.3–26.5 GB/s).
+    let group = if b.len < T::micro_len(avx2) {
+        let most = ((32 << 10) / (tb * b.len)).clamp(1, n2);
+        (1..=most).rev().find(|g| n2 % g == 0).unwrap_or(1)
+    } else {
+        1
+    };
     debug_assert!(group == 1 || c2.src == (b.len * e) as isize);
     let stage_bytes = tb * b.len * group;
     let slices: usize = batch.iter().map(|d| d.len).product();
