@@ -459,6 +459,15 @@ const EXTENDED_SRC_RUN_ALONE: usize = 1024;
 const BOTH_MAX_SRC_ROWS: usize = 256;
 const BOTH_MAX_DST_ROWS: usize = 128;
 
+/// The largest divisor `n` of `len` that keeps `run · n` within `target`
+/// (at least 1).
+fn grow(len: usize, run: usize, target: usize) -> usize {
+    (1..=len.min(target / run.max(1)))
+        .rev()
+        .find(|n| len % n == 0)
+        .unwrap_or(1)
+}
+
 /// Batch dims that continue a short tile side: `da` has the destination
 /// stride of a whole `a` run (destination runs grow `da.1`-fold), `sb` the
 /// source stride of a whole `b` run (source runs grow `sb.1`-fold). Each as
@@ -477,13 +486,6 @@ impl Extension {
         if ra > EXTEND_MAX_RUN || rb > EXTEND_MAX_RUN {
             return None;
         }
-        // The largest divisor of `len` that keeps `run · n` within `target`.
-        let grow = |len: usize, run: usize, target: usize| {
-            (1..=len.min(target / run.max(1)))
-                .rev()
-                .find(|n| len % n == 0)
-                .unwrap_or(1)
-        };
         let da = batch
             .iter()
             .position(|c| c.dst == ra as isize)
@@ -591,8 +593,7 @@ unsafe fn extended<T: Elem>(
     // apart for each (a 64³ × 2 f32 tensor reversed, Python, two alternated
     // runs: 3.0–3.2 → 26.3–26.5 GB/s).
     let group = if b.len < T::micro_len(avx2) {
-        let most = ((32 << 10) / (tb * b.len)).clamp(1, n2);
-        (1..=most).rev().find(|g| n2 % g == 0).unwrap_or(1)
+        grow(n2, tb * b.len, 32 << 10)
     } else {
         1
     };
