@@ -1,6 +1,7 @@
 //! CPU cache sizes, from Linux sysfs: the last level's sets the streaming
 //! threshold ([`super::runs`]), a core's L2 the parallel schedule
-//! ([`super::parallel`]).
+//! ([`super::parallel`]), the L2's associativity the transposes' tiles
+//! ([`super::transpose`]).
 
 use std::sync::OnceLock;
 
@@ -11,6 +12,8 @@ struct Cache {
     bytes: usize,
     /// Logical CPUs sharing it (hyperthreads, core clusters).
     cpus: usize,
+    /// Ways of associativity (0 where sysfs does not tell).
+    ways: usize,
 }
 
 /// The caches of CPU 0.
@@ -29,7 +32,16 @@ fn caches() -> &'static [Cache] {
                     .ok()
                     .and_then(|l| count_cpus(l.trim()))
                     .unwrap_or(1);
-                v.push(Cache { level, bytes, cpus });
+                let ways = read("ways_of_associativity")
+                    .ok()
+                    .and_then(|w| w.trim().parse().ok())
+                    .unwrap_or(0);
+                v.push(Cache {
+                    level,
+                    bytes,
+                    cpus,
+                    ways,
+                });
             }
         }
         v
@@ -71,6 +83,15 @@ pub(super) fn l2_bytes() -> usize {
         .iter()
         .find(|c| c.level == 2)
         .map_or(1 << 20, |c| c.bytes / c.cpus.max(1))
+}
+
+/// The L2's ways of associativity, if sysfs tells.
+pub(super) fn l2_ways() -> Option<usize> {
+    caches()
+        .iter()
+        .find(|c| c.level == 2)
+        .map(|c| c.ways)
+        .filter(|&w| w > 0)
 }
 
 #[cfg(test)]

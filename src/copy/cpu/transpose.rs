@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 #[cfg(target_arch = "x86_64")]
 use super::avx2::enabled as avx2_enabled;
 use super::blocks::LINE;
+use super::caches::l2_ways;
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
@@ -108,13 +109,36 @@ const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
 /// did almost as well, of 640 less.
 const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 
+/// Streamed f32 transposes keep 512 × 256 tiles, not [`PREFETCHED_2_4`]'s
+/// 768 × 128, on CPUs whose L2 has fewer ways than this. Measured on two
+/// machines: the Zen 5 VM of [`PREFETCHED_2_4`] (16-way 1 MiB L2, 12-way 48
+/// KiB L1) and a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1), where reading
+/// two lines of 192 source rows lost to four lines of 128 on every streamed
+/// f32 transpose, most where source rows are (nearly) a multiple of 2 KiB
+/// apart and their lines share few cache sets. Which of the two machines'
+/// differences decides is not known; the L2's ways are the one sysfs shows
+/// that separates them. Zen 3, two cores, median GB/s of three alternated
+/// runs:
+/// - the bench (memcpy 32–36): 4096² 14.7 → 22.1, 4097 × 4095 15.6 → 18.5,
+///   offset by one 14.0 → 21.1, from a 4112-wide matrix 19.0 → 22.1, 32 ×
+///   512² batched 18.3 → 23.2;
+/// - Python, into a reused output: 4096² 16.9 → 22.2, 8192 × 2048 15.9 →
+///   20.1, 3000 × 5001 19.7 → 20.8; with the tile forced, 2048 × 8192 14.2 →
+///   21.8, 4096 × 4608 16.7 → 24.9, 2000 × 6000 20.1 → 24.5;
+/// - f16 gained nothing clear (Python 4096² 16.7 → 13.2, 2000 × 6000 19.2 →
+///   20.0), and copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32
+///   → 23).
+const PREFETCHED_2_4_MIN_L2_WAYS: usize = 16;
+
 /// The prefetched route's tile (destination run, source run, most bytes) for
-/// `e`-byte elements with destination rows along `a`: 512 × 256 bytes in 32
-/// KiB, or one of the tiles above where their destination runs fit at least
-/// twice in a destination row.
-fn prefetched_tile(e: usize, a: PlanDim) -> (usize, usize, usize) {
+/// `e`-byte elements with destination rows along `a`, streamed (`nt`) or
+/// not: 512 × 256 bytes in 32 KiB, or one of the tiles above where their
+/// destination runs fit at least twice in a destination row.
+fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
     let misaligned = a.src % LINE as isize != 0;
+    let few_l2_ways = || l2_ways().is_some_and(|w| w < PREFETCHED_2_4_MIN_L2_WAYS);
     let tile = match e {
+        4 if nt && few_l2_ways() => None,
         2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
         2 | 4 => Some(PREFETCHED_2_4),
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
@@ -225,7 +249,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
-        Route::Prefetched => prefetched_tile(e, a),
+        Route::Prefetched => prefetched_tile(e, a, nt),
         Route::Staged => (512, 2048, 256 << 10),
     };
     let base_i = (tile_dst / e / m).max(1) * m;
