@@ -393,6 +393,10 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[2 * run + 72, run + 64], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
+                        // Short source runs (from 128 bytes) under long
+                        // destination runs: tall, narrow matrices and batches.
+                        check_permute_at(&[run + 40, 128 / e + 1], &[1, 0], e, src_at, dst_at);
+                        check_permute_at(&[2, run + 17, 512 / e + 3], &[0, 2, 1], e, src_at, dst_at);
                         // Short runs that batch dims extend: destination runs
                         // only (4-D), both runs (5-D and 6-D, all dims
                         // reversed), and source runs only (5-D, 03142).

@@ -60,6 +60,25 @@ const LINES_MIN_ROW: usize = 4096;
 /// 33 % of memcpy through the staging tile, 24 % prefetched).
 const PREFETCHED_MIN_RUN: usize = 1024;
 
+/// Shortest source runs (bytes) for [`Route::Prefetched`] in streamed copies
+/// whose destination runs are [`PREFETCHED_MIN_RUN`] or longer: tall, narrow
+/// matrices transposed and batches of them, whose tiles read blocks of
+/// adjacent short source rows. The line tiles they took before (streaming
+/// stores straight into the destination) ran at a third of the speed on the
+/// Zen 3 VM. Two cores there, Python, into a reused output, median GB/s of
+/// three alternated runs:
+/// - f32 200000 × 64 6.4 → 16.2, 50000 × 200 5.0 → 16.8, 100000 × 48 5.9 →
+///   21.4, 200000 × 32 6.4 → 14.5; batched 64 × 2048 × 64 5.3 → 15.9, 32 ×
+///   4096 × 100 4.8 → 14.5;
+/// - f64 100000 × 64 11.9 → 14.0, c128 100000 × 16 12.2 → 15.2, u8 200000
+///   × 128 11.2 → 15.4, 16 × 8192 × 512 7.5 → 9.6; f16 and other u8 shapes
+///   even (200000 × 128 f16 11.5 → 11.6);
+/// - the bench, 16 × 4096 × 128 f16 batched: 11.2 → 26.1 (32 → 84 % of
+///   memcpy);
+/// - 64-byte runs lost (u8 1000000 × 64: 7.0 → 3.9), and copies that do not
+///   stream keep the older routes (f32 10000 × 64, 2.4 MiB: 28.6 → 20.3).
+const PREFETCHED_MIN_SRC_RUN_STREAMED: usize = 128;
+
 /// The prefetched route's tiles of 2- and 4-byte elements: 768-byte
 /// destination runs × 128 source bytes, at most 32 KiB (f16 tiles then take
 /// one source line a row), where destination rows hold two runs or more.
@@ -154,7 +173,8 @@ enum Route {
     /// Small, cache-resident copies: L1-sized tiles straight into the
     /// destination, unless its rows share L1 sets ([`L1_SET_SPAN`]).
     Small,
-    /// Large ones with long runs on both sides: 128 destination × 256 source
+    /// Large ones with long runs on both sides (streamed ones with short source
+    /// runs too, [`PREFETCHED_MIN_SRC_RUN_STREAMED`]): 128 destination × 256 source
     /// bytes staged in L1 (AVX2 micro tiles, line-aligned blocks), each
     /// destination run then streamed out while the next tile's source lines
     /// are prefetched into L2. A tile reading a line of each of many source
@@ -214,7 +234,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let rows_share_sets = b.dst % L1_SET_SPAN == 0 && (e > 1 || !batch.is_empty());
     let route = if small && !rows_share_sets {
         Route::Small
-    } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= PREFETCHED_MIN_RUN {
+    } else if (e.is_power_of_two() || e == 3)
+        && a.len * e >= PREFETCHED_MIN_RUN
+        && b.len * e
+            >= if nt {
+                PREFETCHED_MIN_SRC_RUN_STREAMED
+            } else {
+                PREFETCHED_MIN_RUN
+            }
+    {
         Route::Prefetched
     } else if e.is_power_of_two() && b.dst % LINE as isize == 0 && dst as usize % e == 0 && a.len * e >= LINES_MIN_ROW {
         Route::Lines
