@@ -385,8 +385,9 @@ fn transposes_every_alignment_and_kernel() {
                         let run = 1024 / e;
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
                         // Destination rows of two runs or more: 768-byte runs
-                        // for 2- and 4-byte elements (512-byte ones for 4-byte
-                        // elements where the L2 has under 16 ways), 640-byte
+                        // for 2- and 4-byte elements (where the L2 has under 16
+                        // ways 512-byte ones for 4-byte elements, 256-byte ones
+                        // for 2-byte elements from line-aligned rows), 640-byte
                         // ones for bytes, and a shorter last one; from source rows that are
                         // line-aligned and from rows that are not (tiles of
                         // more source bytes a row for 1- and 2-byte elements).

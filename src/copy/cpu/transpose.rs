@@ -128,15 +128,17 @@ const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
 /// did almost as well, of 640 less.
 const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 
-/// Streamed f32 transposes keep 512 × 256 tiles, not [`PREFETCHED_2_4`]'s
-/// 768 × 128, on CPUs whose L2 has fewer ways than this. Measured on two
-/// machines: the Zen 5 VM of [`PREFETCHED_2_4`] (16-way 1 MiB L2, 12-way 48
-/// KiB L1) and a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1), where reading
-/// two lines of 192 source rows lost to four lines of 128 on every streamed
-/// f32 transpose, most where source rows are (nearly) a multiple of 2 KiB
-/// apart and their lines share few cache sets. Which of the two machines'
-/// differences decides is not known; the L2's ways are the one sysfs shows
-/// that separates them. Zen 3, two cores, median GB/s of three alternated
+/// Streamed 2- and 4-byte transposes take tiles of 128 source rows, not
+/// [`PREFETCHED_2_4`]'s 192, on CPUs whose L2 has fewer ways than this: f32
+/// 512 × 256 bytes (four lines a row instead of two), f16 from line-aligned
+/// rows [`PREFETCHED_2_FEW_WAYS`]. Measured on two machines: the Zen 5 VM of
+/// [`PREFETCHED_2_4`] (16-way 1 MiB L2, 12-way 48 KiB L1) and a Zen 3 VM
+/// (8-way 512 KiB L2, 8-way 32 KiB L1), where reading two lines of 192
+/// source rows lost to four lines of 128 on every streamed f32 transpose,
+/// most where source rows are (nearly) a multiple of 2 KiB apart and their
+/// lines share few cache sets. Which of the two machines' differences
+/// decides is not known; the L2's ways are the one sysfs shows that
+/// separates them. f32 on Zen 3, two cores, median GB/s of three alternated
 /// runs:
 /// - the bench (memcpy 32–36): 4096² 14.7 → 22.1, 4097 × 4095 15.6 → 18.5,
 ///   offset by one 14.0 → 21.1, from a 4112-wide matrix 19.0 → 22.1, 32 ×
@@ -147,7 +149,22 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// - f16 gained nothing clear (Python 4096² 16.7 → 13.2, 2000 × 6000 19.2 →
 ///   20.0), and copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32
 ///   → 23).
-const PREFETCHED_2_4_MIN_L2_WAYS: usize = 16;
+const PREFETCHED_MIN_L2_WAYS: usize = 16;
+
+/// The f16 tile of [`PREFETCHED_MIN_L2_WAYS`]: 256-byte destination runs ×
+/// 512 source bytes (eight lines of 128 rows). Against [`PREFETCHED_2_4`],
+/// Zen 3, two cores, median GB/s of alternated runs:
+/// - the bench's 4096², six sets of three to five runs: 11.3 → 20.3, 10.4 →
+///   16.2, 12.4 → 15.8, 12.1 → 16.4, 18.3 → 19.8, 16.1 → 16.6; from a
+///   4128-wide matrix even (16.6 → 17.0, 18.7 → 17.5, 20.4 → 19.5);
+/// - Python, into a reused output: 4096² 11.4 → 13.7, 4096 × 4160 15.1 →
+///   18.2, 8192 × 2048 11.4 → 13.9, 2048 × 8192 10.6 → 16.3, u16 4096² 10.7
+///   → 15.2;
+/// - the bench's 4096², four runs: 512 × 256 13.6, 384 × 256 13.0, 256 × 256
+///   12.8, 256 × 1024 15.3, 128-byte runs 8.7–9.0; rows that are not
+///   line-aligned keep [`PREFETCHED_2_MISALIGNED`] (Python 2000 × 6000 21.3
+///   → 15.3, 3000 × 5001 15.5 → 13.3).
+const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 
 /// The prefetched route's tile (destination run, source run, most bytes) for
 /// `e`-byte elements with destination rows along `a`, streamed (`nt`) or
@@ -155,10 +172,11 @@ const PREFETCHED_2_4_MIN_L2_WAYS: usize = 16;
 /// destination runs fit at least twice in a destination row.
 fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
     let misaligned = a.src % LINE as isize != 0;
-    let few_l2_ways = || l2_ways().is_some_and(|w| w < PREFETCHED_2_4_MIN_L2_WAYS);
+    let few_l2_ways = nt && l2_ways().is_some_and(|w| w < PREFETCHED_MIN_L2_WAYS);
     let tile = match e {
-        4 if nt && few_l2_ways() => None,
+        4 if few_l2_ways => None,
         2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
+        2 if few_l2_ways => Some(PREFETCHED_2_FEW_WAYS),
         2 | 4 => Some(PREFETCHED_2_4),
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
