@@ -11,9 +11,9 @@ Prints GB/s (read + write) and the ratio of devtensor to the faster peer.
 
 Besides the CLI's matrix, the kinds where a peer once won, at several sizes
 (`peer_patterns`): large contiguous clones, small permutes (call and dispatch
-overhead), narrow column slices of a large matrix, and 2-D flips; and permutes of
+overhead), narrow column slices of a large matrix, and 2-D flips; permutes of
 1–4 MiB in cache whose destination rows are 4 KiB apart or whose unit-stride side
-is a pair or a pixel of three.
+is a pair or a pixel of three; and tall, narrow matrices transposed.
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -86,6 +86,13 @@ def peer_patterns(quick):
     v.append(permute("pairs_reversed_f32_64x64x64x2", 4, [64, 64, 64, 2], [3, 2, 1, 0]))
     v.append(permute("pairs_reversed_f32_2x32x32x32x16", 4, [2, 32, 32, 32, 16], [4, 3, 2, 1, 0]))
     v.append(permute("pixels_reversed_f32_60x62x64x3", 4, [60, 62, 64, 3], [3, 2, 1, 0]))
+    # Streamed, tall and narrow: short source rows (128-800 bytes) under long
+    # destination rows, alone and batched.
+    rows = 50000 if quick else 200000
+    v.append(permute(f"tall_transpose2d_f32_{rows}x64", 4, [rows, 64], [1, 0]))
+    v.append(permute(f"tall_transpose2d_f32_{rows // 4}x200", 4, [rows // 4, 200], [1, 0]))
+    v.append(permute("tall_batched_transpose_f32_64x2048x64", 4, [64, 2048, 64], [0, 2, 1]))
+    v.append(permute("tall_batched_transpose_f16_16x4096x128", 2, [16, 4096, 128], [0, 2, 1]))
     return v
 
 
