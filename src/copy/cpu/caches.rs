@@ -96,7 +96,18 @@ pub(super) fn l2_ways() -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{count_cpus, parse_size};
+    use super::{count_cpus, l2_ways, parse_size};
+
+    #[test]
+    fn l2_ways_are_sysfs_ones() {
+        // The level-2 entry among CPU 0's caches, where sysfs lists one.
+        let want = (0..8).find_map(|i| {
+            let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{i}");
+            let read = |f: &str| std::fs::read_to_string(format!("{dir}/{f}")).ok();
+            (read("level")?.trim() == "2").then(|| read("ways_of_associativity")?.trim().parse::<usize>().ok())?
+        });
+        assert_eq!(l2_ways(), want.filter(|&w| w > 0));
+    }
 
     #[test]
     fn sysfs_sizes_parse_with_their_suffixes() {

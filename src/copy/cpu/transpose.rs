@@ -146,9 +146,7 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// - Python, into a reused output: 4096² 16.9 → 22.2, 8192 × 2048 15.9 →
 ///   20.1, 3000 × 5001 19.7 → 20.8; with the tile forced, 2048 × 8192 14.2 →
 ///   21.8, 4096 × 4608 16.7 → 24.9, 2000 × 6000 20.1 → 24.5;
-/// - f16 gained nothing clear (Python 4096² 16.7 → 13.2, 2000 × 6000 19.2 →
-///   20.0), and copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32
-///   → 23).
+/// - copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32 → 23).
 const PREFETCHED_MIN_L2_WAYS: usize = 16;
 
 /// The f16 tile of [`PREFETCHED_MIN_L2_WAYS`]: 256-byte destination runs ×
