@@ -164,15 +164,19 @@ const PREFETCHED_MIN_L2_WAYS: usize = 16;
 ///   → 15.3, 3000 × 5001 15.5 → 13.3).
 const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 
+/// The prefetched route's tile where no other applies (and f32's where the L2
+/// has few ways): 512-byte destination runs × 256 source bytes, 32 KiB.
+const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
+
 /// The prefetched route's tile (destination run, source run, most bytes) for
 /// `e`-byte elements with destination rows along `a`, streamed (`nt`) or
-/// not: 512 × 256 bytes in 32 KiB, or one of the tiles above where their
+/// not: [`PREFETCHED_DEFAULT`], or one of the tiles above where their
 /// destination runs fit at least twice in a destination row.
 fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
     let misaligned = a.src % LINE as isize != 0;
     let few_l2_ways = nt && l2_ways().is_some_and(|w| w < PREFETCHED_MIN_L2_WAYS);
     let tile = match e {
-        4 if few_l2_ways => None,
+        4 if few_l2_ways => Some(PREFETCHED_DEFAULT),
         2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
         2 if few_l2_ways => Some(PREFETCHED_2_FEW_WAYS),
         2 | 4 => Some(PREFETCHED_2_4),
@@ -180,7 +184,7 @@ fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
         _ => None,
     };
-    tile.filter(|t| a.len * e >= 2 * t.0).unwrap_or((512, 256, 32 << 10))
+    tile.filter(|t| a.len * e >= 2 * t.0).unwrap_or(PREFETCHED_DEFAULT)
 }
 
 /// How a transpose's tiles reach the destination.
@@ -248,17 +252,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
     let small = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
     let rows_share_sets = b.dst % L1_SET_SPAN == 0 && (e > 1 || !batch.is_empty());
+    let min_src_run = if nt {
+        PREFETCHED_MIN_SRC_RUN_STREAMED
+    } else {
+        PREFETCHED_MIN_RUN
+    };
     let route = if small && !rows_share_sets {
         Route::Small
-    } else if (e.is_power_of_two() || e == 3)
-        && a.len * e >= PREFETCHED_MIN_RUN
-        && b.len * e
-            >= if nt {
-                PREFETCHED_MIN_SRC_RUN_STREAMED
-            } else {
-                PREFETCHED_MIN_RUN
-            }
-    {
+    } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run {
         Route::Prefetched
     } else if e.is_power_of_two() && b.dst % LINE as isize == 0 && dst as usize % e == 0 && a.len * e >= LINES_MIN_ROW {
         Route::Lines
