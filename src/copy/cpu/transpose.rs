@@ -150,7 +150,8 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 const PREFETCHED_MIN_L2_WAYS: usize = 16;
 
 /// The f16 tile of [`PREFETCHED_MIN_L2_WAYS`]: 256-byte destination runs ×
-/// 512 source bytes (eight lines of 128 rows). Against [`PREFETCHED_2_4`],
+/// 512 source bytes, 32 KiB, which cuts them to 256 (four lines of 128 rows)
+/// where source rows are 512 bytes or longer. Against [`PREFETCHED_2_4`],
 /// Zen 3, two cores, median GB/s of alternated runs:
 /// - the bench's 4096², six sets of three to five runs: 11.3 → 20.3, 10.4 →
 ///   16.2, 12.4 → 15.8, 12.1 → 16.4, 18.3 → 19.8, 16.1 → 16.6; from a
@@ -158,11 +159,30 @@ const PREFETCHED_MIN_L2_WAYS: usize = 16;
 /// - Python, into a reused output: 4096² 11.4 → 13.7, 4096 × 4160 15.1 →
 ///   18.2, 8192 × 2048 11.4 → 13.9, 2048 × 8192 10.6 → 16.3, u16 4096² 10.7
 ///   → 15.2;
-/// - the bench's 4096², four runs: 512 × 256 13.6, 384 × 256 13.0, 256 × 256
-///   12.8, 256 × 1024 15.3, 128-byte runs 8.7–9.0; rows that are not
+/// - the bench's 4096², four runs, tiles bounded at 32 KiB: 256 rows × 128
+///   bytes 13.6, 192 × 160 13.0, 128-byte runs 8.7–9.0 (and this tile 12.8
+///   and 15.3, which shows the noise); 256 rows × 256 bytes (64 KiB, paired
+///   calls in one process, Python) 1.04× and 1.06× at 4096² and 2048 ×
+///   8192, 128 × 512 0.90× and 0.95×, 256 × 512 0.92× and 0.98×; rows that are not
 ///   line-aligned keep [`PREFETCHED_2_MISALIGNED`] (Python 2000 × 6000 21.3
 ///   → 15.3, 3000 × 5001 15.5 → 13.3).
 const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
+
+/// The byte tile of [`PREFETCHED_MIN_L2_WAYS`], from line-aligned rows:
+/// 256-byte destination runs × 256 source bytes (four lines of 256 rows),
+/// 64 KiB. [`PREFETCHED_1`]'s tile and [`PREFETCHED_DEFAULT`] (which rows 4
+/// KiB apart took) fill 32 KiB with one source line a row, and this VM
+/// prefers four. Zen 3, two cores, Python, into a reused output, the median
+/// of 12–16 paired calls of each tile alternated in one process, speed-up
+/// over the old tile:
+/// - rows 4 KiB apart: 8192² 1.55×, 1.66× (the bench: 28 → 40 % of
+///   memcpy, four alternated runs), 4096² 1.22×, 2048 × 16384 1.43×;
+/// - others: from an 8256-wide matrix 1.08×, 4320 × 7680 1.15×;
+/// - 512 × 256 (128 KiB) 1.30×, 1.40×; 320 × 256 1.66×; 256 × 384 1.59×;
+///   128 or 192 rows 0.98–1.07×; without the next tile's prefetches 0.57×;
+/// - rows that are not line-aligned lose and keep [`PREFETCHED_1_MISALIGNED`]
+///   (3000 × 5001 0.90×, 5001 × 3000 0.89×, 4097 × 4095 0.95×).
+const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
 
 /// The prefetched route's tile where no other applies (and f32's where the L2
 /// has few ways): 512-byte destination runs × 256 source bytes, 32 KiB.
@@ -181,6 +201,7 @@ fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
         2 if few_l2_ways => Some(PREFETCHED_2_FEW_WAYS),
         2 | 4 => Some(PREFETCHED_2_4),
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
+        1 if few_l2_ways => Some(PREFETCHED_1_FEW_WAYS),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
         _ => None,
     };
