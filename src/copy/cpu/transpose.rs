@@ -291,7 +291,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && let Some(ext) = Extension::find(a, b, &batch, e)
     {
         // SAFETY: forwarded.
-        unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
+        unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
         return;
     }
     // One choice of kernel for the whole copy: tiles are sized for its micro
@@ -558,6 +558,27 @@ fn grow(len: usize, run: usize, target: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// Indices of a batch dim of `len` that extend source runs of `run` bytes
+/// toward `target` where destination runs are not extended: [`grow`]'s
+/// divisor, unless the runs are shorter than a line and the divisor is half
+/// or less of the most that fit (`len` prime or of few divisors). Then the
+/// most that fit, and the dim is split into whole blocks and a shorter last
+/// one ([`extended_split`]); a prime `len` left such runs unextended. Two
+/// cores, Python, into a reused output, the median of 12 paired calls in one
+/// process, speed-up over the divisor:
+/// - 43210: 31 × 37 × 29 × 41 × 7 f32 1.65×, 1.73×; 31 × 29 × 33 × 31 × 6
+///   f64 1.72×, 1.90×; 04321: 7 × 61 × 67 × 59 × 13 f32 1.56×; 03142: 31 × 29
+///   × 33 × 31 × 30 f16 1.50×, 1.53×, u8 0.98×;
+/// - where destination runs are extended too (tiles in source order), split
+///   source runs lost: 31 × 33 × 29 × 31 × 15 f32 43210 0.86×, × 16 0.94×;
+///   so did runs of a line or more (61 × 67 × 59 × 63 f32 3021: 0.71×) and
+///   split destination runs (61 × 67 × 59 × 3 f32 3210 0.34×).
+fn block(len: usize, run: usize, target: usize) -> usize {
+    let fit = (target / run.max(1)).clamp(1, len);
+    let divisor = grow(len, run, target);
+    if run >= LINE || 2 * divisor > fit { divisor } else { fit }
+}
+
 /// Batch dims that continue a short tile side: `da` has the destination
 /// stride of a whole `a` run (destination runs grow `da.1`-fold), `sb` the
 /// source stride of a whole `b` run (source runs grow `sb.1`-fold). Each as
@@ -590,7 +611,10 @@ impl Extension {
             .iter()
             .enumerate()
             .position(|(k, c)| c.src == rb as isize && da.is_none_or(|(ka, _)| ka != k))
-            .map(|k| (k, grow(batch[k].len, rb, src_run)))
+            .map(|k| match da {
+                None => (k, block(batch[k].len, rb, src_run)),
+                Some(_) => (k, grow(batch[k].len, rb, src_run)),
+            })
             .filter(|&(_, n)| n > 1);
         if let (Some((ka, _)), Some((kb, _))) = (da, sb)
             && batch.len() >= 3
@@ -610,6 +634,54 @@ impl Extension {
             sb,
             source_order: false,
         })
+    }
+}
+
+/// [`extended`] where an extending dim's block does not divide its length
+/// ([`block`]): its whole blocks, then the rest, one shorter block (or none
+/// where one index is left), each split again by the other extending dim.
+///
+/// # Safety
+///
+/// As [`execute`](super::execute).
+#[allow(clippy::too_many_arguments)]
+unsafe fn extended_split<T: Elem>(
+    a: PlanDim,
+    b: PlanDim,
+    batch: SmallVec<[PlanDim; INLINE_DIMS]>,
+    ext: Extension,
+    dst: *mut u8,
+    src: *const u8,
+    nt: bool,
+    bytes: usize,
+) {
+    let ragged = |x: Option<(usize, usize)>| x.filter(|&(k, n)| batch[k].len % n != 0);
+    let (on_dst, (k, n)) = match (ragged(ext.da), ragged(ext.sb)) {
+        (Some(x), _) => (true, x),
+        (None, Some(x)) => (false, x),
+        // SAFETY: forwarded.
+        (None, None) => return unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, bytes) },
+    };
+    let c = batch[k];
+    let whole = c.len / n * n;
+    let rest = c.len - whole;
+    let mut head = batch.clone();
+    head[k].len = whole;
+    let mut tail = batch;
+    tail[k].len = rest;
+    let mut tail_ext = ext;
+    let tail_block = (rest > 1).then_some((k, rest));
+    if on_dst {
+        tail_ext.da = tail_block;
+    } else {
+        tail_ext.sb = tail_block;
+    }
+    // SAFETY: the two parts are the plan's elements with index `0..whole`
+    // and `whole..c.len` along batch dim `k`.
+    unsafe {
+        extended_split::<T>(a, b, head, ext, dst, src, nt, bytes / c.len * whole);
+        let (dst, src) = (dst.offset(whole as isize * c.dst), src.offset(whole as isize * c.src));
+        extended_split::<T>(a, b, tail, tail_ext, dst, src, nt, bytes / c.len * rest);
     }
 }
 
@@ -676,14 +748,17 @@ unsafe fn extended<T: Elem>(
     // 1 KiB × 512-byte runs, 128 KiB staged at once before: 27.7 → 29.0 GB/s,
     // five alternated runs; 0.98–1.04× on eleven other 4–6-D permutes).
     // Unless a slice is narrower than a micro tile: then `group` of them
-    // (as many as 32 KiB of staging holds, a divisor of `n2`) are staged at
-    // once, one tile of `group · b.len` source columns (the extension
-    // continues the source runs: column `c` is `c · e` bytes along), which
-    // the micro tiles take, instead of `b.len` scalar gathers from rows far
-    // apart for each (a 64³ × 2 f32 tensor reversed, Python, two alternated
-    // runs: 3.0–3.2 → 26.3–26.5 GB/s).
+    // (as many as 32 KiB of staging holds, the last group of `n2` shorter)
+    // are staged at once, one tile of `group · b.len` source columns (the
+    // extension continues the source runs: column `c` is `c · e` bytes
+    // along), which the micro tiles take, instead of `b.len` scalar gathers
+    // from rows far apart for each (a 64³ × 2 f32 tensor reversed, Python,
+    // two alternated runs: 3.0–3.2 → 26.3–26.5 GB/s). Groups were a divisor
+    // of `n2` before, one slice where `n2` is prime: against that, paired
+    // calls, 61 × 67 × 59 × 13 u8 permuted 3021 3.3×, × 7 f16 5.2×, 61 × 67
+    // × 59 × 3 f32 3210 3.0×; 64³ × 2 f32 3210 1.00×.
     let group = if b.len < T::micro_len(avx2) {
-        grow(n2, tb * b.len, 32 << 10)
+        ((32 << 10) / (tb * b.len)).clamp(1, n2)
     } else {
         1
     };
@@ -701,7 +776,7 @@ unsafe fn extended<T: Elem>(
                 // tb` the `b.len` destination runs of a `k2` are the
                 // contiguous `b.len · tb` bytes from its first.
                 unsafe {
-                    let stage = |k2: usize| {
+                    let stage = |k2: usize, group: usize| {
                         for k1 in 0..n1 {
                             let st = s.get().offset(so + k1 as isize * c1.src + k2 as isize * c2.src);
                             tile::<T>(
@@ -746,7 +821,8 @@ unsafe fn extended<T: Elem>(
                         }
                     };
                     for k2 in (0..n2).step_by(group) {
-                        stage(k2);
+                        let group = group.min(n2 - k2);
+                        stage(k2, group);
                         for g in 0..group {
                             write(k2 + g, buf.add(g * b.len * tb));
                         }
