@@ -13,7 +13,8 @@ Besides the CLI's matrix, the kinds where a peer once won, at several sizes
 (`peer_patterns`): large contiguous clones, small permutes (call and dispatch
 overhead), narrow column slices of a large matrix, and 2-D flips; permutes of
 1–4 MiB in cache whose destination rows are 4 KiB apart or whose unit-stride side
-is a pair or a pixel of three; and tall, narrow matrices transposed.
+is a pair or a pixel of three; tall, narrow matrices transposed; and permutes of
+odd shapes (prime dims, short unit-stride sides).
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -93,6 +94,23 @@ def peer_patterns(quick):
     v.append(permute(f"tall_transpose2d_f32_{rows // 4}x200", 4, [rows // 4, 200], [1, 0]))
     v.append(permute("tall_batched_transpose_f32_64x2048x64", 4, [64, 2048, 64], [0, 2, 1]))
     v.append(permute("tall_batched_transpose_f16_16x4096x128", 2, [16, 4096, 128], [0, 2, 1]))
+    # Odd shapes (prime dims, unit-stride sides of 3-15 elements), from 80 KiB
+    # in cache to 40 MiB streamed: no power-of-two blocks fit them.
+    for name, e, shape, perm in [
+        ("odd_permute3d_210_u8_127x131x5", 1, [127, 131, 5], [2, 1, 0]),
+        ("odd_permute3d_210_u16_127x131x5", 2, [127, 131, 5], [2, 1, 0]),
+        ("odd_permute3d_210_f16_300x200x6", 2, [300, 200, 6], [2, 1, 0]),
+        ("odd_permute4d_3210_f32_31x29x27x3", 4, [31, 29, 27, 3], [3, 2, 1, 0]),
+        ("odd_permute4d_3210_f32_61x67x59x3", 4, [61, 67, 59, 3], [3, 2, 1, 0]),
+        ("odd_permute4d_3021_u8_61x67x59x13", 1, [61, 67, 59, 13], [3, 0, 2, 1]),
+        ("odd_permute4d_3021_f16_61x67x59x7", 2, [61, 67, 59, 7], [3, 0, 2, 1]),
+        ("odd_permute4d_3021_f32_61x67x59x63", 4, [61, 67, 59, 63], [3, 0, 2, 1]),
+        ("odd_permute5d_43210_f32_31x37x29x41x7", 4, [31, 37, 29, 41, 7], [4, 3, 2, 1, 0]),
+        ("odd_permute5d_43210_f64_31x29x33x31x6", 8, [31, 29, 33, 31, 6], [4, 3, 2, 1, 0]),
+        ("odd_permute5d_43210_f32_31x33x29x31x15", 4, [31, 33, 29, 31, 15], [4, 3, 2, 1, 0]),
+        ("odd_permute5d_03142_f16_31x29x33x31x30", 2, [31, 29, 33, 31, 30], [0, 3, 1, 4, 2]),
+    ]:
+        v.append(permute(name, e, shape, perm))
     return v
 
 
@@ -125,7 +143,8 @@ def main():
     rows += [r for r in peer_patterns(args.quick) if not args.filter or args.filter in r["name"]]
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
-    head = f"{'pattern':<34} {'cli':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} {'vs best peer':>12}"
+    w = max([34] + [len(r["name"]) for r in rows])  # the name column fits the longest
+    head = f"{'pattern':<{w}} {'cli':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} {'vs best peer':>12}"
     print(head + "\n" + "-" * len(head))
     worst = float("inf")
     for r in rows:
@@ -167,7 +186,7 @@ def main():
         peer = max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
         ratio = gb["devtensor"] / peer
         worst = min(worst, ratio)
-        print(f"{r['name']:<34} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
+        print(f"{r['name']:<{w}} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
               flush=True)
     print(f"\nworst ratio devtensor / faster peer: {worst:.2f}x  (numpy {np.__version__}"
           + (f", torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else "") + ")")
