@@ -295,7 +295,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // f16 1.7×, 31 × 29 × 27 × 3 f32 3210 2.6×, 17 × 19 × 23 × 2 f32 2.3×,
     // 61 × 67 × 59 × 3 u16 2.6×; 2 × 32³ × 16 f32 43210, 100² × 3 f64 210
     // and 131 × 127 × 7 f32 210 (runs of a micro tile or more) 0.99–1.01×.
-    let narrow_small = route == Route::Small && b.len < T::micro_len(false);
+    // So do those whose destination runs are shorter than a line (each
+    // written in pieces, where the extension writes them whole): 7 × 11 × 13
+    // × 17 × 19 f32 43210 1.15×, 3 × 5 × 7 × 11 × 13 × 17 f32 543210 1.17×,
+    // 9 × 10 × 11 × 12 × 13 f16 43210 1.20×; 16⁵ f32 43210, 32³ f32 210,
+    // 20 × 30 × 40 f32 210, 64³ f32 021 0.99–1.04×. Small copies of longer
+    // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
+    let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched))
         && let Some(ext) = Extension::find(a, b, &batch, e)
     {
