@@ -94,8 +94,9 @@ def peer_patterns(quick):
     v.append(permute(f"tall_transpose2d_f32_{rows // 4}x200", 4, [rows // 4, 200], [1, 0]))
     v.append(permute("tall_batched_transpose_f32_64x2048x64", 4, [64, 2048, 64], [0, 2, 1]))
     v.append(permute("tall_batched_transpose_f16_16x4096x128", 2, [16, 4096, 128], [0, 2, 1]))
-    # Odd shapes (prime dims, unit-stride sides of 3-15 elements), from 80 KiB
-    # in cache to 40 MiB streamed: no power-of-two blocks fit them.
+    # Odd shapes (prime dims, unit-stride sides of 3-15 elements, attention's
+    # B × S × H × D → B × H × S × D at odd S), from 80 KiB in cache to 40 MiB
+    # streamed: no power-of-two blocks fit them.
     for name, e, shape, perm in [
         ("odd_permute3d_210_u8_127x131x5", 1, [127, 131, 5], [2, 1, 0]),
         ("odd_permute3d_210_u16_127x131x5", 2, [127, 131, 5], [2, 1, 0]),
@@ -109,6 +110,10 @@ def peer_patterns(quick):
         ("odd_permute5d_43210_f64_31x29x33x31x6", 8, [31, 29, 33, 31, 6], [4, 3, 2, 1, 0]),
         ("odd_permute5d_43210_f32_31x33x29x31x15", 4, [31, 33, 29, 31, 15], [4, 3, 2, 1, 0]),
         ("odd_permute5d_03142_f16_31x29x33x31x30", 2, [31, 29, 33, 31, 30], [0, 3, 1, 4, 2]),
+        ("odd_attention_f16_4x77x12x64", 2, [4, 77, 12, 64], [0, 2, 1, 3]),
+        ("odd_attention_f16_2x333x16x32", 2, [2, 333, 16, 32], [0, 2, 1, 3]),
+        ("odd_attention_f32_2x333x16x128", 4, [2, 333, 16, 128], [0, 2, 1, 3]),
+        ("odd_batched_transpose_f64_100x7x100", 8, [100, 7, 100], [0, 2, 1]),
     ]:
         v.append(permute(name, e, shape, perm))
     return v

@@ -387,6 +387,13 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[37, 521, 3], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[37, 85, 3], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[37, 85, 5], &[2, 1, 0], e, src_at, dst_at);
+                    // Rows whose order differs on the two sides, in tiles of
+                    // rows: AVX2 copies of 32-byte pieces and 128-byte blocks
+                    // (not streamed) with a last piece overlapping the one
+                    // before, or `copy_run`.
+                    for row in [24, 40, 96, 200, 300] {
+                        check_permute_at(&[3, 7, 5, row / e + 1], &[0, 2, 1, 3], e, src_at, dst_at);
+                    }
                     if stream == Some(1) {
                         // Runs of at least 1 KiB on both sides, streamed: staged
                         // tiles whose next tile's source is prefetched, alone and

@@ -333,3 +333,44 @@ pub(super) unsafe fn copy_blocks(dst: *mut u8, src: *const u8, n: usize) -> usiz
     }
     i
 }
+
+/// Copies `count` runs of `run` bytes (at least 32), `ds` and `ss` bytes
+/// apart: 128-byte blocks loaded whole before they are stored, then 32-byte
+/// pieces, the last one overlapping the bytes before it.
+///
+/// # Safety
+///
+/// The CPU has AVX2; every run `dst + j·ds`, `src + j·ss` (`j < count`) as
+/// `ptr::copy_nonoverlapping(src, dst, run)`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: usize, ds: isize, ss: isize) {
+    debug_assert!(run >= 32);
+    for j in 0..count {
+        // SAFETY: run `j` of both operands (the caller's contract); every access
+        // lies inside its `run` bytes.
+        unsafe {
+            let (d, s) = (dst.offset(j as isize * ds), src.offset(j as isize * ss));
+            let mut i = 0;
+            while i + 128 <= run {
+                let (p, q) = (s.add(i), d.add(i));
+                let a = _mm256_loadu_si256(p.cast());
+                let b = _mm256_loadu_si256(p.add(32).cast());
+                let c = _mm256_loadu_si256(p.add(64).cast());
+                let e = _mm256_loadu_si256(p.add(96).cast());
+                _mm256_storeu_si256(q.cast(), a);
+                _mm256_storeu_si256(q.add(32).cast(), b);
+                _mm256_storeu_si256(q.add(64).cast(), c);
+                _mm256_storeu_si256(q.add(96).cast(), e);
+                i += 128;
+            }
+            while i + 32 <= run {
+                _mm256_storeu_si256(d.add(i).cast(), _mm256_loadu_si256(s.add(i).cast()));
+                i += 32;
+            }
+            if i < run {
+                let at = run - 32;
+                _mm256_storeu_si256(d.add(at).cast(), _mm256_loadu_si256(s.add(at).cast()));
+            }
+        }
+    }
+}
