@@ -314,6 +314,7 @@ pub(super) unsafe fn reverse<const E: usize>(dst: *mut u8, src: *const u8, n: us
 ///
 /// The CPU has AVX2; as `ptr::copy_nonoverlapping(src, dst, n)`.
 #[target_feature(enable = "avx2")]
+#[inline]
 pub(super) unsafe fn copy_blocks(dst: *mut u8, src: *const u8, n: usize) -> usize {
     let mut i = 0;
     while i + 128 <= n {
@@ -350,19 +351,7 @@ pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: 
         // lies inside its `run` bytes.
         unsafe {
             let (d, s) = (dst.offset(j as isize * ds), src.offset(j as isize * ss));
-            let mut i = 0;
-            while i + 128 <= run {
-                let (p, q) = (s.add(i), d.add(i));
-                let a = _mm256_loadu_si256(p.cast());
-                let b = _mm256_loadu_si256(p.add(32).cast());
-                let c = _mm256_loadu_si256(p.add(64).cast());
-                let e = _mm256_loadu_si256(p.add(96).cast());
-                _mm256_storeu_si256(q.cast(), a);
-                _mm256_storeu_si256(q.add(32).cast(), b);
-                _mm256_storeu_si256(q.add(64).cast(), c);
-                _mm256_storeu_si256(q.add(96).cast(), e);
-                i += 128;
-            }
+            let mut i = copy_blocks(d, s, run);
             while i + 32 <= run {
                 _mm256_storeu_si256(d.add(i).cast(), _mm256_loadu_si256(s.add(i).cast()));
                 i += 32;
