@@ -163,9 +163,9 @@ const PREFETCHED_MIN_L2_WAYS: usize = 16;
 ///   bytes 13.6, 192 × 160 13.0, 128-byte runs 8.7–9.0 (and this tile 12.8
 ///   and 15.3, which shows the noise); 256 rows × 256 bytes (64 KiB, paired
 ///   calls in one process, Python) 1.04× and 1.06× at 4096² and 2048 ×
-///   8192, 128 × 512 0.90× and 0.95×, 256 × 512 0.92× and 0.98×; rows that are not
-///   line-aligned keep [`PREFETCHED_2_MISALIGNED`] (Python 2000 × 6000 21.3
-///   → 15.3, 3000 × 5001 15.5 → 13.3).
+///   8192, 128 × 512 0.90× and 0.95×, 256 × 512 0.92× and 0.98×;
+/// - rows that are not line-aligned keep [`PREFETCHED_2_MISALIGNED`] (Python
+///   2000 × 6000 21.3 → 15.3, 3000 × 5001 15.5 → 13.3).
 const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 
 /// The byte tile of [`PREFETCHED_MIN_L2_WAYS`], from line-aligned rows:
@@ -652,9 +652,9 @@ impl Extension {
     }
 }
 
-/// [`extended`] where an extending dim's block does not divide its length
-/// ([`block`]): its whole blocks, then the rest, one shorter block (or none
-/// where one index is left), each split again by the other extending dim.
+/// [`extended`] where the block of the dim that extends source runs does
+/// not divide its length ([`block`]): its whole blocks, then the rest, one
+/// shorter block (or no extension where one index is left).
 ///
 /// # Safety
 ///
@@ -670,12 +670,9 @@ unsafe fn extended_split<T: Elem>(
     nt: bool,
     bytes: usize,
 ) {
-    let ragged = |x: Option<(usize, usize)>| x.filter(|&(k, n)| batch[k].len % n != 0);
-    let (on_dst, (k, n)) = match (ragged(ext.da), ragged(ext.sb)) {
-        (Some(x), _) => (true, x),
-        (None, Some(x)) => (false, x),
+    let Some((k, n)) = ext.sb.filter(|&(k, n)| batch[k].len % n != 0) else {
         // SAFETY: forwarded.
-        (None, None) => return unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, bytes) },
+        return unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, bytes) };
     };
     let c = batch[k];
     let whole = c.len / n * n;
@@ -684,19 +681,16 @@ unsafe fn extended_split<T: Elem>(
     head[k].len = whole;
     let mut tail = batch;
     tail[k].len = rest;
-    let mut tail_ext = ext;
-    let tail_block = (rest > 1).then_some((k, rest));
-    if on_dst {
-        tail_ext.da = tail_block;
-    } else {
-        tail_ext.sb = tail_block;
-    }
+    let tail_ext = Extension {
+        sb: (rest > 1).then_some((k, rest)),
+        ..ext
+    };
     // SAFETY: the two parts are the plan's elements with index `0..whole`
-    // and `whole..c.len` along batch dim `k`.
+    // and `whole..c.len` along batch dim `k`; each extension divides its dim.
     unsafe {
-        extended_split::<T>(a, b, head, ext, dst, src, nt, bytes / c.len * whole);
+        extended::<T>(a, b, head, ext, dst, src, nt, bytes / c.len * whole);
         let (dst, src) = (dst.offset(whole as isize * c.dst), src.offset(whole as isize * c.src));
-        extended_split::<T>(a, b, tail, tail_ext, dst, src, nt, bytes / c.len * rest);
+        extended::<T>(a, b, tail, tail_ext, dst, src, nt, bytes / c.len * rest);
     }
 }
 
