@@ -1,7 +1,7 @@
 //! CPU cache sizes, from Linux sysfs: the last level's sets the streaming
 //! threshold ([`super::runs`]), a core's L2 the parallel schedule
 //! ([`super::parallel`]), the L2's associativity the transposes' tiles
-//! ([`super::transpose`]).
+//! ([`super::transpose`]) and where whole runs stream ([`super::runs`]).
 
 use std::sync::OnceLock;
 
@@ -85,8 +85,22 @@ pub(super) fn l2_bytes() -> usize {
         .map_or(1 << 20, |c| c.bytes / c.cpus.max(1))
 }
 
+/// Whether the L2 has fewer than [`FEW_L2_WAYS`] ways (false where sysfs
+/// does not tell).
+pub(super) fn l2_has_few_ways() -> bool {
+    l2_ways().is_some_and(|w| w < FEW_L2_WAYS)
+}
+
+/// The copies were tuned on two machines: a Zen 5 VM (16-way 1 MiB L2, 12-way
+/// 48 KiB L1) and a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1), both with
+/// a 32 MiB L3. On the Zen 3 VM streamed transposes want other tiles
+/// (`transpose`) and whole runs stream from a smaller size ([`super::runs`]).
+/// Which of the two machines' differences decides is not known; the L2's
+/// ways are the one sysfs shows that separates them.
+const FEW_L2_WAYS: usize = 16;
+
 /// The L2's ways of associativity, if sysfs tells.
-pub(super) fn l2_ways() -> Option<usize> {
+fn l2_ways() -> Option<usize> {
     caches()
         .iter()
         .find(|c| c.level == 2)

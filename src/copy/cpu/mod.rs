@@ -19,10 +19,12 @@
 //! (other sizes up to 16) with unaligned loads and stores, so odd addresses are
 //! fine. Larger elements become an extra byte dimension.
 //!
-//! Runs are copied with libc's `memcpy`, except for destinations larger than
-//! the last-level cache: those are written with non-temporal (streaming)
-//! stores over whole cache lines, which skips the read-for-ownership of every
-//! destination line (see [`set_stream_threshold`]). Work from 1 MiB on is split
+//! Runs are copied with libc's `memcpy`, except for destinations about as large
+//! as the last-level cache (a fraction of it for row copies and transposes,
+//! and for clones too on some CPUs: `runs::runs_stream_threshold`): those are
+//! written with non-temporal (streaming) stores over whole cache lines, which
+//! skips the read-for-ownership of every destination line (see
+//! [`set_stream_threshold`]). Work from 1 MiB on is split
 //! across rayon over a flat index space — rows × row elements, or batch × tiles
 //! — so a short outer dimension still feeds every thread.
 //!
@@ -55,7 +57,7 @@ use self::fill::{fill_pattern, fill_rows, fill_run};
 use self::general::general;
 use self::parallel::PAR_MIN_BYTES;
 use self::rows::rows;
-use self::runs::{memcpy_par, stream_threshold};
+use self::runs::{memcpy_par, runs_stream_threshold, stream_threshold};
 use self::tiny::copy_tiny;
 use self::transpose::transpose;
 use crate::copy::plan::{
@@ -301,7 +303,7 @@ unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
     unsafe {
         match plan.kind {
             PlanKind::Empty => {}
-            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes(), nt),
+            PlanKind::Memcpy => memcpy_par(dst, src, plan.bytes(), plan.bytes() >= runs_stream_threshold(true)),
             PlanKind::Rows => rows(plan, dst, src, nt),
             PlanKind::Fill if plan.dims[0].dst == plan.elem_size as isize => fill_rows(plan, dst, src, nt),
             PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src, nt)),

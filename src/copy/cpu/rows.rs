@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
-use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
+use super::runs::{Cache, copy_run, prefetch, runs_stream_threshold, store_fence};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 
 /// Row copies: `dims[0]` is unit-stride on both sides.
@@ -66,13 +66,14 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
     }
     // Long rows are whole destination lines written once while a strided
     // source streams through the cache: streaming stores pay off from five
-    // eighths of the last-level cache. At an eighth, a 4 MiB row flip ran at
+    // eighths of the last-level cache on the Zen 5 VM, three eighths on the
+    // Zen 3 one (`runs_stream_threshold`). At an eighth, a 4 MiB row flip ran at
     // 0.6× torch's cached stores; at a quarter, 8 MiB of 4 KiB rows at 53 GB/s
     // streamed, 86–116 cached (torch 101–146). Two cores, 32 MiB L3, four
     // alternated runs each, GB/s in the VM's slow / fast memory mode, streamed
     // against cached: 16 MiB of 4 KiB rows 57 / 111 against 65 / 123 (torch
     // 58–64 / 111–120); 20 MiB 55 / 111 against 51–57 (torch 50–56 / 89–96).
-    let nt = nt || plan.bytes() >= stream_threshold() / 8 * 5;
+    let nt = nt || plan.bytes() >= runs_stream_threshold(false);
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;

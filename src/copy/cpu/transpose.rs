@@ -9,7 +9,7 @@ use smallvec::SmallVec;
 #[cfg(target_arch = "x86_64")]
 use super::avx2::enabled as avx2_enabled;
 use super::blocks::LINE;
-use super::caches::l2_ways;
+use super::caches::l2_has_few_ways;
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
@@ -129,17 +129,14 @@ const PREFETCHED_1: (usize, usize, usize) = (640, 64, 40 << 10);
 const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 
 /// Streamed 2- and 4-byte transposes take tiles of 128 source rows, not
-/// [`PREFETCHED_2_4`]'s 192, on CPUs whose L2 has fewer ways than this: f32
-/// 512 × 256 bytes (four lines a row instead of two), f16 from line-aligned
-/// rows [`PREFETCHED_2_FEW_WAYS`]. Measured on two machines: the Zen 5 VM of
-/// [`PREFETCHED_2_4`] (16-way 1 MiB L2, 12-way 48 KiB L1) and a Zen 3 VM
-/// (8-way 512 KiB L2, 8-way 32 KiB L1), where reading two lines of 192
-/// source rows lost to four lines of 128 on every streamed f32 transpose,
-/// most where source rows are (nearly) a multiple of 2 KiB apart and their
-/// lines share few cache sets. Which of the two machines' differences
-/// decides is not known; the L2's ways are the one sysfs shows that
-/// separates them. f32 on Zen 3, two cores, median GB/s of three alternated
-/// runs:
+/// [`PREFETCHED_2_4`]'s 192, on CPUs whose L2 has few ways
+/// ([`l2_has_few_ways`]): f32 this tile, [`PREFETCHED_DEFAULT`]'s 512 × 256
+/// bytes (four lines a row instead of two), f16 from line-aligned rows
+/// [`PREFETCHED_2_FEW_WAYS`]. On the Zen 3 VM (8-way 512 KiB L2) reading two
+/// lines of 192 source rows lost to four lines of 128 on every streamed f32
+/// transpose, most where source rows are (nearly) a multiple of 2 KiB apart
+/// and their lines share few cache sets. f32 on Zen 3, two cores, median
+/// GB/s of three alternated runs:
 /// - the bench (memcpy 32–36): 4096² 14.7 → 22.1, 4097 × 4095 15.6 → 18.5,
 ///   offset by one 14.0 → 21.1, from a 4112-wide matrix 19.0 → 22.1, 32 ×
 ///   512² batched 18.3 → 23.2;
@@ -147,9 +144,9 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 ///   20.1, 3000 × 5001 19.7 → 20.8; with the tile forced, 2048 × 8192 14.2 →
 ///   21.8, 4096 × 4608 16.7 → 24.9, 2000 × 6000 20.1 → 24.5;
 /// - copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32 → 23).
-const PREFETCHED_MIN_L2_WAYS: usize = 16;
+const PREFETCHED_4_FEW_WAYS: (usize, usize, usize) = PREFETCHED_DEFAULT;
 
-/// The f16 tile of [`PREFETCHED_MIN_L2_WAYS`]: 256-byte destination runs ×
+/// The f16 tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]): 256-byte destination runs ×
 /// 512 source bytes, 32 KiB, which cuts them to 256 (four lines of 128 rows)
 /// where source rows are 512 bytes or longer. Against [`PREFETCHED_2_4`],
 /// Zen 3, two cores, median GB/s of alternated runs:
@@ -168,7 +165,7 @@ const PREFETCHED_MIN_L2_WAYS: usize = 16;
 ///   2000 × 6000 21.3 → 15.3, 3000 × 5001 15.5 → 13.3).
 const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 
-/// The byte tile of [`PREFETCHED_MIN_L2_WAYS`], from line-aligned rows:
+/// The byte tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]), from line-aligned rows:
 /// 256-byte destination runs × 256 source bytes (four lines of 256 rows),
 /// 64 KiB. [`PREFETCHED_1`]'s tile and [`PREFETCHED_DEFAULT`] (which rows 4
 /// KiB apart took) fill 32 KiB with one source line a row, and this VM
@@ -194,9 +191,9 @@ const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
 /// destination runs fit at least twice in a destination row.
 fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
     let misaligned = a.src % LINE as isize != 0;
-    let few_l2_ways = nt && l2_ways().is_some_and(|w| w < PREFETCHED_MIN_L2_WAYS);
+    let few_l2_ways = nt && l2_has_few_ways();
     let tile = match e {
-        4 if few_l2_ways => Some(PREFETCHED_DEFAULT),
+        4 if few_l2_ways => Some(PREFETCHED_4_FEW_WAYS),
         2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
         2 if few_l2_ways => Some(PREFETCHED_2_FEW_WAYS),
         2 | 4 => Some(PREFETCHED_2_4),
