@@ -69,19 +69,13 @@ fn filled(
     dtype: DType,
     device: DeviceArg,
 ) -> PyResult<PyTensor> {
-    filled_bytes(py, shape, scalar_bytes(value, dtype)?, dtype, device)
+    filled_bytes(py, shape, &scalar_bytes(value, dtype)?, dtype, device)
 }
 
 /// [`filled`] with the element's bytes.
-fn filled_bytes(
-    py: Python<'_>,
-    shape: ShapeArg,
-    bytes: Vec<u8>,
-    dtype: DType,
-    device: DeviceArg,
-) -> PyResult<PyTensor> {
+fn filled_bytes(py: Python<'_>, shape: ShapeArg, bytes: &[u8], dtype: DType, device: DeviceArg) -> PyResult<PyTensor> {
     let total = shape.0.iter().product::<usize>().saturating_mul(dtype.size());
-    let make = || Tensor::full_bytes(&shape.0, dtype, device.resolve()?, &bytes);
+    let make = || Tensor::full_bytes(&shape.0, dtype, device.resolve()?, bytes);
     let t = if device.is_cpu() && total < 1 << 16 {
         make()
     } else {
@@ -94,9 +88,17 @@ fn filled_bytes(
 /// `zeros(shape, dtype="float32", device="cpu")`.
 fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
-    // No Python object to convert (zero rounds as each dtype rounds it:
-    // float8_e8m0fnu has no zero).
-    let bytes = crate::scalar::Scalar::Int(0).to_bytes(dtype).map_err(to_py)?;
+    // No Python object to convert, and no allocation where zero is zero bytes
+    // (float8_e8m0fnu has no zero: it rounds zero as it rounds any value).
+    const ZERO: [u8; 16] = [0; 16];
+    let rounded;
+    let bytes = match ZERO.get(..dtype.size()) {
+        Some(zero) if dtype != DType::F8E8M0Fnu => zero,
+        _ => {
+            rounded = crate::scalar::Scalar::Int(0).to_bytes(dtype).map_err(to_py)?;
+            &rounded[..]
+        }
+    };
     filled_bytes(py, shape, bytes, dtype, device.unwrap_or_default())
 }
 

@@ -94,7 +94,7 @@ impl Tensor {
     pub fn full_bytes(shape: &[usize], dtype: DType, device: Device, value: &[u8]) -> Result<Tensor> {
         let t = Tensor::empty(shape, dtype, device)?;
         if !(value.iter().all(|&b| b == 0) && value.len() == dtype.size() && t.storage.fresh_zeros()) {
-            t.fill_bytes(value)?;
+            t.fill_bytes_impl(value, false)?;
         }
         Ok(t)
     }
@@ -517,6 +517,13 @@ impl Tensor {
 
     /// Writes the raw element `value` (`itemsize` bytes) to every element.
     pub fn fill_bytes(&self, value: &[u8]) -> Result<()> {
+        self.fill_bytes_impl(value, true)
+    }
+
+    /// [`fill_bytes`](Self::fill_bytes); `lock: false` for a tensor no other
+    /// one can reach yet (a fresh allocation), which then needs no lock
+    /// (`zeros((1024,))` pays for every atomic operation).
+    fn fill_bytes_impl(&self, value: &[u8], lock: bool) -> Result<()> {
         self.check_writable()?;
         if value.len() != self.dtype.size() {
             return Err(Error::InvalidArgument {
@@ -524,13 +531,13 @@ impl Tensor {
                 reason: "the value's size differs from the element size".into(),
             });
         }
-        let _access = access::lock(Some(&self.storage), None);
+        let _access = lock.then(|| access::lock(Some(&self.storage), None));
         if !self.device().is_host_accessible() {
             return fill_on_device(self, value);
         }
         // SAFETY: the view lies inside its storage, is host-accessible and
         // writable, and no other safe call touches the storage while `_access`
-        // holds it.
+        // holds it (or, unlocked, while it is fresh: nothing else reaches it).
         unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
     }
 
