@@ -43,10 +43,12 @@ pub(super) fn stream_threshold() -> usize {
 ///   34.1 → 38.5, 16 MiB 27.4 → 35.9.
 pub(super) fn runs_stream_threshold(clone: bool) -> usize {
     let t = stream_threshold();
-    match () {
-        _ if l2_has_few_ways() => t / 8 * 3,
-        _ if clone => t,
-        _ => t / 8 * 5,
+    if l2_has_few_ways() {
+        t / 8 * 3
+    } else if clone {
+        t
+    } else {
+        t / 8 * 5
     }
 }
 
@@ -55,7 +57,7 @@ static STREAM_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// Sets the destination size (bytes) from which copies use non-temporal
 /// (streaming) stores; row copies and transposes stream from fixed fractions
-/// of it (and clones too where tuning found that faster). `None` restores the
+/// of it, and clones too where the L2 has under 16 ways. `None` restores the
 /// default (the last-level cache size, or `DEVTENSOR_STREAM_BYTES`). `Some(1)`
 /// streams everything, which tests use to cover those paths;
 /// `Some(usize::MAX)` never streams.

@@ -146,10 +146,11 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// - copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32 → 23).
 const PREFETCHED_4_FEW_WAYS: (usize, usize, usize) = PREFETCHED_DEFAULT;
 
-/// The f16 tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]): 256-byte destination runs ×
-/// 512 source bytes, 32 KiB, which cuts them to 256 (four lines of 128 rows)
-/// where source rows are 512 bytes or longer. Against [`PREFETCHED_2_4`],
-/// Zen 3, two cores, median GB/s of alternated runs:
+/// The f16 tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]):
+/// 256-byte destination runs × 512 source bytes, 32 KiB, which cuts them to
+/// 256 (four lines of 128 rows) where source rows are 512 bytes or longer.
+/// Against [`PREFETCHED_2_4`], Zen 3, two cores, median GB/s of alternated
+/// runs:
 /// - the bench's 4096², six sets of three to five runs: 11.3 → 20.3, 10.4 →
 ///   16.2, 12.4 → 15.8, 12.1 → 16.4, 18.3 → 19.8, 16.1 → 16.6; from a
 ///   4128-wide matrix even (16.6 → 17.0, 18.7 → 17.5, 20.4 → 19.5);
@@ -165,11 +166,11 @@ const PREFETCHED_4_FEW_WAYS: (usize, usize, usize) = PREFETCHED_DEFAULT;
 ///   2000 × 6000 21.3 → 15.3, 3000 × 5001 15.5 → 13.3).
 const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 
-/// The byte tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]), from line-aligned rows:
-/// 256-byte destination runs × 256 source bytes (four lines of 256 rows),
-/// 64 KiB. [`PREFETCHED_1`]'s tile and [`PREFETCHED_DEFAULT`] (which rows 4
-/// KiB apart took) fill 32 KiB with one source line a row, and this VM
-/// prefers four. Zen 3, two cores, Python, into a reused output, the median
+/// The byte tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]),
+/// from line-aligned rows: 256-byte destination runs × 256 source bytes
+/// (four lines of 256 rows), 64 KiB. [`PREFETCHED_1`]'s tile and
+/// [`PREFETCHED_DEFAULT`] (which rows 4 KiB apart took) fill 32 KiB with one
+/// source line a row, and this VM prefers four. Zen 3, two cores, Python, into a reused output, the median
 /// of 12–16 paired calls of each tile alternated in one process, speed-up
 /// over the old tile:
 /// - rows 4 KiB apart: 8192² 1.55×, 1.66× (the bench: 28 → 40 % of
