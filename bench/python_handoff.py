@@ -13,7 +13,8 @@ Rows (each: devtensor vs peers doing the same job; ratios = devtensor / peer, < 
 
     python bench/python_handoff.py [--quick] [--min-time 0.2] [--no-gpu]
 
-Prints a markdown table (µs per call, best of several repeats).
+Prints a markdown table (µs per call, best of several repeats, devtensor's and the peers' repeats
+interleaved).
 """
 
 import argparse
@@ -35,12 +36,20 @@ with warnings.catch_warnings():
         torch = None
 
 
-def best_us(fn, min_time, repeat):
-    """Best per-call time in µs over `repeat` runs of ~min_time seconds each."""
-    timer = timeit.Timer(fn)
-    number, _ = timer.autorange()  # enough calls for >= 0.2 s
-    number = max(1, int(number * min_time / 0.2))
-    return min(timer.repeat(repeat=repeat, number=number)) / number * 1e6
+def best_us(fns, min_time, repeat):
+    """Best per-call time in µs of each of `fns` over `repeat` runs of ~min_time
+    seconds each, the runs of the callables interleaved (ours, peer, ours, peer,
+    ...) so that a slow spell of the machine hits them alike."""
+    timers = []
+    for fn in fns:
+        timer = timeit.Timer(fn)
+        number, _ = timer.autorange()  # enough calls for >= 0.2 s
+        timers.append((timer, max(1, int(number * min_time / 0.2))))
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for k, (timer, number) in enumerate(timers):
+            best[k] = min(best[k], timer.timeit(number) / number * 1e6)
+    return best
 
 
 class Rows:
@@ -51,8 +60,8 @@ class Rows:
 
     def add(self, group, what, ours, peers):
         """ours: callable; peers: list of (name, callable)."""
-        t_ours = best_us(ours, self.min_time, self.repeat)
-        timed = [(name, best_us(fn, self.min_time, self.repeat)) for name, fn in peers]
+        t_ours, *t_peers = best_us([ours] + [fn for _, fn in peers], self.min_time, self.repeat)
+        timed = [(name, us) for (name, _), us in zip(peers, t_peers)]
         self.rows.append((group, what, t_ours, timed))
         print(f"  {what:<52} {t_ours:10.2f} µs", file=sys.stderr)
 
