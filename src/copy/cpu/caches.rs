@@ -86,9 +86,10 @@ pub(super) fn l2_bytes() -> usize {
 }
 
 /// Whether the L2 has fewer than [`FEW_L2_WAYS`] ways (false where sysfs
-/// does not tell).
+/// does not tell); read once, as every clone past the tiny ones asks.
 pub(super) fn l2_has_few_ways() -> bool {
-    l2_ways().is_some_and(|w| w < FEW_L2_WAYS)
+    static FEW: OnceLock<bool> = OnceLock::new();
+    *FEW.get_or_init(|| l2_ways().is_some_and(|w| w < FEW_L2_WAYS))
 }
 
 /// The copies were tuned on two machines: a Zen 5 VM (16-way 1 MiB L2, 12-way

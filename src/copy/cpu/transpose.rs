@@ -170,8 +170,9 @@ const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 /// from line-aligned rows: 256-byte destination runs × 256 source bytes
 /// (four lines of 256 rows), 64 KiB. [`PREFETCHED_1`]'s tile and
 /// [`PREFETCHED_DEFAULT`] (which rows 4 KiB apart took) fill 32 KiB with one
-/// source line a row, and this VM prefers four. Zen 3, two cores, Python, into a reused output, the median
-/// of 12–16 paired calls of each tile alternated in one process, speed-up
+/// source line a row, and this VM prefers four. Zen 3, two cores, Python,
+/// into a reused output, the median of 12–16 paired calls of each tile
+/// alternated in one process, speed-up
 /// over the old tile:
 /// - rows 4 KiB apart: 8192² 1.55×, 1.66× (the bench: 28 → 40 % of
 ///   memcpy, four alternated runs), 4096² 1.22×, 2048 × 16384 1.43×;
