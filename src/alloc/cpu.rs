@@ -4,7 +4,7 @@ use std::alloc::Layout;
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock};
 
-use super::{AllocStats, Allocation, Counters, NDAlloc, huge_pages, small_blocks};
+use super::{AllocStats, Allocation, Counters, NDAlloc, huge_pages, mapped_blocks, small_blocks};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::StreamHandle;
@@ -12,16 +12,25 @@ use crate::stream::StreamHandle;
 /// Alignment of every CPU allocation (DLPack's recommended 256 bytes).
 pub const CPU_ALIGNMENT: usize = 256;
 
-/// Allocations above glibc's largest mmap threshold (32 MiB on 64-bit) are
-/// aligned to 2 MiB and advised to use transparent huge pages (on Linux each
-/// its own mapping, [`huge_pages`]). glibc would map every such block fresh
-/// too, so each one is page-faulted in: 16 faults per 32 MiB
-/// instead of 8 192, which is most of the time of a `contiguous()` into it.
-/// Smaller blocks stay plain: glibc reuses them once freed (its threshold
-/// rises to their size), which no fault can beat; a 2 MiB alignment would
-/// route them through fresh mappings too (16 MiB `contiguous()`: 2.2 → 1.0 ms).
+/// Blocks of 8 MiB and more are each their own mapping on Linux, aligned to
+/// 2 MiB and advised to use transparent huge pages ([`huge_pages`]), and kept
+/// for reuse when freed ([`mapped_blocks`]). glibc maps every block above its
+/// largest mmap threshold (32 MiB on 64-bit) fresh, and below it reuses a
+/// freed block only while its threshold and the top of its heap allow, which
+/// other allocations between two of ours upset: in a loop of NumPy, torch and
+/// devtensor calls, each allocating and freeing 16 MiB, every one of ours was
+/// page-faulted in again.
+pub(super) const MAPPED_MIN: usize = 8 << 20;
+
+/// Mappings from here on are whole huge pages (at most 1/16 more than the
+/// block); smaller ones whole 4 KiB pages, huge only in their aligned middle.
+/// Off Linux, blocks this large are still 2 MiB-aligned.
 pub(super) const HUGE_PAGE_MIN: usize = 32 << 20;
 pub(super) const HUGE_PAGE: usize = 2 << 20;
+
+/// Set in the token of a mapped block taken from [`mapped_blocks`] (the
+/// token is the mapping's length, a multiple of a page, so the low bit is free).
+const REUSED: usize = 1;
 
 /// The alignment every `malloc` on a 64-bit target gives, and the extra bytes a
 /// padded block needs to reach [`CPU_ALIGNMENT`] from it.
@@ -42,6 +51,17 @@ impl CpuAlloc {
         SHARED.get_or_init(|| Arc::new(CpuAlloc)).clone()
     }
 
+    /// Unmaps the freed large blocks kept for reuse ([`mapped_blocks`]); the
+    /// bytes released.
+    pub fn empty_cache() -> usize {
+        mapped_blocks::release_all()
+    }
+
+    /// Bytes of freed large blocks kept for reuse.
+    pub fn cached_bytes() -> usize {
+        mapped_blocks::cached_bytes()
+    }
+
     fn layout(size: usize, align: usize) -> Result<Layout> {
         let align = if size >= HUGE_PAGE_MIN {
             align.max(HUGE_PAGE)
@@ -53,7 +73,7 @@ impl CpuAlloc {
         })
     }
 
-    /// For blocks below [`HUGE_PAGE_MIN`] that need no more than [`CPU_ALIGNMENT`]:
+    /// For blocks below [`MAPPED_MIN`] that need no more than [`CPU_ALIGNMENT`]:
     /// a plain, 16-byte aligned layout [`PAD`] bytes longer, whose start is moved
     /// up to the next 256-byte boundary by hand. glibc's `posix_memalign` splits
     /// off and frees a leading and a trailing fragment on every call, and those
@@ -61,7 +81,7 @@ impl CpuAlloc {
     /// time of a small `devtensor.empty()`. Freed ones of up to 64 KiB are kept
     /// for reuse by the thread ([`small_blocks`]).
     fn padded_layout(size: usize, align: usize) -> Result<Option<Layout>> {
-        if size >= HUGE_PAGE_MIN || align > CPU_ALIGNMENT {
+        if size >= MAPPED_MIN || align > CPU_ALIGNMENT {
             return Ok(None);
         }
         // Sizes rounded up to 64 bytes, so that nearby sizes share cached blocks.
@@ -78,15 +98,10 @@ impl CpuAlloc {
     }
 }
 
-// SAFETY: `allocate` returns memory from the global allocator with a layout of
-// at least `align` alignment and `size` bytes, owned by the caller until
-// `deallocate`; zero-size requests get a dangling aligned pointer never freed.
-unsafe impl NDAlloc for CpuAlloc {
-    fn device(&self) -> Device {
-        Device::Cpu
-    }
-
-    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
+impl CpuAlloc {
+    /// [`NDAlloc::allocate`]; `reuse`: a block of its own mapping may be a
+    /// kept one ([`mapped_blocks`]).
+    fn allocate_block(&self, size: usize, align: usize, reuse: bool) -> Result<Allocation> {
         if size == 0 {
             let layout = Self::layout(size, align)?;
             // A dangling, aligned, non-null address: never dereferenced or freed.
@@ -119,7 +134,11 @@ unsafe impl NDAlloc for CpuAlloc {
             // `raw + offset .. + size` lies inside the `size + PAD` bytes allocated.
             (unsafe { raw.add(offset) }, offset)
         } else if let Some(len) = huge_pages::mapped_len(size, align) {
-            (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), 0)
+            // The token: the mapping's length, and whether it was used before.
+            match reuse.then(|| mapped_blocks::take(len)).flatten() {
+                Some((p, len)) => (p, len | REUSED),
+                None => (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), len),
+            }
         } else {
             let layout = Self::layout(size, align)?;
             // SAFETY: `layout` has a non-zero size.
@@ -141,6 +160,25 @@ unsafe impl NDAlloc for CpuAlloc {
             token,
         })
     }
+}
+
+// SAFETY: `allocate` returns memory from the global allocator with a layout of
+// at least `align` alignment and `size` bytes, owned by the caller until
+// `deallocate`; zero-size requests get a dangling aligned pointer never freed.
+unsafe impl NDAlloc for CpuAlloc {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn allocate(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
+        self.allocate_block(size, align, true)
+    }
+
+    /// A fresh mapping, never a kept one, for a block of its own: it reads as
+    /// zeros with no page touched.
+    fn allocate_for_zeros(&self, size: usize, align: usize, _stream: Option<StreamHandle>) -> Result<Allocation> {
+        self.allocate_block(size, align, false)
+    }
 
     unsafe fn deallocate(&self, a: Allocation, _stream: Option<StreamHandle>) {
         if a.size == 0 {
@@ -159,10 +197,14 @@ unsafe impl NDAlloc for CpuAlloc {
                     unsafe { std::alloc::dealloc(raw, padded) };
                 }
             }
-            (Ok(None), Some(len)) => {
-                // SAFETY: the caller passes an allocation from `allocate`, which
-                // mapped these `len` bytes for it (the same sizes choose the same way).
-                unsafe { huge_pages::unmap(a.ptr.as_ptr(), len) };
+            (Ok(None), Some(_)) => {
+                let len = a.token & !REUSED;
+                if !mapped_blocks::keep(a.ptr.as_ptr(), len) {
+                    // SAFETY: the caller passes an allocation from `allocate`, which
+                    // mapped (or took from the cache) these `len` bytes for it (the
+                    // same sizes choose the same way), not kept: unmapped once, here.
+                    unsafe { huge_pages::unmap(a.ptr.as_ptr(), len) };
+                }
             }
             (Ok(None), None) => {
                 let Ok(layout) = Self::layout(a.size, a.align) else {
@@ -178,8 +220,8 @@ unsafe impl NDAlloc for CpuAlloc {
     }
 
     fn zero_filled(&self, a: &Allocation) -> bool {
-        // A block of its own mapping: zero pages until written.
-        huge_pages::mapped_len(a.size, a.align).is_some()
+        // A fresh block of its own mapping: zero pages until written.
+        huge_pages::mapped_len(a.size, a.align).is_some() && a.token & REUSED == 0
     }
 
     fn stats(&self) -> AllocStats {
@@ -210,25 +252,38 @@ mod tests {
 
     #[test]
     #[serial_test::serial(cpu_alloc_counters)]
-    fn large_blocks_are_huge_page_aligned_and_read_as_zeros_when_fresh() {
+    fn large_blocks_are_reused_and_read_as_zeros_only_when_fresh() {
         let a = CpuAlloc;
-        let size = HUGE_PAGE_MIN + 12_345;
-        for round in 0..2 {
-            let p = a.allocate(size, 64, None).unwrap();
-            assert_eq!(p.ptr.as_ptr() as usize % HUGE_PAGE, 0);
-            assert_eq!(a.zero_filled(&p), cfg!(target_os = "linux"));
-            // SAFETY: `p` holds `size` bytes, used only here, then freed once.
-            unsafe {
-                let s = std::slice::from_raw_parts_mut(p.ptr.as_ptr(), size);
-                if a.zero_filled(&p) {
-                    // The second round's block may reuse the first one's
-                    // addresses, which were filled: still zeros.
-                    assert!(s.iter().step_by(4096).all(|&b| b == 0), "round {round}");
-                    assert_eq!(s[size - 1], 0);
+        let linux = cfg!(target_os = "linux");
+        for size in [MAPPED_MIN + 12_345, HUGE_PAGE_MIN + 12_345] {
+            let mut last: Option<(usize, u8)> = None;
+            let mut reused = 0;
+            for round in 0..3u8 {
+                let p = a.allocate(size, 64, None).unwrap();
+                let at = p.ptr.as_ptr() as usize;
+                assert!(at % HUGE_PAGE == 0 || !linux && size < HUGE_PAGE_MIN, "{size}");
+                // SAFETY: `p` holds `size` bytes, used only here, then freed once.
+                unsafe {
+                    let s = std::slice::from_raw_parts_mut(p.ptr.as_ptr(), size);
+                    if a.zero_filled(&p) {
+                        assert!(s.iter().step_by(4096).all(|&b| b == 0), "{size} round {round}");
+                        assert_eq!(s[size - 1], 0);
+                    }
+                    // The block freed last, taken back with what was written
+                    // into it (unless a test running beside took it first).
+                    if last.is_some_and(|(before, _)| before == at) {
+                        reused += 1;
+                        assert!(!a.zero_filled(&p), "{size} round {round}");
+                        assert_eq!(s[size - 1], last.unwrap().1);
+                    } else {
+                        assert_eq!(a.zero_filled(&p), linux, "{size} round {round}");
+                    }
+                    s.fill(round + 1);
+                    last = Some((at, round + 1));
+                    a.deallocate(p, None);
                 }
-                s.fill(1);
-                a.deallocate(p, None);
             }
+            assert!(!linux || reused > 0, "{size}: no block was reused");
         }
         let small = a.allocate(4096, 64, None).unwrap();
         assert!(!a.zero_filled(&small));

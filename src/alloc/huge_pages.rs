@@ -1,26 +1,31 @@
 //! Large host blocks as their own anonymous mappings, 2 MiB-aligned and
 //! advised to use transparent huge pages (Linux).
 //!
-//! glibc maps a block this large fresh on every call anyway; mapping it here
-//! saves the two mapping splits an aligned `malloc` costs. glibc maps 2 MiB
-//! more than asked, and the advice then covers only the aligned middle: the
-//! mapping is split in three, and merged again when unmapped. Linux 6.7 and
-//! later place a mapping whose length is a multiple of 2 MiB on a 2 MiB
-//! boundary, so the advice covers it whole. 64 MiB mapped, advised and
-//! unmapped on this VM's 6.18 kernel (3 000 calls, best of five): 10.5 µs
-//! through the over-sized mapping (NumPy's `empty` pays the same), 8.1 µs
-//! exactly.
+//! glibc maps a block above its threshold fresh on every call anyway;
+//! mapping it here saves the two mapping splits an aligned `malloc` costs.
+//! glibc maps 2 MiB more than asked, and the advice then covers only the
+//! aligned middle: the mapping is split in three, and merged again when
+//! unmapped. Linux 6.7 and later place a mapping whose length is a multiple
+//! of 2 MiB on a 2 MiB boundary, so the advice covers it whole. 64 MiB
+//! mapped, advised and unmapped on this VM's 6.18 kernel (3 000 calls, best
+//! of five): 10.5 µs through the over-sized mapping (NumPy's `empty` pays the
+//! same), 8.1 µs exactly.
 
-use super::cpu::{HUGE_PAGE, HUGE_PAGE_MIN};
+use super::cpu::{HUGE_PAGE, HUGE_PAGE_MIN, MAPPED_MIN};
 
-/// Bytes mapped for a block of `size` bytes at `align`: whole huge pages,
-/// for blocks of [`HUGE_PAGE_MIN`] or more that need at most a huge page's
-/// alignment, on Linux; `None` for the others (the global allocator's, which
-/// also refuses sizes past `isize::MAX` as an overflow).
+/// The unit of smaller mappings' lengths.
+const PAGE: usize = 4096;
+
+/// Bytes mapped for a block of `size` bytes at `align`: for blocks of
+/// [`MAPPED_MIN`] or more that need at most a huge page's alignment, on
+/// Linux, whole huge pages from [`HUGE_PAGE_MIN`], whole pages below; `None`
+/// for the others (the global allocator's, which also refuses sizes past
+/// `isize::MAX` as an overflow).
 pub(super) fn mapped_len(size: usize, align: usize) -> Option<usize> {
-    let large = (HUGE_PAGE_MIN..=isize::MAX as usize).contains(&size);
+    let large = (MAPPED_MIN..=isize::MAX as usize).contains(&size);
+    let unit = if size >= HUGE_PAGE_MIN { HUGE_PAGE } else { PAGE };
     (cfg!(target_os = "linux") && large && align <= HUGE_PAGE)
-        .then(|| size.checked_next_multiple_of(HUGE_PAGE))
+        .then(|| size.checked_next_multiple_of(unit))
         .flatten()
 }
 
@@ -28,14 +33,21 @@ pub(super) fn mapped_len(size: usize, align: usize) -> Option<usize> {
 /// advised to use huge pages; `None` when the system refuses.
 #[cfg(target_os = "linux")]
 pub(super) fn map(len: usize) -> Option<*mut u8> {
-    debug_assert!(len > 0 && len % HUGE_PAGE == 0);
-    let mut p = anonymous(len)?;
-    if p as usize % HUGE_PAGE != 0 {
-        // Kernels before 6.7 place it anywhere.
-        // SAFETY: `p` is the mapping of `len` bytes just made, not used.
-        unsafe { libc::munmap(p.cast(), len) };
-        p = aligned_within_wider(len)?;
-    }
+    debug_assert!(len > 0 && len % PAGE == 0);
+    let p = if len % HUGE_PAGE == 0 {
+        let p = anonymous(len)?;
+        if p as usize % HUGE_PAGE == 0 {
+            p
+        } else {
+            // Kernels before 6.7 place it anywhere.
+            // SAFETY: `p` is the mapping of `len` bytes just made, not used.
+            unsafe { libc::munmap(p.cast(), len) };
+            aligned_within_wider(len)?
+        }
+    } else {
+        // No kernel aligns other lengths.
+        aligned_within_wider(len)?
+    };
     // SAFETY: `p .. p + len` is the mapping made above; MADV_HUGEPAGE is advice
     // only and leaves its contents alone.
     unsafe { libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE) };
@@ -109,8 +121,12 @@ mod tests {
     /// The placement older kernels need: aligned, and every byte of it usable.
     #[test]
     fn a_mapping_cut_from_a_wider_one_is_aligned_and_whole() {
-        let len = 3 * HUGE_PAGE;
-        for _ in 0..4 {
+        for len in [
+            3 * HUGE_PAGE,
+            3 * HUGE_PAGE + 5 * PAGE,
+            3 * HUGE_PAGE,
+            MAPPED_MIN + PAGE,
+        ] {
             let p = aligned_within_wider(len).expect("mmap");
             assert_eq!(p as usize % HUGE_PAGE, 0);
             // SAFETY: `p` maps `len` bytes, written and read here only, then unmapped once.
@@ -131,7 +147,11 @@ mod tests {
             mapped_len(HUGE_PAGE_MIN + 1, HUGE_PAGE),
             Some(HUGE_PAGE_MIN + HUGE_PAGE)
         );
-        assert_eq!(mapped_len(HUGE_PAGE_MIN - 1, 256), None);
+        // Below, whole pages.
+        assert_eq!(mapped_len(HUGE_PAGE_MIN - 1, 256), Some(HUGE_PAGE_MIN));
+        assert_eq!(mapped_len(MAPPED_MIN + 1, 256), Some(MAPPED_MIN + PAGE));
+        assert_eq!(mapped_len(MAPPED_MIN, HUGE_PAGE), Some(MAPPED_MIN));
+        assert_eq!(mapped_len(MAPPED_MIN - 1, 256), None);
         assert_eq!(mapped_len(HUGE_PAGE_MIN, 2 * HUGE_PAGE), None);
         assert_eq!(mapped_len(usize::MAX - 5, 256), None);
         assert_eq!(mapped_len(isize::MAX as usize + 1, 256), None);

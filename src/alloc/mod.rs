@@ -3,6 +3,7 @@
 mod caching;
 mod cpu;
 mod huge_pages;
+mod mapped_blocks;
 mod small_blocks;
 
 use std::fmt;
@@ -115,6 +116,14 @@ pub unsafe trait NDAlloc: Send + Sync + fmt::Debug {
     /// Allocates `size` bytes aligned to `align` (a power of two), ordered on
     /// `stream` where the device has streams (`None`: the device's default).
     fn allocate(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation>;
+
+    /// As [`NDAlloc::allocate`], for memory about to be zero-filled: where the
+    /// allocator can hand out memory that reads as zeros unwritten
+    /// ([`NDAlloc::zero_filled`], a fresh mapping), it prefers that to memory
+    /// it kept for reuse.
+    fn allocate_for_zeros(&self, size: usize, align: usize, stream: Option<StreamHandle>) -> Result<Allocation> {
+        self.allocate(size, align, stream)
+    }
 
     /// Returns memory to the allocator, ordered on `stream`.
     ///

@@ -4,8 +4,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use super::{BackendStatus, DeviceBackend, DeviceInfo};
-use crate::alloc::{CpuAlloc, NDAlloc};
+use super::{BackendStatus, DeviceBackend, DeviceInfo, unpooled_stats};
+use crate::alloc::{CpuAlloc, MemoryStats, NDAlloc};
 use crate::device::{Backend, Device};
 use crate::error::{Error, Result};
 
@@ -35,6 +35,21 @@ impl DeviceBackend for CpuBackend {
                 device: other,
             }),
         }
+    }
+
+    /// The allocator's figures, with the freed large blocks it keeps for
+    /// reuse counted as reserved (`peak_reserved`: the live peak, or the
+    /// current reserved where higher; the cache's own peak is not tracked).
+    fn pool_stats(&self, device: Device) -> Result<Option<MemoryStats>> {
+        let mut s = unpooled_stats(self.allocator(device)?.stats());
+        s.reserved += CpuAlloc::cached_bytes();
+        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        Ok(Some(s))
+    }
+
+    fn empty_cache(&self, device: Device) -> Result<usize> {
+        self.allocator(device)?;
+        Ok(CpuAlloc::empty_cache())
     }
 }
 

@@ -66,8 +66,13 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
     if let Some(stats) = for_device(device).pool_stats(device)? {
         return Ok(stats);
     }
-    let s = default_allocator(device)?.stats();
-    Ok(MemoryStats {
+    Ok(unpooled_stats(default_allocator(device)?.stats()))
+}
+
+/// An allocator without a pool's figures as `memory_stats` reports them:
+/// every live allocation its own segment.
+pub(crate) fn unpooled_stats(s: crate::alloc::AllocStats) -> MemoryStats {
+    MemoryStats {
         allocated: s.live_bytes,
         reserved: s.live_bytes,
         peak_allocated: s.peak_bytes,
@@ -77,7 +82,7 @@ pub fn memory_stats(device: Device) -> Result<MemoryStats> {
         alloc_count: s.total_allocations,
         segment_allocs: s.total_allocations,
         oom_count: 0,
-    })
+    }
 }
 
 /// Returns the cached free memory of `device`'s pool to the device; the bytes

@@ -142,7 +142,7 @@ impl Pattern {
 }
 
 /// Host memory as the library allocates it for CPU tensors ([`CpuAlloc`]:
-/// 256-byte aligned, transparent huge pages from 32 MiB), so that patterns
+/// 256-byte aligned, transparent huge pages from 8 MiB), so that patterns
 /// and memcpy run on the memory users' tensors have.
 #[derive(Debug)]
 pub struct HostBuf(Allocation);

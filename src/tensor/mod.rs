@@ -58,6 +58,12 @@ impl Tensor {
 
     /// Uninitialised C-contiguous tensor from a given allocator.
     pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        Tensor::empty_with(alloc, shape, dtype, false)
+    }
+
+    /// [`Tensor::empty_in`]; `for_zeros`: the tensor is about to be
+    /// zero-filled ([`Storage::new_for_zeros`]).
+    fn empty_with(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType, for_zeros: bool) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let n = layout::numel(shape)?;
         let Some(bytes) = n.checked_mul(dtype.size()) else {
@@ -71,7 +77,12 @@ impl Tensor {
             d @ Device::Cuda(_) => crate::stream::current_stream(d),
             _ => None,
         };
-        let storage = Arc::new(Storage::new(alloc, bytes, stream)?);
+        let storage = if for_zeros {
+            Storage::new_for_zeros(alloc, bytes, stream)?
+        } else {
+            Storage::new(alloc, bytes, stream)?
+        };
+        let storage = Arc::new(storage);
         Ok(Tensor {
             storage,
             dtype,
@@ -89,11 +100,13 @@ impl Tensor {
 
     /// A new tensor with every element's bytes `value` (`dtype.size()` bytes).
     /// Zero bytes into memory that already reads as zeros (a fresh mapping of
-    /// a large CPU block) are not written: the pages stay unfaulted until
-    /// used, as NumPy's `zeros` leaves them (4096² f32: 4 ms → µs).
+    /// a large CPU block, which zeros take rather than a freed block kept for
+    /// reuse) are not written: the pages stay unfaulted until used, as
+    /// NumPy's `zeros` leaves them (4096² f32: 4 ms → µs).
     pub fn full_bytes(shape: &[usize], dtype: DType, device: Device, value: &[u8]) -> Result<Tensor> {
-        let t = Tensor::empty(shape, dtype, device)?;
-        if !(value.iter().all(|&b| b == 0) && value.len() == dtype.size() && t.storage.fresh_zeros()) {
+        let zeros = value.iter().all(|&b| b == 0) && value.len() == dtype.size();
+        let t = Tensor::empty_with(default_allocator(device)?, shape, dtype, zeros)?;
+        if !(zeros && t.storage.fresh_zeros()) {
             t.fill_bytes_impl(value, false)?;
         }
         Ok(t)

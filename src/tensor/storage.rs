@@ -62,6 +62,21 @@ impl Storage {
     /// Allocates `size` bytes with `alloc`, ordered on `stream`.
     #[inline]
     pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+        Storage::allocate(alloc, size, stream, false)
+    }
+
+    /// Allocates `size` bytes about to be zero-filled ([`NDAlloc::allocate_for_zeros`]).
+    pub(crate) fn new_for_zeros(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+        Storage::allocate(alloc, size, stream, true)
+    }
+
+    #[inline]
+    fn allocate(
+        alloc: Arc<dyn NDAlloc>,
+        size: usize,
+        stream: Option<StreamHandle>,
+        for_zeros: bool,
+    ) -> Result<Storage> {
         // Foreign deleters whose device work has finished run now (a cheap
         // atomic load when none wait); not while this thread holds a storage
         // locked (a staged copy's temporaries): a deleter may wait for the
@@ -69,7 +84,12 @@ impl Storage {
         if !super::access::holds_any() {
             crate::backend::deferred::poll();
         }
-        let allocation = alloc.allocate(size, crate::alloc::CPU_ALIGNMENT, stream)?;
+        let align = crate::alloc::CPU_ALIGNMENT;
+        let allocation = if for_zeros {
+            alloc.allocate_for_zeros(size, align, stream)?
+        } else {
+            alloc.allocate(size, align, stream)?
+        };
         let device = alloc.device();
         Ok(Storage {
             ptr: allocation.ptr,

@@ -3,6 +3,9 @@
 import ctypes
 import gc
 import inspect
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -858,6 +861,48 @@ def test_memory_stats_cpu(device):
 def test_empty_cache_cpu():
     assert devtensor.empty_cache() >= 0
     assert devtensor.empty_cache("cpu") >= 0
+
+
+LARGE = 16 << 20  # above the CPU allocator's smallest block of its own mapping (8 MiB)
+
+
+def _cached_cpu_bytes():
+    s = devtensor.memory_stats("cpu")
+    return s["reserved_bytes"] - s["allocated_bytes"]
+
+
+def test_cpu_keeps_freed_large_blocks_until_empty_cache():
+    devtensor.empty_cache("cpu")
+    assert _cached_cpu_bytes() == 0
+    a = devtensor.full((LARGE // 4,), 7.0, dtype="float32")
+    del a
+    gc.collect()
+    assert _cached_cpu_bytes() >= LARGE
+    # zeros() leaves the kept block (full of sevens) alone: a fresh mapping
+    # reads as zeros without a byte written.
+    z = devtensor.zeros((LARGE // 4,), dtype="float32")
+    assert _cached_cpu_bytes() >= LARGE
+    assert not np.from_dlpack(z).any()
+    # empty() takes it back, as it was.
+    e = devtensor.empty((LARGE // 4,), dtype="float32")
+    assert _cached_cpu_bytes() < LARGE
+    assert np.from_dlpack(e)[-1] == 7.0
+    del z, e
+    gc.collect()
+    assert devtensor.empty_cache("cpu") >= 2 * LARGE
+    assert _cached_cpu_bytes() == 0
+
+
+def test_cpu_cache_mb_zero_keeps_nothing():
+    code = (
+        "import devtensor, gc\n"
+        f"a = devtensor.empty(({LARGE},), dtype='uint8'); del a; gc.collect()\n"
+        "s = devtensor.memory_stats('cpu')\n"
+        "print(s['reserved_bytes'] - s['allocated_bytes'], devtensor.empty_cache('cpu'))\n"
+    )
+    env = dict(os.environ, DEVTENSOR_ALLOC_CONF="cpu_cache_mb:0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["0", "0"]
 
 
 def test_memory_stats_bad_device():

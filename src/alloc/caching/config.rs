@@ -1,6 +1,7 @@
 //! Pool settings: [`PoolConfig`] and the `DEVTENSOR_ALLOC_CONF` variable
-//! (`max_split_size_mb:256,limit_mb:8192,disable:1,staging_mb:16`), which also
-//! bounds the pinned staging memory of host↔device copies.
+//! (`max_split_size_mb:256,limit_mb:8192,disable:1,staging_mb:16,cpu_cache_mb:1024`),
+//! which also bounds the pinned staging memory of host↔device copies and the
+//! freed large host blocks the CPU allocator keeps.
 
 use crate::error::{Error, Result};
 
@@ -68,8 +69,8 @@ impl PoolConfig {
                 "limit_mb" => c.limit = mb,
                 "disable" if n != 0 => return Ok(None),
                 "disable" => {}
-                // Not a pool setting: read by `staging_bytes`.
-                "staging_mb" => {}
+                // Not pool settings: read by `staging_bytes` and the CPU allocator.
+                "staging_mb" | "cpu_cache_mb" => {}
                 _ => {
                     return Err(Error::Config {
                         var: "DEVTENSOR_ALLOC_CONF",
@@ -104,24 +105,36 @@ pub fn staging_bytes() -> Result<usize> {
 
 /// The `staging_mb` entry of a `DEVTENSOR_ALLOC_CONF` value, in bytes (at least 1 MiB).
 pub fn parse_staging(conf: &str) -> Result<usize> {
-    let mut bytes = DEFAULT_STAGING_BYTES;
+    match entry_bytes(conf, "staging_mb")? {
+        Some(0) => Err(Error::Config {
+            var: "DEVTENSOR_ALLOC_CONF",
+            reason: "staging_mb is at least 1".into(),
+        }),
+        Some(bytes) => Ok(bytes),
+        None => Ok(DEFAULT_STAGING_BYTES),
+    }
+}
+
+/// The `cpu_cache_mb` entry of a `DEVTENSOR_ALLOC_CONF` value, in bytes: the
+/// most freed large host blocks kept for reuse (0: none); `None` without it.
+pub fn parse_cpu_cache(conf: &str) -> Result<Option<usize>> {
+    entry_bytes(conf, "cpu_cache_mb")
+}
+
+/// The last `key:N` entry of `conf` as `N` MiB in bytes.
+fn entry_bytes(conf: &str, key: &str) -> Result<Option<usize>> {
+    let mut bytes = None;
     for item in conf.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        if let Some((key, value)) = item.split_once(':')
-            && key.trim() == "staging_mb"
+        if let Some((k, value)) = item.split_once(':')
+            && k.trim() == key
         {
             let n: usize = value.trim().parse().map_err(|_| Error::Config {
                 var: "DEVTENSOR_ALLOC_CONF",
                 reason: "values are integers".into(),
             })?;
-            if n == 0 {
-                return Err(Error::Config {
-                    var: "DEVTENSOR_ALLOC_CONF",
-                    reason: "staging_mb is at least 1".into(),
-                });
-            }
-            bytes = n.checked_mul(MIB).ok_or(Error::Overflow {
+            bytes = Some(n.checked_mul(MIB).ok_or(Error::Overflow {
                 what: "DEVTENSOR_ALLOC_CONF",
-            })?;
+            })?);
         }
     }
     Ok(bytes)
@@ -146,5 +159,16 @@ mod tests {
         assert_eq!(parse_staging("").unwrap(), DEFAULT_STAGING_BYTES);
         assert!(parse_staging("staging_mb:0").is_err());
         assert!(parse_staging("staging_mb:x").is_err());
+        assert_eq!(
+            PoolConfig::parse("cpu_cache_mb:0").unwrap(),
+            Some(PoolConfig::default())
+        );
+        assert_eq!(
+            parse_cpu_cache("staging_mb:4,cpu_cache_mb:512").unwrap(),
+            Some(512 * MIB)
+        );
+        assert_eq!(parse_cpu_cache("cpu_cache_mb:0").unwrap(), Some(0));
+        assert_eq!(parse_cpu_cache("limit_mb:64").unwrap(), None);
+        assert!(parse_cpu_cache("cpu_cache_mb:-1").is_err());
     }
 }

@@ -37,7 +37,7 @@ use smallvec::SmallVec;
 
 use self::block_pool::BlockPool;
 use self::config::MIB;
-pub use self::config::{DEFAULT_STAGING_BYTES, PoolConfig, parse_staging, staging_bytes};
+pub use self::config::{DEFAULT_STAGING_BYTES, PoolConfig, parse_cpu_cache, parse_staging, staging_bytes};
 use self::size_classes::round_size;
 use self::stream_order::Events;
 use super::{AllocStats, Allocation, NDAlloc};
