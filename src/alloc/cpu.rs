@@ -96,9 +96,7 @@ impl CpuAlloc {
                 what: "allocation size",
             })
     }
-}
 
-impl CpuAlloc {
     /// [`NDAlloc::allocate`]; `reuse`: a block of its own mapping may be a
     /// kept one ([`mapped_blocks`]).
     fn allocate_block(&self, size: usize, align: usize, reuse: bool) -> Result<Allocation> {
@@ -137,7 +135,14 @@ impl CpuAlloc {
             // The token: the mapping's length, and whether it was used before.
             match reuse.then(|| mapped_blocks::take(len)).flatten() {
                 Some((p, len)) => (p, len | REUSED),
-                None => (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), len),
+                // Refused: the kept blocks go back to the system first.
+                None => match huge_pages::map(len) {
+                    Some(p) => (p, len),
+                    None if mapped_blocks::release_all() > 0 => {
+                        (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), len)
+                    }
+                    None => (std::ptr::null_mut(), len),
+                },
             }
         } else {
             let layout = Self::layout(size, align)?;
@@ -163,8 +168,10 @@ impl CpuAlloc {
 }
 
 // SAFETY: `allocate` returns memory from the global allocator with a layout of
-// at least `align` alignment and `size` bytes, owned by the caller until
-// `deallocate`; zero-size requests get a dangling aligned pointer never freed.
+// at least `align` alignment and `size` bytes, or an anonymous mapping (fresh,
+// or kept after a free and handed out once) of at least `size` bytes at a
+// 2 MiB boundary, owned by the caller until `deallocate`; zero-size requests
+// get a dangling aligned pointer never freed.
 unsafe impl NDAlloc for CpuAlloc {
     fn device(&self) -> Device {
         Device::Cpu

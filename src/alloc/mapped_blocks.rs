@@ -21,8 +21,9 @@
 //!
 //! Bounded two ways, as jemalloc's decay bounds its dirty pages: at most
 //! [`limit`] bytes (`cpu_cache_mb` of `DEVTENSOR_ALLOC_CONF`, 0 turns the
-//! cache off), and a block idle for [`MAX_IDLE`] is unmapped by the next large
-//! allocation or free. `empty_cache("cpu")` unmaps them all at once. The
+//! cache off), and a block idle for [`MAX_IDLE`] is unmapped by a thread of
+//! the cache's own, asleep while it holds nothing ([`wake_reaper`]), or by the
+//! next large allocation or free. `empty_cache("cpu")` unmaps them all at once. The
 //! allocator's counters see a cached block as freed; `memory_stats` reports
 //! it under `reserved`.
 //!
@@ -35,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use super::huge_pages;
 
-/// A block idle this long is released by the next large allocation or free.
+/// A block idle this long is unmapped.
 const MAX_IDLE: Duration = Duration::from_secs(2);
 
 /// Default bound of the cache, before [`physical_memory`]'s eighth caps it.
@@ -185,7 +186,50 @@ pub(super) fn keep(ptr: *mut u8, len: usize) -> bool {
         return false;
     };
     unmap_all(gone);
+    wake_reaper();
     true
+}
+
+/// Wakes the thread that unmaps blocks once idle for [`MAX_IDLE`], started
+/// here by the first block kept in each process (a forked child has none of
+/// its parent's threads, and starts its own). Without it (the system refused
+/// a thread), idle blocks still leave with the next large allocation or free.
+fn wake_reaper() {
+    static REAPER: Mutex<Option<(u32, std::thread::Thread)>> = Mutex::new(None);
+    let Ok(mut reaper) = REAPER.try_lock() else {
+        return; // another thread is waking it (or a forked child's lock is stuck)
+    };
+    let pid = std::process::id();
+    if reaper.as_ref().is_none_or(|(p, _)| *p != pid) {
+        let spawned = std::thread::Builder::new()
+            .name("devtensor-cpu-cache".into())
+            .spawn(reap);
+        *reaper = spawned.ok().map(|h| (pid, h.thread().clone()));
+    }
+    if let Some((_, thread)) = reaper.as_ref() {
+        thread.unpark();
+    }
+}
+
+/// The reaper's loop: unmaps the idle blocks, then sleeps until the oldest
+/// left would be, or while there is none, until [`wake_reaper`].
+fn reap() {
+    loop {
+        let next = with_cache(|c| {
+            let idle = c.expire(Instant::now());
+            (idle, c.blocks.first().map(|b| b.freed + MAX_IDLE))
+        });
+        match next {
+            Some((idle, oldest)) => {
+                unmap_all(idle);
+                match oldest {
+                    Some(at) => std::thread::sleep(at.saturating_duration_since(Instant::now())),
+                    None => std::thread::park(),
+                }
+            }
+            None => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
 }
 
 /// Unmaps every cached block; the bytes released.

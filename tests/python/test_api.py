@@ -6,6 +6,7 @@ import inspect
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -890,6 +891,20 @@ def test_cpu_keeps_freed_large_blocks_until_empty_cache():
     del z, e
     gc.collect()
     assert devtensor.empty_cache("cpu") >= 2 * LARGE
+    assert _cached_cpu_bytes() == 0
+
+
+def test_cpu_cache_unmaps_idle_blocks_by_itself():
+    devtensor.empty_cache("cpu")
+    a = devtensor.empty((LARGE,), dtype="uint8")
+    del a
+    gc.collect()
+    assert _cached_cpu_bytes() >= LARGE
+    # Nothing allocates or frees from here: the cache's own thread unmaps the
+    # block after 2 s idle.
+    deadline = time.monotonic() + 20
+    while _cached_cpu_bytes() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _cached_cpu_bytes() == 0
 
 
