@@ -132,6 +132,7 @@ impl CpuAlloc {
             // `raw + offset .. + size` lies inside the `size + PAD` bytes allocated.
             (unsafe { raw.add(offset) }, offset)
         } else if let Some(len) = huge_pages::mapped_len(size, align) {
+            mapped_blocks::check_config()?;
             // The token: the mapping's length, and whether it was used before.
             match reuse.then(|| mapped_blocks::take(len)).flatten() {
                 Some((p, len)) => (p, len | REUSED),

@@ -35,6 +35,7 @@ use std::sync::{Mutex, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use super::huge_pages;
+use crate::error::{Error, Result};
 
 /// A block idle this long is unmapped.
 const MAX_IDLE: Duration = Duration::from_secs(2);
@@ -77,16 +78,31 @@ fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
 }
 
 /// Most bytes kept: `cpu_cache_mb` of `DEVTENSOR_ALLOC_CONF`, else
-/// [`DEFAULT_LIMIT`] but at most an eighth of the machine's memory. Read once.
-fn limit() -> usize {
-    static LIMIT: OnceLock<usize> = OnceLock::new();
-    *LIMIT.get_or_init(|| {
-        let conf = std::env::var("DEVTENSOR_ALLOC_CONF").unwrap_or_default();
-        super::caching::parse_cpu_cache(&conf)
-            .ok()
-            .flatten()
-            .unwrap_or_else(|| DEFAULT_LIMIT.min(physical_memory() / 8))
+/// [`DEFAULT_LIMIT`] but at most an eighth of the machine's memory. Read
+/// once; a value that is not a whole number of MiB is an error for every
+/// allocation of a block of its own ([`check_config`]), and keeps nothing.
+fn limit() -> Option<usize> {
+    static LIMIT: OnceLock<Option<usize>> = OnceLock::new();
+    *LIMIT.get_or_init(|| match super::caching::parse_cpu_cache(&conf()) {
+        Ok(Some(limit)) => Some(limit),
+        Ok(None) => Some(DEFAULT_LIMIT.min(physical_memory() / 8)),
+        Err(_) => None,
     })
+}
+
+fn conf() -> String {
+    std::env::var("DEVTENSOR_ALLOC_CONF").unwrap_or_default()
+}
+
+/// The error of a malformed `cpu_cache_mb`, if it is.
+pub(super) fn check_config() -> Result<()> {
+    match limit() {
+        Some(_) => Ok(()),
+        None => super::caching::parse_cpu_cache(&conf()).and(Err(Error::Config {
+            var: "DEVTENSOR_ALLOC_CONF",
+            reason: "cpu_cache_mb is invalid".into(),
+        })),
+    }
 }
 
 /// The machine's memory in bytes (`usize::MAX` where unknown).
@@ -173,10 +189,9 @@ pub(super) fn take(len: usize) -> Option<(*mut u8, usize)> {
 /// (larger than the limit, or the cache busy), and the caller unmaps it. Makes
 /// room by unmapping the oldest blocks.
 pub(super) fn keep(ptr: *mut u8, len: usize) -> bool {
-    let limit = limit();
-    if len > limit {
+    let Some(limit) = limit().filter(|&limit| len <= limit) else {
         return false;
-    }
+    };
     let block = Block {
         ptr: ptr as usize,
         len,

@@ -920,6 +920,20 @@ def test_cpu_cache_mb_zero_keeps_nothing():
     assert out.stdout.split() == ["0", "0"]
 
 
+def test_cpu_cache_mb_malformed_is_a_value_error_for_large_blocks():
+    code = (
+        "import devtensor\n"
+        "assert devtensor.empty((1024,)).shape == (1024,)\n"
+        "try:\n"
+        f"    devtensor.empty(({LARGE},), dtype='uint8')\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+    )
+    env = dict(os.environ, DEVTENSOR_ALLOC_CONF="cpu_cache_mb:lots")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert "DEVTENSOR_ALLOC_CONF" in out.stdout, out.stdout + out.stderr
+
+
 def test_memory_stats_bad_device():
     with pytest.raises(ValueError):
         devtensor.memory_stats("gpu")
