@@ -99,6 +99,7 @@ impl CpuAlloc {
 
     /// [`NDAlloc::allocate`]; `reuse`: a block of its own mapping may be a
     /// kept one ([`mapped_blocks`]).
+    #[inline(always)]
     fn allocate_block(&self, size: usize, align: usize, reuse: bool) -> Result<Allocation> {
         if size == 0 {
             let layout = Self::layout(size, align)?;

@@ -63,6 +63,7 @@ impl Tensor {
 
     /// [`Tensor::empty_in`]; `for_zeros`: the tensor is about to be
     /// zero-filled ([`Storage::new_for_zeros`]).
+    #[inline(always)]
     fn empty_with(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType, for_zeros: bool) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let n = layout::numel(shape)?;

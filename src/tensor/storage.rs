@@ -70,7 +70,7 @@ impl Storage {
         Storage::allocate(alloc, size, stream, true)
     }
 
-    #[inline]
+    #[inline(always)]
     fn allocate(
         alloc: Arc<dyn NDAlloc>,
         size: usize,
