@@ -908,30 +908,40 @@ def test_cpu_cache_unmaps_idle_blocks_by_itself():
     assert _cached_cpu_bytes() == 0
 
 
+def _run_with_alloc_conf(conf, lines):
+    """Runs `lines` of Python in a fresh interpreter (the cache's bound is read
+    once per process) with DEVTENSOR_ALLOC_CONF=`conf`; its stdout."""
+    env = dict(os.environ, DEVTENSOR_ALLOC_CONF=conf)
+    code = "\n".join(["import devtensor, gc", *lines])
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_cpu_cache_mb_zero_keeps_nothing():
-    code = (
-        "import devtensor, gc\n"
-        f"a = devtensor.empty(({LARGE},), dtype='uint8'); del a; gc.collect()\n"
-        "s = devtensor.memory_stats('cpu')\n"
-        "print(s['reserved_bytes'] - s['allocated_bytes'], devtensor.empty_cache('cpu'))\n"
+    out = _run_with_alloc_conf(
+        "cpu_cache_mb:0",
+        [
+            f"a = devtensor.empty(({LARGE},), dtype='uint8'); del a; gc.collect()",
+            "s = devtensor.memory_stats('cpu')",
+            "print(s['reserved_bytes'] - s['allocated_bytes'], devtensor.empty_cache('cpu'))",
+        ],
     )
-    env = dict(os.environ, DEVTENSOR_ALLOC_CONF="cpu_cache_mb:0")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["0", "0"]
+    assert out.split() == ["0", "0"]
 
 
 def test_cpu_cache_mb_malformed_is_a_value_error_for_large_blocks():
-    code = (
-        "import devtensor\n"
-        "assert devtensor.empty((1024,)).shape == (1024,)\n"
-        "try:\n"
-        f"    devtensor.empty(({LARGE},), dtype='uint8')\n"
-        "except ValueError as e:\n"
-        "    print(e)\n"
+    out = _run_with_alloc_conf(
+        "cpu_cache_mb:lots",
+        [
+            "assert devtensor.empty((1024,)).shape == (1024,)",
+            "try:",
+            f"    devtensor.empty(({LARGE},), dtype='uint8')",
+            "except ValueError as e:",
+            "    print(e)",
+        ],
     )
-    env = dict(os.environ, DEVTENSOR_ALLOC_CONF="cpu_cache_mb:lots")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert "DEVTENSOR_ALLOC_CONF" in out.stdout, out.stdout + out.stderr
+    assert "DEVTENSOR_ALLOC_CONF" in out, out
 
 
 def test_memory_stats_bad_device():
