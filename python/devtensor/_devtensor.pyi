@@ -148,10 +148,13 @@ def from_dlpack(x: object, *, device: Optional[_DeviceLike] = None, copy: Option
 def memory_stats(device: Optional[_DeviceLike] = None) -> dict[str, int]:
     """The allocator pool's figures for `device` (default "cpu"): allocated_bytes,
     reserved_bytes, peak_allocated_bytes, peak_reserved_bytes, active_blocks, segments,
-    alloc_count, segment_allocs, oom_count."""
+    alloc_count, segment_allocs, oom_count. On the CPU, reserved_bytes also counts the
+    freed blocks of 8 MiB and more kept for reuse."""
 
 def empty_cache(device: Optional[_DeviceLike] = None) -> int:
-    """Returns cached free memory of `device` (default "cpu") to the system; the bytes released."""
+    """Returns cached free memory of `device` (default "cpu") to the system; the bytes
+    released. On the CPU: the freed blocks of 8 MiB and more kept for reuse (each is
+    unmapped after 2 s idle anyway; `cpu_cache_mb` in DEVTENSOR_ALLOC_CONF bounds them)."""
 
 @final
 class EnvAlloc:

@@ -293,6 +293,16 @@ mod tests {
                 }
             }
             assert!(!linux || reused > 0, "{size}: no block was reused");
+            // The block freed last is kept (filled); one for zeros is fresh all
+            // the same, and reads as zeros.
+            let z = a.allocate_for_zeros(size, 64, None).unwrap();
+            assert_eq!(a.zero_filled(&z), linux);
+            // SAFETY: `z` holds `size` bytes, read here only, then freed once.
+            unsafe {
+                let s = std::slice::from_raw_parts(z.ptr.as_ptr(), size);
+                assert!(!linux || s.iter().step_by(4096).all(|&b| b == 0), "{size}");
+                a.deallocate(z, None);
+            }
         }
         let small = a.allocate(4096, 64, None).unwrap();
         assert!(!a.zero_filled(&small));

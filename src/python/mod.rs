@@ -256,7 +256,8 @@ fn memory_stats<'py>(py: Python<'py>, device: Option<DeviceArg>) -> PyResult<Bou
     Ok(d)
 }
 
-/// `empty_cache(device="cpu")`: returns cached free memory to the device; the bytes released.
+/// `empty_cache(device="cpu")`: returns cached free memory to the device; the bytes released
+/// (on the CPU, the freed blocks of 8 MiB and more kept for reuse).
 #[pyfunction]
 #[pyo3(signature = (device = None))]
 fn empty_cache(py: Python<'_>, device: Option<DeviceArg>) -> PyResult<usize> {
