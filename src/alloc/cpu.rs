@@ -23,7 +23,7 @@ pub const CPU_ALIGNMENT: usize = 256;
 pub(super) const MAPPED_MIN: usize = 8 << 20;
 
 /// Mappings from here on are whole huge pages (at most 1/16 more than the
-/// block); smaller ones whole 4 KiB pages, huge only in their aligned middle.
+/// block); smaller ones whole 64 KiB, huge pages only where whole ones fit.
 /// Off Linux, blocks this large are still 2 MiB-aligned.
 pub(super) const HUGE_PAGE_MIN: usize = 32 << 20;
 pub(super) const HUGE_PAGE: usize = 2 << 20;

@@ -13,12 +13,14 @@
 
 use super::cpu::{HUGE_PAGE, HUGE_PAGE_MIN, MAPPED_MIN};
 
-/// The unit of smaller mappings' lengths.
-const PAGE: usize = 4096;
+/// The unit of smaller mappings' lengths: a multiple of every page size
+/// Linux runs with (4, 16 and 64 KiB), so that the tail past a block is never
+/// a partial page, which `munmap` would refuse.
+const PAGE: usize = 64 << 10;
 
 /// Bytes mapped for a block of `size` bytes at `align`: for blocks of
 /// [`MAPPED_MIN`] or more that need at most a huge page's alignment, on
-/// Linux, whole huge pages from [`HUGE_PAGE_MIN`], whole pages below; `None`
+/// Linux, whole huge pages from [`HUGE_PAGE_MIN`], whole [`PAGE`]s below; `None`
 /// for the others (the global allocator's, which also refuses sizes past
 /// `isize::MAX` as an overflow).
 pub(super) fn mapped_len(size: usize, align: usize) -> Option<usize> {
@@ -147,7 +149,7 @@ mod tests {
             mapped_len(HUGE_PAGE_MIN + 1, HUGE_PAGE),
             Some(HUGE_PAGE_MIN + HUGE_PAGE)
         );
-        // Below, whole pages.
+        // Below, whole 64 KiB.
         assert_eq!(mapped_len(HUGE_PAGE_MIN - 1, 256), Some(HUGE_PAGE_MIN));
         assert_eq!(mapped_len(MAPPED_MIN + 1, 256), Some(MAPPED_MIN + PAGE));
         assert_eq!(mapped_len(MAPPED_MIN, HUGE_PAGE), Some(MAPPED_MIN));
