@@ -308,11 +308,13 @@ fn a_new_stream_has_nothing_queued_even_when_reused() {
     // Once idle, a dropped stream is reused: no new driver stream per call.
     // Other tests of this binary take streams from the same pool meanwhile,
     // so one reuse is not certain (CI saw one taken in between), but a
-    // handful of handles for 32 calls is.
+    // handful of handles for 32 calls is. Whether these start empty is not
+    // asked: memory of other tests, freed at any moment, may record an event
+    // on a stream those tests dropped (CI saw one such stream busy once, in
+    // the emulator's seed 2); the stream this test alone used is asked above.
     let mut seen = std::collections::HashSet::new();
     for _ in 0..32 {
         let s = CudaStream::new(0).unwrap();
-        assert!(s.query().unwrap(), "a new stream has work queued");
         seen.insert(s.raw() as usize);
     }
     assert!(
