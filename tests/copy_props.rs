@@ -376,6 +376,13 @@ fn transposes_every_alignment_and_kernel() {
                     // prefetches — line tiles, and tiles extended by a batch dim
                     // (3-D and 4-D reversals); the prefetched route's below.
                     check_permute_at(&[long, 37], &[1, 0], e, src_at, dst_at);
+                    // Source rows 4 KiB apart (and a byte more), whose lines
+                    // crowd one L1 set: strips copied to a scratch buffer
+                    // first, with partial strips and columns at the ends.
+                    if e <= 2 {
+                        check_permute_at(&[45, long], &[1, 0], e, src_at, dst_at);
+                        check_permute_at(&[40, long + 1], &[1, 0], e, src_at, dst_at);
+                    }
                     check_permute_at(&[32, 128 / e, 33], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[3, 32, 128 / e, 20], &[0, 3, 2, 1], e, src_at, dst_at);
                     // Source runs narrower than a micro tile, extended by a dim
@@ -400,6 +407,10 @@ fn transposes_every_alignment_and_kernel() {
                         // batched (a batch slice ends a task's run of tiles).
                         let run = 1024 / e;
                         check_permute_at(&[run + 40, run + 9], &[1, 0], e, src_at, dst_at);
+                        if e <= 2 && src_at == dst_at {
+                            // Staged from source rows 4 KiB apart: through the scratch.
+                            check_permute_at(&[run + 40, 4096 / e], &[1, 0], e, src_at, dst_at);
+                        }
                         // Destination rows of two runs or more: 768-byte runs
                         // for 2- and 4-byte elements (where the L2 has under 16
                         // ways 512-byte ones for 4-byte elements, 256-byte ones
