@@ -182,14 +182,26 @@ unsafe fn direct<K: Kernel, const NT: bool>(
 
 /// Whether the lines that a column of `m` rows `sa` bytes apart touches
 /// crowd into few L1 sets: more than 8 (the ways of a 32 KiB L1D) in one of
-/// the 64 sets that lines a page apart share.
+/// the 64 sets that lines a page apart share. Asked once per block, so
+/// cheap where it can be: blocks of permutes are a micro tile or two.
 #[inline(always)]
 fn rows_crowd_l1_sets(sa: isize, m: usize) -> bool {
+    const WAYS: usize = 8;
+    if m <= WAYS {
+        return false;
+    }
+    // A stride and its negative visit the same number of sets.
+    let sa = sa.unsigned_abs() % 4096;
+    if sa % LINE == 0 {
+        // Each row a whole number of sets on: the rows cycle through 64 / gcd.
+        let sets = 64 >> (sa / LINE).trailing_zeros().min(6);
+        return m.div_ceil(sets) > WAYS;
+    }
     let mut rows = [0u8; 64];
     (0..m).any(|k| {
-        let set = (k as isize * sa).rem_euclid(4096) as usize / LINE;
+        let set = k * sa % 4096 / LINE;
         rows[set] += 1;
-        rows[set] > 8
+        usize::from(rows[set]) > WAYS
     })
 }
 
@@ -340,8 +352,12 @@ mod tests {
         assert!(rows_crowd_l1_sets(8192, 32));
         assert!(rows_crowd_l1_sets(-4096, 16));
         assert!(rows_crowd_l1_sets(2048, 32));
-        // One byte past a page: a new set every 64 rows.
+        // One byte past a page (either way): a new set every 64 rows.
         assert!(rows_crowd_l1_sets(8193, 32));
+        assert!(rows_crowd_l1_sets(-4097, 32));
+        assert!(!rows_crowd_l1_sets(4097, 8));
+        // 16 rows 2 KiB apart: 8 in each of two sets.
+        assert!(!rows_crowd_l1_sets(2048, 16));
         // 8 rows in a set are as many as it has ways.
         assert!(!rows_crowd_l1_sets(8192, 8));
         assert!(!rows_crowd_l1_sets(1024, 32));
