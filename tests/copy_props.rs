@@ -376,7 +376,7 @@ fn transposes_every_alignment_and_kernel() {
                     // prefetches — line tiles, and tiles extended by a batch dim
                     // (3-D and 4-D reversals); the prefetched route's below.
                     check_permute_at(&[long, 37], &[1, 0], e, src_at, dst_at);
-                    // Source rows 4 KiB apart (and a byte more), whose lines
+                    // Source rows 4 KiB apart (and an element more), whose lines
                     // crowd one L1 set: strips copied to a scratch buffer
                     // first, with partial strips and columns at the ends.
                     if e <= 2 {
