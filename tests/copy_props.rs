@@ -432,6 +432,14 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[4, 12, 6, 10, 8], &[4, 3, 2, 1, 0], e, src_at, dst_at);
                         check_permute_at(&[4, 6, 3, 5, 10, 8], &[5, 4, 3, 2, 1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, 6, 10, 12, 8], &[0, 3, 1, 4, 2], e, src_at, dst_at);
+                        // 03142 with slices of 1 KiB or less contiguous in the
+                        // destination: slices of the dim that continues them
+                        // joined into one write (6 or 3 of 6 bytes and 2-byte
+                        // elements' slices, 3 of 4-byte ones, 4 of 4- and 8-byte
+                        // ones), and left apart (longer slices, wide elements).
+                        check_permute_at(&[3, 6, 12, 4, 40], &[0, 3, 1, 4, 2], e, src_at, dst_at);
+                        check_permute_at(&[2, 6, 8, 3, 24], &[0, 3, 1, 4, 2], e, src_at, dst_at);
+                        check_permute_at(&[2, 4, 4, 3, 16], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                         // Source runs narrower than a micro tile (2 and 3
                         // elements), extended: staged together.
                         check_permute_at(&[6, 40, 12, 2], &[3, 2, 1, 0], e, src_at, dst_at);
@@ -482,6 +490,9 @@ fn large_nd_permutes() {
     check_permute(&[60, 61, 62], &[2, 0, 1], 8, 0);
     check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);
     check_permute(&[10, 11, 12, 13, 14], &[4, 3, 2, 1, 0], 4, 0);
+    // 1 KiB slices contiguous in the destination, four joined a write, streamed.
+    check_permute(&[8, 16, 16, 32, 16], &[0, 3, 1, 4, 2], 4, 0);
+    check_permute(&[8, 32, 16, 32, 16], &[0, 3, 1, 4, 2], 2, 0);
     check_permute(&[500, 1000, 2], &[1, 0, 2], 2, 0); // widened to u32 pairs
     // Past the direct-tile limit (2 MiB): staged tiles, with a short side.
     check_permute(&[64, 3, 100, 120], &[0, 2, 3, 1], 4, 0);
