@@ -434,9 +434,10 @@ fn transposes_every_alignment_and_kernel() {
                         check_permute_at(&[3, 6, 10, 12, 8], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                         // 03142 with slices of 1 KiB or less contiguous in the
                         // destination: slices of the dim that continues them
-                        // joined into one write (6 or 3 of 6 bytes and 2-byte
-                        // elements' slices, 3 of 4-byte ones, 4 of 4- and 8-byte
-                        // ones), and left apart (longer slices, wide elements).
+                        // joined into one write (six or three of 1- and 2-byte
+                        // elements, six of 3-byte ones, three of 4-byte ones,
+                        // four of every size), and left apart (longer slices;
+                        // byte slices narrower than the AVX2 micro tile).
                         check_permute_at(&[3, 6, 12, 4, 40], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                         check_permute_at(&[2, 6, 8, 3, 24], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                         check_permute_at(&[2, 4, 4, 3, 16], &[0, 3, 1, 4, 2], e, src_at, dst_at);
@@ -490,7 +491,9 @@ fn large_nd_permutes() {
     check_permute(&[60, 61, 62], &[2, 0, 1], 8, 0);
     check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);
     check_permute(&[10, 11, 12, 13, 14], &[4, 3, 2, 1, 0], 4, 0);
-    // 1 KiB slices contiguous in the destination, four joined a write, streamed.
+    // 1 KiB (f32) and 512-byte (f16) slices contiguous in the destination, four
+    // and eight joined a write; 4 MiB, streamed where the last-level cache is 32
+    // MiB or less.
     check_permute(&[8, 16, 16, 32, 16], &[0, 3, 1, 4, 2], 4, 0);
     check_permute(&[8, 32, 16, 32, 16], &[0, 3, 1, 4, 2], 2, 0);
     check_permute(&[500, 1000, 2], &[1, 0, 2], 2, 0); // widened to u32 pairs
