@@ -302,7 +302,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched))
-        && let Some(ext) = Extension::find(a, b, &batch, e)
+        && let Some(ext) = Extension::find::<T>(a, b, &batch)
     {
         // SAFETY: forwarded.
         unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
@@ -628,7 +628,8 @@ struct Extension {
 }
 
 impl Extension {
-    fn find(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> Option<Extension> {
+    fn find<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim]) -> Option<Extension> {
+        let e = size_of::<T>();
         let (ra, rb) = (a.len * e, b.len * e);
         if ra > EXTEND_MAX_RUN || rb > EXTEND_MAX_RUN {
             return None;
@@ -666,17 +667,17 @@ impl Extension {
                 source_order: true,
             });
         }
+        // Slices narrower than a micro tile are staged in groups
+        // ([`extended`]), whose staging leaves no room for joined slices.
         let slice = ra * b.len;
+        let joinable = da.is_none()
+            && b.dst == ra as isize
+            && 4 * slice <= EXTENDED_DST_PIECE
+            && b.len >= T::micro_len(avx2_enabled());
         let ds = batch
             .iter()
             .enumerate()
-            .position(|(k, c)| {
-                da.is_none()
-                    && b.dst == ra as isize
-                    && 4 * slice <= EXTENDED_DST_PIECE
-                    && c.dst == slice as isize
-                    && sb.is_none_or(|(kb, _)| kb != k)
-            })
+            .position(|(k, c)| joinable && c.dst == slice as isize && sb.is_none_or(|(kb, _)| kb != k))
             .map(|k| (k, grow(batch[k].len, slice, EXTENDED_DST_PIECE)))
             .filter(|&(_, n)| n > 1);
         (da.is_some() || sb.is_some()).then_some(Extension {
@@ -773,9 +774,7 @@ unsafe fn extended<T: Elem>(
     };
     let (c1, n1) = take(ext.da);
     let (c2, n2) = take(ext.sb);
-    // Slices narrower than a micro tile are staged in groups (below), whose
-    // staging leaves no room for joined slices.
-    let (c3, n3) = take(ext.ds.filter(|_| b.len >= T::micro_len(avx2_enabled())));
+    let (c3, n3) = take(ext.ds);
     if ext.source_order {
         // Stable: ties keep their destination order.
         batch.sort_by_key(|d| d.src.unsigned_abs());
