@@ -415,7 +415,8 @@ fn transposes_every_alignment_and_kernel() {
                         // for 2- and 4-byte elements (where the L2 has under 16
                         // ways 512-byte ones for 4-byte elements, 256-byte ones
                         // for 1- and 2-byte elements from line-aligned rows),
-                        // 640-byte ones for bytes, and a shorter last one; from source rows that are
+                        // 640-byte ones for bytes, 576-byte ones (whole lines)
+                        // for 3-byte elements, and a shorter last one; from source rows that are
                         // line-aligned and from rows that are not (tiles of
                         // more source bytes a row for 1- and 2-byte elements).
                         check_permute_at(&[2 * run + 72, run + 64], &[1, 0], e, src_at, dst_at);

@@ -183,15 +183,41 @@ const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 ///   (3000 × 5001 0.90×, 5001 × 3000 0.89×, 4097 × 4095 0.95×).
 const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
 
+/// The prefetched route's tile of three-byte elements (RGB pixels) whose
+/// source cannot stay in the last-level cache (from three eighths of it,
+/// [`PIXELS_LARGE`]): 576-byte destination runs (192 pixels, nine lines) ×
+/// 240 source bytes (80 pixels), 45 KiB. [`PREFETCHED_DEFAULT`]'s 512 bytes
+/// made runs of 168 pixels, 504 bytes, which end inside a line (the partial
+/// lines at either end of every run take ordinary stores among the streamed
+/// ones, a read of the line each). Two cores, Python, into a reused output,
+/// the median of 11–21 paired calls in one process, speed-up over that tile:
+/// - 4096 × 2048 pixels transposed (the bench's): 1.37×, 1.23×, 1.30×;
+///   2160 × 3840 1.19×, 1.15×; 3840 × 2160 1.16×, 1.09×; 4096 × 2047 1.17×;
+///   4000 × 3000 1.18×; 2600² 1.14×; 3000 × 2000 1.08×, 2000 × 3000 1.04×;
+///   2048² 1.06×; 3000 × 5001 1.10×, 1.05×;
+/// - smaller copies lose, whose source the cache keeps between calls: 1600 ×
+///   2000 0.95×, 2000 × 1600 0.94×, 1024 × 2048 0.79×, 2048 × 1024 0.84×,
+///   1920 × 1080 0.81×, 0.89×, 1080 × 1920 1.04×, 0.96×, 0.95×; 1400 × 2000
+///   1.02×;
+/// - other whole-line runs on the large ones: 384 × 288 bytes 1.49×, 1.24×,
+///   1.26×, 1.09×; 576 × 288 1.60×, 1.31×, 1.24×, 1.08×; 384 × 192 1.21×,
+///   1.36×; 768 × 192 1.23×; runs of 240 bytes (80 pixels, not whole lines)
+///   0.69×, 0.75×.
+const PREFETCHED_3: (usize, usize, usize) = (576, 240, 45 << 10);
+
+/// Eighths of the last-level cache ([`stream_threshold`]) from which
+/// transposes of pixels take [`PREFETCHED_3`]: 12 MiB of a 32 MiB one.
+const PIXELS_LARGE: usize = 3;
+
 /// The prefetched route's tile where no other applies (and f32's where the L2
 /// has few ways): 512-byte destination runs × 256 source bytes, 32 KiB.
 const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
 
 /// The prefetched route's tile (destination run, source run, most bytes) for
-/// `e`-byte elements with destination rows along `a`, streamed (`nt`) or
-/// not: [`PREFETCHED_DEFAULT`], or one of the tiles above where their
-/// destination runs fit at least twice in a destination row.
-fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
+/// a copy of `bytes` of `e`-byte elements with destination rows along `a`,
+/// streamed (`nt`) or not: [`PREFETCHED_DEFAULT`], or one of the tiles above
+/// where their destination runs fit at least twice in a destination row.
+fn prefetched_tile(e: usize, a: PlanDim, nt: bool, bytes: usize) -> (usize, usize, usize) {
     let misaligned = a.src % LINE as isize != 0;
     let few_l2_ways = nt && l2_has_few_ways();
     let tile = match e {
@@ -202,6 +228,7 @@ fn prefetched_tile(e: usize, a: PlanDim, nt: bool) -> (usize, usize, usize) {
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
         1 if few_l2_ways => Some(PREFETCHED_1_FEW_WAYS),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
+        3 if bytes >= stream_threshold() / 8 * PIXELS_LARGE => Some(PREFETCHED_3),
         _ => None,
     };
     tile.filter(|t| a.len * e >= 2 * t.0).unwrap_or(PREFETCHED_DEFAULT)
@@ -329,7 +356,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let (tile_dst, tile_src, tile_max) = match route {
         Route::Small => (256, 64, STAGE),
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
-        Route::Prefetched => prefetched_tile(e, a, nt),
+        Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
     };
     let base_i = (tile_dst / e / m).max(1) * m;
