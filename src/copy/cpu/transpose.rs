@@ -189,8 +189,9 @@ const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
 /// 240 source bytes (80 pixels), 45 KiB. [`PREFETCHED_DEFAULT`]'s 512 bytes
 /// made runs of 168 pixels, 504 bytes, which end inside a line (the partial
 /// lines at either end of every run take ordinary stores among the streamed
-/// ones, a read of the line each). Two cores, Python, into a reused output,
-/// the median of 11–21 paired calls in one process, speed-up over that tile:
+/// ones, a read of the line each). Zen 3 VM, two cores, Python, into a
+/// reused output, the median of 11–21 paired calls in one process, speed-up
+/// over that tile:
 /// - 4096 × 2048 pixels transposed (the bench's): 1.37×, 1.23×, 1.30×;
 ///   2160 × 3840 1.19×, 1.15×; 3840 × 2160 1.16×, 1.09×; 4096 × 2047 1.17×;
 ///   4000 × 3000 1.18×; 2600² 1.14×; 3000 × 2000 1.08×, 2000 × 3000 1.04×;
