@@ -387,11 +387,16 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[3, 32, 128 / e, 20], &[0, 3, 2, 1], e, src_at, dst_at);
                     // Source runs narrower than a micro tile, extended by a dim
                     // of a length that no block of the wanted size divides (521
-                    // is prime, 85 = 5 · 17): whole blocks, then a shorter one
-                    // (a single index for 8-byte elements of 85), staged in
+                    // is prime): whole blocks, then a shorter one, staged in
                     // groups with a shorter last; small copies (not streamed)
-                    // take this route too.
+                    // take this route too. Runs aim at 256 KiB over the rows
+                    // (8 KiB at most, 1 KiB at least): 37 rows split the dim
+                    // for 8- and 16-byte elements, 256 rows (1 KiB runs) for
+                    // the others; 85 = 5 · 17 is taken whole.
                     check_permute_at(&[37, 521, 3], &[2, 1, 0], e, src_at, dst_at);
+                    if e <= 4 {
+                        check_permute_at(&[256, 521, 3], &[2, 1, 0], e, src_at, dst_at);
+                    }
                     check_permute_at(&[37, 85, 3], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[37, 85, 5], &[2, 1, 0], e, src_at, dst_at);
                     // Rows whose order differs on the two sides, in tiles of

@@ -566,11 +566,30 @@ const EXTEND_MAX_RUN: usize = 1024;
 const EXTENDED_DST_RUN: usize = 512;
 const EXTENDED_SRC_RUN: usize = 256;
 /// Source runs an extension aims at when no batch dim continues the
-/// destination runs: 32⁵ f16 permute 03142 on two cores (three runs each,
-/// median GB/s, memcpy 56): 14.4 unextended; with its contiguous destination
-/// runs written in one copy, 27.5 with 256-byte source runs, 28.3 with 512,
-/// 28.7 with 1 KiB, 28.2 with 2 KiB.
-const EXTENDED_SRC_RUN_ALONE: usize = 1024;
+/// destination runs: up to 8 KiB, as long as a tile's source rows hold at
+/// most 256 KiB (the next tile's are prefetched into L2 meanwhile), and at
+/// least 1 KiB. 03142-like permutes read whole source rows then, where the
+/// rows are up to 8 KiB: a run that reads half a row leaves the hardware
+/// prefetchers fetching the other half, which the next tiles do not read.
+/// Reading alone (C, two cores, Zen 3 VM), 32 rows 2 KiB apart: 1 KiB of
+/// each 8.5–9.5 GB/s, 2 KiB 16–18, a sequential read 17–20. Against 1 KiB
+/// runs, two cores, Python, into a reused output, the median of 13–15 paired
+/// calls in one process:
+/// - whole rows: 32⁵ f16 (the bench's, 2 KiB rows) 1.05×, 1.19×, 1.12×; 32⁵
+///   f32 (4 KiB) 1.41×, 1.48×; 16 × 64 × 32 × 64 × 16 f32 1.42×; 8 × 16 ×
+///   32 × 64 × 64 f16 (8 KiB) 1.08×; 32 × 32 × 64 × 32 × 64 u8 1.14×;
+/// - 31 × 29 × 33 × 31 × 30 f16 1.14×, u8 1.00×; 7 × 61 × 67 × 59 × 13 f32
+///   04321 1.14×; 16 × 64 × 8 × 64 × 8 f64 1.05×; 32 × 64 × 16 × 64 × 16
+///   f32 1.01×; small ones (not streamed) 2 × 16⁴ f16 1.02×, 4 × 32 × 8 ×
+///   32 × 8 f32 1.01×.
+///
+/// First measured on 32⁵ f16 (three runs each, median GB/s, memcpy 56): 14.4
+/// unextended; with its contiguous destination runs written in one copy,
+/// 27.5 with 256-byte source runs, 28.3 with 512, 28.7 with 1 KiB, 28.2 with
+/// 2 KiB.
+const EXTENDED_SRC_RUN_ALONE: usize = 8 << 10;
+const EXTENDED_SRC_RUN_ALONE_MIN: usize = 1 << 10;
+const EXTENDED_SRC_TILE_ALONE: usize = 256 << 10;
 /// When batch dims extend both sides of a tile and another batch dim is
 /// left (five or more dims), consecutive tiles read on along the same source
 /// rows, as the 2-D routes' do, instead of continuing the destination runs
@@ -670,7 +689,7 @@ impl Extension {
         let src_run = if da.is_some() {
             EXTENDED_SRC_RUN
         } else {
-            EXTENDED_SRC_RUN_ALONE
+            (EXTENDED_SRC_TILE_ALONE / a.len.max(1)).clamp(EXTENDED_SRC_RUN_ALONE_MIN, EXTENDED_SRC_RUN_ALONE)
         };
         let sb = batch
             .iter()
