@@ -389,10 +389,10 @@ fn transposes_every_alignment_and_kernel() {
                     // of a length that no block of the wanted size divides (521
                     // is prime): whole blocks, then a shorter one, staged in
                     // groups with a shorter last; small copies (not streamed)
-                    // take this route too. Runs aim at 256 KiB over the rows
-                    // (8 KiB at most, 1 KiB at least): 37 rows split the dim
-                    // for 8- and 16-byte elements, 256 rows (1 KiB runs) for
-                    // the others; 85 = 5 · 17 is taken whole.
+                    // take this route too. Source runs aim at 8 KiB, at most
+                    // 256 KiB over a tile's rows and at least 1 KiB: 37 rows
+                    // split the dim for 8- and 16-byte elements, 256 rows (1
+                    // KiB runs) for the others; 85 = 5 · 17 is taken whole.
                     check_permute_at(&[37, 521, 3], &[2, 1, 0], e, src_at, dst_at);
                     if e <= 4 {
                         check_permute_at(&[256, 521, 3], &[2, 1, 0], e, src_at, dst_at);

@@ -569,12 +569,12 @@ const EXTENDED_SRC_RUN: usize = 256;
 /// destination runs: up to 8 KiB, as long as a tile's source rows hold at
 /// most 256 KiB (the next tile's are prefetched into L2 meanwhile), and at
 /// least 1 KiB. 03142-like permutes read whole source rows then, where the
-/// rows are up to 8 KiB: a run that reads half a row leaves the hardware
-/// prefetchers fetching the other half, which the next tiles do not read.
-/// Reading alone (C, two cores, Zen 3 VM), 32 rows 2 KiB apart: 1 KiB of
-/// each 8.5–9.5 GB/s, 2 KiB 16–18, a sequential read 17–20. Against 1 KiB
-/// runs, two cores, Python, into a reused output, the median of 13–15 paired
-/// calls in one process:
+/// rows are up to 8 KiB: reading half of each row ran at half the speed
+/// (likely the hardware prefetchers fetching the other half, which the next
+/// tiles do not read). Reading alone (C, two cores, Zen 3 VM), 32 rows 2 KiB
+/// apart: 1 KiB of each 8.5–9.5 GB/s, 2 KiB 16–18, a sequential read 17–20.
+/// Against 1 KiB runs, two cores, Python, into a reused output, the median
+/// of 13–15 paired calls in one process:
 /// - whole rows: 32⁵ f16 (the bench's, 2 KiB rows) 1.05×, 1.19×, 1.12×; 32⁵
 ///   f32 (4 KiB) 1.41×, 1.48×; 16 × 64 × 32 × 64 × 16 f32 1.42×; 8 × 16 ×
 ///   32 × 64 × 64 f16 (8 KiB) 1.08×; 32 × 32 × 64 × 32 × 64 u8 1.14×;
