@@ -368,7 +368,9 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
                     // Images of three channels, pixels to planes and back (byte
-                    // shuffles for 1-byte elements), with a partial last block.
+                    // shuffles for elements of 1, 2, 4 and 8 bytes, streamed
+                    // where the outputs are 16-byte aligned), with a partial
+                    // last block.
                     check_permute_at(&[2, 37, 41, 3], &[0, 3, 1, 2], e, src_at, dst_at);
                     check_permute_at(&[2, 3, 37, 41], &[0, 2, 3, 1], e, src_at, dst_at);
                     // Destination rows a multiple of 4 KiB apart (they share L1
@@ -490,9 +492,11 @@ fn large_nd_permutes() {
     check_permute(&[4, 3, 96, 97], &[0, 2, 3, 1], 4, 0); // NCHW -> NHWC, C = 3
     check_permute(&[4, 96, 97, 3], &[0, 3, 1, 2], 4, 0); // NHWC -> NCHW, C = 3
     check_permute(&[4, 40, 30, 33], &[0, 2, 3, 1], 1, 0);
-    // u8 images of three channels, more pixels than one task piece (16 Ki).
-    check_permute(&[3, 130, 131, 3], &[0, 3, 1, 2], 1, 0);
-    check_permute(&[3, 3, 130, 131], &[0, 2, 3, 1], 1, 0);
+    // Images of three channels, more pixels than one task piece (16 Ki).
+    for e in [1, 2, 4, 8] {
+        check_permute(&[3, 130, 131, 3], &[0, 3, 1, 2], e, 0);
+        check_permute(&[3, 3, 130, 131], &[0, 2, 3, 1], e, 0);
+    }
     check_permute(&[60, 61, 62], &[2, 1, 0], 4, 0);
     check_permute(&[60, 61, 62], &[2, 0, 1], 8, 0);
     check_permute(&[20, 21, 22, 23], &[1, 2, 0, 3], 4, 0);
@@ -841,6 +845,14 @@ fn streaming_stores() {
         check_permute(&[100, 130], &[1, 0], 12, shift);
         check_permute(&[90, 100], &[1, 0], 16, shift);
         check_permute(&[16, 100, 130], &[0, 2, 1], 2, shift);
+        // Images of three channels over more than one task piece: streaming
+        // stores from each piece's first pixel, where aligned; planes a
+        // multiple of 2 KiB apart with ordinary stores.
+        for e in [1, 2, 4, 8] {
+            check_permute(&[2, 130, 131, 3], &[0, 3, 1, 2], e, shift);
+            check_permute(&[2, 3, 130, 131], &[0, 2, 3, 1], e, shift);
+            check_permute(&[2, 128, 144, 3], &[0, 3, 1, 2], e, shift);
+        }
     }
     for e in [1usize, 2, 3, 4, 5, 8, 12, 16] {
         for (n, stride) in [(100_001usize, 1isize), (77, 1), (3000, 1), (50_000, 2)] {

@@ -1,33 +1,60 @@
-//! Byte images with three channels between pixel-interleaved (HWC) and planar
-//! (CHW) layouts, the transposes whose short side is 3 bytes: SSSE3 byte
-//! shuffles spread 16 pixels (48 bytes) over three 16-byte planes, or gather
-//! them back. The tile route does these with a scalar loop per channel (256 ×
-//! 224² × 3 u8, two cores, one run: 15 GB/s planar, 24 interleaved).
+//! Images with three channels between pixel-interleaved (HWC) and planar
+//! (CHW) layouts, the transposes whose short side is 3 elements of 1, 2, 4 or
+//! 8 bytes: SSSE3 byte shuffles spread 48 bytes of pixels over three 16-byte
+//! planes, or gather them back. The tile route does these with a scalar loop
+//! per channel (256 × 224² × 3 u8, two cores, one run: 15 GB/s planar, 24
+//! interleaved). Two cores, Python, into a reused output, the median of
+//! 11–15 paired calls in one process, against that route (elements of 2 and
+//! 4 bytes took it until these shuffles covered them):
+//! - to planes, 64 × 224² × 3: f32 1.16×, 1.21×, f16 1.99×, 1.89×;
+//! - to pixels, 64 × 3 × 224²: f32 1.63×, f16 2.96× (streamed, about a
+//!   memcpy's speed); u8 (these shuffles before, without streaming stores)
+//!   1.42×.
 
-use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128};
+use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128, _mm_stream_si128};
 
 use smallvec::SmallVec;
 
 use super::parallel::{Shared, for_each_segment, par_for};
+use super::runs::store_fence;
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
-/// Pixels per task piece: 16 KiB of source, a multiple of 16.
+/// Pixels per task piece: 16 Ki, a multiple of the 16 a step takes at most.
 const PIECE: usize = 16 << 10;
 
-/// `pshufb` masks: `SPLIT[c][k]` picks, from the `k`-th 16 bytes of 16
-/// interleaved pixels, the bytes of channel `c` (output byte `j` is pixel `j`;
-/// 0x80 zeroes it). `JOIN[o][c]` places, in output vector `o`, the bytes of
-/// plane `c` (output byte `j` is interleaved byte `16·o + j`).
-const SPLIT: [[[u8; 16]; 3]; 3] = split_masks();
-const JOIN: [[[u8; 16]; 3]; 3] = join_masks();
+/// Planes a multiple of this many bytes apart are written with ordinary
+/// stores even in streamed copies: three streams of 16-byte streaming stores
+/// at such distances ran slower than ordinary stores, and faster at others.
+/// Two cores, Python, into a reused output, paired calls, streamed against
+/// ordinary stores, by plane stride:
+/// - 49 KiB (u8 256 × 224² × 3) 1.28×, 1.31×; 40000 bytes (u8 200²) 1.33×;
+///   351.6 KiB (f32 300²) 1.35×; 195 KiB (f32 208 × 240) 1.41×;
+/// - multiples of 2 KiB: 98 KiB (f16 224²) 0.70×, 0.69×; 196 KiB (f32 224²)
+///   0.80×, 0.82×; 198 KiB (f32 176 × 288) 0.84×; 256 KiB (u8 512²) 0.76×;
+///   512 KiB (i16 512²) 0.78×; 1 MiB (f32 512²) 0.81×.
+///
+/// The pixel side is one stream, and its streaming stores won everywhere.
+const PLANES_ALIAS: isize = 2048;
 
-const fn split_masks() -> [[[u8; 16]; 3]; 3] {
+/// `pshufb` masks for one element size: `[x][y]` picks the bytes of input
+/// vector `y` that go to output vector `x` (0x80 zeroes a byte).
+type Masks = [[[u8; 16]; 3]; 3];
+
+/// Split masks of elements of 1, 2, 4 and 8 bytes: `SPLIT[s][c][k]` picks,
+/// from the `k`-th 16 bytes of 48 bytes of interleaved pixels, the bytes of
+/// channel `c` (output byte `j` is byte `j % e` of pixel `j / e`).
+const SPLIT: [Masks; 4] = [split_masks(1), split_masks(2), split_masks(4), split_masks(8)];
+/// Join masks: `JOIN[s][o][c]` places, in output vector `o`, the bytes of
+/// plane `c` (output byte `j` is interleaved byte `16·o + j`).
+const JOIN: [Masks; 4] = [join_masks(1), join_masks(2), join_masks(4), join_masks(8)];
+
+const fn split_masks(e: usize) -> Masks {
     let mut m = [[[0x80u8; 16]; 3]; 3];
     let mut c = 0;
     while c < 3 {
         let mut j = 0;
         while j < 16 {
-            let p = 3 * j + c;
+            let p = (3 * (j / e) + c) * e + j % e;
             m[c][p / 16][j] = (p % 16) as u8;
             j += 1;
         }
@@ -36,14 +63,15 @@ const fn split_masks() -> [[[u8; 16]; 3]; 3] {
     m
 }
 
-const fn join_masks() -> [[[u8; 16]; 3]; 3] {
+const fn join_masks(e: usize) -> Masks {
     let mut m = [[[0x80u8; 16]; 3]; 3];
     let mut o = 0;
     while o < 3 {
         let mut j = 0;
         while j < 16 {
+            // Byte `p % e` of channel `(p / e) % 3` of pixel `p / 3e`.
             let p = 16 * o + j;
-            m[o][p % 3][j] = (p / 3) as u8;
+            m[o][(p / e) % 3][j] = (p / (3 * e) * e + p % e) as u8;
             j += 1;
         }
         o += 1;
@@ -51,22 +79,25 @@ const fn join_masks() -> [[[u8; 16]; 3]; 3] {
     m
 }
 
-/// Which way the bytes go.
+/// Which way the pixels go.
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) enum Channels {
-    /// `a` pixels of 3 packed bytes (`a.src == 3`) into 3 planes (`b.dst` apart).
+    /// `a` pixels of 3 packed elements (`a.src == 3·e`) into 3 planes (`b.dst` apart).
     Split,
-    /// 3 planes (`a.src` apart) into `b` pixels of 3 packed bytes (`b.dst == 3`).
+    /// 3 planes (`a.src` apart) into `b` pixels of 3 packed elements (`b.dst == 3·e`).
     Join,
 }
 
 impl Channels {
-    /// The kernel for a 1-byte transpose over (`a`: unit destination stride,
-    /// `b`: unit source stride), if it is one of these.
-    pub(super) fn of(a: PlanDim, b: PlanDim) -> Option<Channels> {
-        if b.len == 3 && a.src == 3 {
+    /// The kernel for a transpose of `e`-byte elements over (`a`: unit
+    /// destination stride, `b`: unit source stride), if it is one of these.
+    pub(super) fn of(a: PlanDim, b: PlanDim, e: usize) -> Option<Channels> {
+        let pixel = 3 * e as isize;
+        if !matches!(e, 1 | 2 | 4 | 8) {
+            None
+        } else if b.len == 3 && a.src == pixel {
             Some(Channels::Split)
-        } else if a.len == 3 && b.dst == 3 {
+        } else if a.len == 3 && b.dst == pixel {
             Some(Channels::Join)
         } else {
             None
@@ -74,13 +105,15 @@ impl Channels {
     }
 }
 
-/// Copies the transpose of 1-byte elements over `a`, `b` (see [`Channels`]),
-/// batched over `batch`, in pieces split across threads.
+/// Copies the transpose of `e`-byte elements over `a`, `b` (see
+/// [`Channels`]), batched over `batch`, in pieces split across threads;
+/// with `nt`, streaming stores where the outputs are 16-byte aligned.
 ///
 /// # Safety
 ///
 /// As [`execute`](super::execute) for the plan these dims come from; the CPU
-/// has SSSE3.
+/// has SSSE3; `e` is 1, 2, 4 or 8.
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn channels(
     kind: Channels,
     a: PlanDim,
@@ -88,16 +121,19 @@ pub(super) unsafe fn channels(
     batch: &SmallVec<[PlanDim; INLINE_DIMS]>,
     dst: *mut u8,
     src: *const u8,
+    e: usize,
     bytes: usize,
+    nt: bool,
 ) {
     // Pixels (the long side) and the planes' stride on the planar side.
     let (pixels, plane) = match kind {
         Channels::Split => (a.len, b.dst),
         Channels::Join => (b.len, a.src),
     };
+    let s = e.trailing_zeros() as usize;
     let per_slice = pixels.div_ceil(PIECE);
     let slices: usize = batch.iter().map(|d| d.len).product();
-    let (d, s) = (Shared(dst), Shared(src));
+    let (d, sp) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(batch, per_slice, t0, t1, |dof, so, first, n| {
             let p0 = first * PIECE;
@@ -106,22 +142,47 @@ pub(super) unsafe fn channels(
             // the CPU has SSSE3 (the caller's contract).
             unsafe {
                 match kind {
-                    Channels::Split => split3(
-                        d.get().offset(dof).add(p0),
-                        plane,
-                        s.get().offset(so).add(3 * p0),
-                        p1 - p0,
-                    ),
-                    Channels::Join => join3(
-                        d.get().offset(dof).add(3 * p0),
-                        s.get().offset(so).add(p0),
-                        plane,
-                        p1 - p0,
-                    ),
+                    Channels::Split => {
+                        let out = d.get().offset(dof).add(p0 * e);
+                        let stream = nt && out as usize % 16 == 0 && plane % 16 == 0 && plane % PLANES_ALIAS != 0;
+                        let input = sp.get().offset(so).add(3 * p0 * e);
+                        if stream {
+                            split3::<true>(out, plane, input, p1 - p0, e, &SPLIT[s]);
+                        } else {
+                            split3::<false>(out, plane, input, p1 - p0, e, &SPLIT[s]);
+                        }
+                    }
+                    Channels::Join => {
+                        let out = d.get().offset(dof).add(3 * p0 * e);
+                        let input = sp.get().offset(so).add(p0 * e);
+                        if nt && out as usize % 16 == 0 {
+                            join3::<true>(out, input, plane, p1 - p0, e, &JOIN[s]);
+                        } else {
+                            join3::<false>(out, input, plane, p1 - p0, e, &JOIN[s]);
+                        }
+                    }
                 }
             }
         });
+        store_fence(nt);
     });
+}
+
+/// Stores 16 bytes, streamed with `NT` (then `p` is 16-byte aligned).
+///
+/// # Safety
+///
+/// `p` writable for 16 bytes; 16-byte aligned with `NT`.
+#[inline(always)]
+unsafe fn store<const NT: bool>(p: *mut u8, v: __m128i) {
+    // SAFETY: the caller's contract; SSE2 is part of the x86-64 baseline.
+    unsafe {
+        if NT {
+            _mm_stream_si128(p.cast(), v);
+        } else {
+            _mm_storeu_si128(p.cast(), v);
+        }
+    }
 }
 
 /// A mask table in registers.
@@ -147,61 +208,65 @@ unsafe fn gather(v: &[__m128i; 3], masks: &[__m128i; 3]) -> __m128i {
     }
 }
 
-/// `dst[c·plane + i] = src[3·i + c]` for `i < n`, `c < 3`.
+/// `dst[c·plane + i] = src[3·i + c]` for `i < n`, `c < 3`, `e`-byte elements
+/// (offsets in elements), 16 / e pixels a step.
 ///
 /// # Safety
 ///
-/// The CPU has SSSE3; `src` readable for `3·n` bytes, each of the three
-/// planes writable for `n`.
+/// The CPU has SSSE3; `src` readable for `3·n` elements, each of the three
+/// planes writable for `n`; with `NT`, `dst` and `plane` multiples of 16.
 #[target_feature(enable = "ssse3")]
-unsafe fn split3(dst: *mut u8, plane: isize, src: *const u8, n: usize) {
+unsafe fn split3<const NT: bool>(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, masks: &Masks) {
     // SAFETY: every access is inside the ranges above; the masks are plain bytes.
     unsafe {
-        let m = registers(&SPLIT);
+        let m = registers(masks);
+        let step = 16 / e;
         let mut i = 0;
-        while i + 16 <= n {
-            let p = src.add(3 * i).cast::<__m128i>();
+        while i + step <= n {
+            let p = src.add(3 * i * e).cast::<__m128i>();
             let v = [_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)), _mm_loadu_si128(p.add(2))];
             for (c, mc) in m.iter().enumerate() {
-                _mm_storeu_si128(dst.offset(c as isize * plane).add(i).cast(), gather(&v, mc));
+                store::<NT>(dst.offset(c as isize * plane).add(i * e), gather(&v, mc));
             }
-            i += 16;
+            i += step;
         }
         for i in i..n {
             for c in 0..3 {
-                *dst.offset(c as isize * plane).add(i) = *src.add(3 * i + c);
+                std::ptr::copy_nonoverlapping(src.add((3 * i + c) * e), dst.offset(c as isize * plane).add(i * e), e);
             }
         }
     }
 }
 
-/// `dst[3·i + c] = src[c·plane + i]` for `i < n`, `c < 3`.
+/// `dst[3·i + c] = src[c·plane + i]` for `i < n`, `c < 3`, `e`-byte elements
+/// (offsets in elements), 16 / e pixels a step.
 ///
 /// # Safety
 ///
-/// The CPU has SSSE3; `dst` writable for `3·n` bytes, each of the three
-/// planes readable for `n`.
+/// The CPU has SSSE3; `dst` writable for `3·n` elements, each of the three
+/// planes readable for `n`; with `NT`, `dst` a multiple of 16.
 #[target_feature(enable = "ssse3")]
-unsafe fn join3(dst: *mut u8, src: *const u8, plane: isize, n: usize) {
+unsafe fn join3<const NT: bool>(dst: *mut u8, src: *const u8, plane: isize, n: usize, e: usize, masks: &Masks) {
     // SAFETY: every access is inside the ranges above; the masks are plain bytes.
     unsafe {
-        let m = registers(&JOIN);
+        let m = registers(masks);
+        let step = 16 / e;
         let mut i = 0;
-        while i + 16 <= n {
+        while i + step <= n {
             let v = [
-                _mm_loadu_si128(src.add(i).cast::<__m128i>()),
-                _mm_loadu_si128(src.offset(plane).add(i).cast::<__m128i>()),
-                _mm_loadu_si128(src.offset(2 * plane).add(i).cast::<__m128i>()),
+                _mm_loadu_si128(src.add(i * e).cast::<__m128i>()),
+                _mm_loadu_si128(src.offset(plane).add(i * e).cast::<__m128i>()),
+                _mm_loadu_si128(src.offset(2 * plane).add(i * e).cast::<__m128i>()),
             ];
-            let out = dst.add(3 * i).cast::<__m128i>();
+            let out = dst.add(3 * i * e);
             for (o, mo) in m.iter().enumerate() {
-                _mm_storeu_si128(out.add(o), gather(&v, mo));
+                store::<NT>(out.add(16 * o), gather(&v, mo));
             }
-            i += 16;
+            i += step;
         }
         for i in i..n {
             for c in 0..3 {
-                *dst.add(3 * i + c) = *src.offset(c as isize * plane).add(i);
+                std::ptr::copy_nonoverlapping(src.offset(c as isize * plane).add(i * e), dst.add((3 * i + c) * e), e);
             }
         }
     }

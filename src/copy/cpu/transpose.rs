@@ -282,22 +282,21 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         .filter(|&(i, _)| i != 0 && i != k)
         .map(|(_, d)| *d)
         .collect();
-    // Three-byte pixels to planes and back: byte shuffles (SSSE3, which every
-    // CPU with AVX2 has; the AVX2 switch turns both off for tests).
-    #[cfg(target_arch = "x86_64")]
-    if e == 1
-        && avx2_enabled()
-        && let Some(kind) = Channels::of(a, b)
-    {
-        // SAFETY: forwarded; the CPU has AVX2, hence SSSE3.
-        unsafe { channels(kind, a, b, &batch, dst, src, plan.bytes()) };
-        return;
-    }
     // Transposes stream from an eighth of the last-level cache: ordinary
     // stores read every destination line first, and a transpose cannot hide
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
+    // Pixels of three channels to planes and back: byte shuffles (SSSE3, which
+    // every CPU with AVX2 has; the AVX2 switch turns both off for tests).
+    #[cfg(target_arch = "x86_64")]
+    if avx2_enabled()
+        && let Some(kind) = Channels::of(a, b, e)
+    {
+        // SAFETY: forwarded; the CPU has AVX2, hence SSSE3; `of` took `e` of 1, 2, 4 or 8 bytes.
+        unsafe { channels(kind, a, b, &batch, dst, src, e, plan.bytes(), nt) };
+        return;
+    }
     let small = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
     let rows_share_sets = b.dst % L1_SET_SPAN == 0 && (e > 1 || !batch.is_empty());
     let min_src_run = if nt {
