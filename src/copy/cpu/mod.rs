@@ -30,7 +30,7 @@
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
-//! `transpose` (`channels`: three-channel byte images), `fill`; `elem` (element types, their micro-transposes), `avx2`
+//! `transpose` (`channels`: images of three channels, pixels to planes and back), `fill`; `elem` (element types, their micro-transposes), `avx2`
 //! (the AVX2 ones) and `stage` (scratch) are what they share.
 
 #[cfg(target_arch = "x86_64")]
