@@ -40,7 +40,7 @@ const PLANES_ALIAS: isize = 2048;
 /// vector `y` that go to output vector `x` (0x80 zeroes a byte).
 type Masks = [[[u8; 16]; 3]; 3];
 
-/// Split masks of elements of 1, 2, 4 and 8 bytes: `SPLIT[s][c][k]` picks,
+/// Split masks, `SPLIT[s]` for elements of `1 << s` bytes: `SPLIT[s][c][k]` picks,
 /// from the `k`-th 16 bytes of 48 bytes of interleaved pixels, the bytes of
 /// channel `c` (output byte `j` is byte `j % e` of pixel `j / e`).
 const SPLIT: [Masks; 4] = [split_masks(1), split_masks(2), split_masks(4), split_masks(8)];
@@ -107,7 +107,8 @@ impl Channels {
 
 /// Copies the transpose of `e`-byte elements over `a`, `b` (see
 /// [`Channels`]), batched over `batch`, in pieces split across threads;
-/// with `nt`, streaming stores where the outputs are 16-byte aligned.
+/// with `nt`, streaming stores where the outputs are 16-byte aligned (and
+/// planes not a multiple of [`PLANES_ALIAS`] apart).
 ///
 /// # Safety
 ///
