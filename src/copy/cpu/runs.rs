@@ -11,16 +11,17 @@ use super::parallel::{Shared, par_for};
 
 /// Destinations of at least this many bytes are written with non-temporal
 /// (streaming) stores: the size of the last-level cache (from sysfs, 32 MiB if
-/// unknown). Such a destination cannot stay cached anyway, and ordinary stores
-/// would first read every destination line (a third more traffic); below it,
-/// ordinary stores measured faster. `DEVTENSOR_STREAM_BYTES` overrides it.
+/// unknown), at most [`LLC_STREAM_MAX`]. Such a destination cannot stay
+/// cached anyway, and ordinary stores would first read every destination line
+/// (a third more traffic); below it, ordinary stores measured faster.
+/// `DEVTENSOR_STREAM_BYTES` overrides it.
 pub(super) fn stream_threshold() -> usize {
     match STREAM_BYTES.load(Ordering::Relaxed) {
         0 => {
             let v = std::env::var("DEVTENSOR_STREAM_BYTES")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| llc_bytes().map_or(32 << 20, |b| b.max(1 << 20)))
+                .unwrap_or_else(|| llc_bytes().map_or(LLC_STREAM_MAX, |b| b.clamp(1 << 20, LLC_STREAM_MAX)))
                 .max(1);
             STREAM_BYTES.store(v, Ordering::Relaxed);
             v
@@ -28,6 +29,22 @@ pub(super) fn stream_threshold() -> usize {
         v => v,
     }
 }
+
+/// The most of the last-level cache a copy's destination is taken to stay in.
+/// A larger one is a whole socket's (sysfs shows the Xeon VM's 480 MiB L3 to
+/// its two CPUs), which the rest of the socket and other guests use too:
+/// there copies streamed from 480 MiB (transposes from 60) ran faster
+/// streamed from 32 (from 4). Two cores, Python, into a reused output, the
+/// median of five paired calls in one process, speed-up: clones of 32 MiB
+/// 1.12×, 64 MiB 1.15×, 128 MiB 1.49×; half of each 8 KiB row, 32 MiB
+/// 1.22×, 128 MiB 2.00×; transposes f32 1024² 1.44×, 2048² 1.43×, f16 2048²
+/// 1.33×, 4096² 1.34×, from a 4128-wide matrix 1.49×, u8 4096² 1.30×, 16 ×
+/// 4096 × 128 f16 batched 1.21×, 32 × 512² f32 1.41×; 64 MiB transposes and
+/// permutes (streamed either way) 0.98–1.01×. From 16 MiB, clones of 16 MiB
+/// gained too (1.24×), but 2 MiB transposes lost (512 × 1024 f32 0.89×, 1024
+/// × 512 f16 0.70×). The 32 MiB L3s of the Zen VMs the copies were first
+/// tuned on stay whole.
+const LLC_STREAM_MAX: usize = 32 << 20;
 
 /// Where copies of whole runs stream: clones (`clone`) from
 /// [`stream_threshold`], row copies from five eighths of it (see
@@ -58,7 +75,7 @@ static STREAM_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Sets the destination size (bytes) from which copies use non-temporal
 /// (streaming) stores; row copies and transposes stream from fixed fractions
 /// of it, and clones too where the L2 has under 16 ways. `None` restores the
-/// default (the last-level cache size, or `DEVTENSOR_STREAM_BYTES`). `Some(1)`
+/// default (the last-level cache size up to 32 MiB, or `DEVTENSOR_STREAM_BYTES`). `Some(1)`
 /// streams everything, which tests use to cover those paths;
 /// `Some(usize::MAX)` never streams.
 pub fn set_stream_threshold(bytes: Option<usize>) {
@@ -260,7 +277,19 @@ pub(super) unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize, nt: 
 
 #[cfg(test)]
 mod tests {
-    use super::{l2_has_few_ways, runs_stream_threshold, stream_threshold};
+    use super::{LLC_STREAM_MAX, l2_has_few_ways, llc_bytes, runs_stream_threshold, stream_threshold};
+
+    #[test]
+    fn the_default_threshold_is_the_last_level_cache_up_to_its_cap() {
+        // Nothing in the unit tests sets the threshold; the variable overrides.
+        if std::env::var_os("DEVTENSOR_STREAM_BYTES").is_some() {
+            println!("SKIP: DEVTENSOR_STREAM_BYTES is set");
+            return;
+        }
+        let want = llc_bytes().map_or(LLC_STREAM_MAX, |b| b.clamp(1 << 20, LLC_STREAM_MAX));
+        assert_eq!(stream_threshold(), want);
+        assert!(stream_threshold() <= 32 << 20);
+    }
 
     #[test]
     fn whole_runs_stream_from_their_fraction_of_the_threshold() {
