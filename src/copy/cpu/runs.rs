@@ -34,16 +34,19 @@ pub(super) fn stream_threshold() -> usize {
 /// A larger one is a whole socket's (sysfs shows the Xeon VM's 480 MiB L3 to
 /// its two CPUs), which the rest of the socket and other guests use too:
 /// there copies streamed from 480 MiB (transposes from 60) ran faster
-/// streamed from 32 (from 4). Two cores, Python, into a reused output, the
-/// median of five paired calls in one process, speed-up: clones of 32 MiB
-/// 1.12×, 64 MiB 1.15×, 128 MiB 1.49×; half of each 8 KiB row, 32 MiB
-/// 1.22×, 128 MiB 2.00×; transposes f32 1024² 1.44×, 2048² 1.43×, f16 2048²
-/// 1.33×, 4096² 1.34×, from a 4128-wide matrix 1.49×, u8 4096² 1.30×, 16 ×
-/// 4096 × 128 f16 batched 1.21×, 32 × 512² f32 1.41×; 64 MiB transposes and
-/// permutes (streamed either way) 0.98–1.01×. From 16 MiB, clones of 16 MiB
-/// gained too (1.24×), but 2 MiB transposes lost (512 × 1024 f32 0.89×, 1024
-/// × 512 f16 0.70×). The 32 MiB L3s of the Zen VMs the copies were first
-/// tuned on stay whole.
+/// streamed from 32 (from 4). Two cores, Python, into a reused output, from
+/// a source written before (not the zero page), the median of five to seven
+/// paired calls in one process, speed-up:
+/// - clones: 16 and 32 MiB 1.00×, 64 MiB 1.32×, 128 MiB 1.40×; half of
+///   each 8 KiB row: 16 MiB 1.00×, 32 MiB 1.26×, 128 MiB 1.46×;
+/// - transposes: f32 1024² 1.52×, 2048² 1.23×, f16 2048² 1.10×, 4096²
+///   1.32×, from a 4128-wide matrix 1.73×, u8 4096² 1.11×, batched 32 × 512²
+///   f32 1.32×, 16 × 4096 × 128 f16 1.17×; u8 64 × 224² × 3 to planes 1.04×;
+///   64 MiB ones (streamed either way) 0.98–1.01×.
+///
+/// From 16 MiB (transposes from 2 MiB), clones of 16 MiB did not gain
+/// (0.96×), though 2 MiB transposes did (512 × 1024 f32 1.88×); the 32 MiB
+/// L3s of the Zen VMs the copies were first tuned on stay whole.
 const LLC_STREAM_MAX: usize = 32 << 20;
 
 /// Where copies of whole runs stream: clones (`clone`) from

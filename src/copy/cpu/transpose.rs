@@ -44,14 +44,16 @@ const DIRECT_MAX_BYTES: usize = 2 << 20;
 ///
 /// So do those whose rows are closer but put more than [`L1_WAYS`] of the
 /// tile's lines in a set all the same ([`small_tile_lines_per_set`]): rows 1
-/// or 2 KiB apart, of bytes (64 rows a tile) or 2-byte elements (32). Matrices
-/// transposed (source shape), the median of seven paired calls in one
-/// process, speed-up: u8 1024² 1.51×, 1024 × 1536 (rows 1 KiB apart) 2.2×,
-/// 2048 × 1024 1.50×, 2048 × 512 1.18×, 4096 × 256 (rows 4 KiB apart, which
-/// bytes without batch dims were left out of before) 1.56×; f16 1024² 1.39×,
-/// 1024 × 512 1.30×. With eight lines a set or fewer the large routes lose:
-/// f32 512² 0.49×, 512 × 1024 0.50×, f16 512 × 2048 0.68×, u8 512 × 2048
-/// 0.94×, and rows that spread, 768 × 1024 f16, 0.38×.
+/// or 2 KiB apart, of bytes (64 rows a tile) or 2-byte elements (32).
+/// Matrices transposed (source shape), Xeon VM (48 KiB 12-way L1), the
+/// median of seven paired calls in one process, speed-up: u8 1024² 1.25×,
+/// 1024 × 1536 (rows 1 KiB apart) 1.16×, 2048 × 1024 1.10×, 2048 × 512
+/// 1.21×, 4096 × 256 (rows 4 KiB apart, which bytes without batch dims were
+/// left out of before) 1.39×; f16 1024² 1.11×, 1024 × 512 1.39×; others
+/// 0.98–1.05×. With eight lines a set or fewer the large routes mostly lose:
+/// f16 512 × 2048 0.70×, 768 × 1024 (rows that spread) 0.49×, f32 256 × 1024
+/// 0.82×, u8 1536 × 1024 0.71×; f32 512² and 512 × 1024 1.00×, u8 512 ×
+/// 2048 1.10×.
 const L1_SET_SPAN: isize = 4096;
 
 /// Ways of the smallest L1D (Zen's 32 KiB, 8-way).
@@ -83,15 +85,18 @@ const SMALL_SRC_RUN: usize = 64;
 /// Source bytes of a small tile whose destination side is shorter than the
 /// small tiles' destination runs (a short `a`, as in many small matrices of a
 /// few rows transposed): that side is taken whole, and the source runs grow
-/// to fill these many bytes, instead of one micro tile's 64 bytes. Two cores,
-/// Python, into a reused output, the median of nine paired calls in one
-/// process, speed-up:
-/// - 100 × 7 × 100 f64 permuted 021 (where torch was up to 1.3× faster)
-///   1.61×, f32 1.60×; 100 × 13 × 100 f64 1.19×; 7 × 50000 f32 transposed
-///   1.47×, 16 × 100000 u8 1.21×; 50 × 7 × 300 f16 1.34×; 20 × 30 × 40 f32
-///   210 1.21×; 64 × 20 × 200 f32 021 1.03×, 32 × 24 × 300 1.01×;
-/// - 8 KiB lost 64 × 20 × 200 (0.84×), and 16 KiB (the small tiles' most)
-///   also 32 × 24 × 300 (0.84×); 2 KiB gained less (1.02–1.51×).
+/// to fill these many bytes, instead of one micro tile's 64 bytes. Xeon VM
+/// (48 KiB 12-way L1, 2 MiB L2), two cores, Python, into a reused output,
+/// the median of 9–11 paired calls in one process, speed-up:
+/// - 100 × 7 × 100 f64 permuted 021 (the peers' worst row, torch up to 1.3×
+///   faster) 1.45×, f32 1.59×; 100 × 13 × 100 f64 1.27×; 50 × 7 × 300 f16
+///   1.31×; 20 × 30 × 40 f32 210 1.14×; 32 × 24 × 300 f32 021 1.13×, 64 ×
+///   20 × 200 1.04×;
+/// - matrices of a few rows transposed: 5 × 20000 f64 2.09×, 7 × 50000 f32
+///   1.43×, 16 × 50000 u8 1.34×, 8 × 100000 1.11×, 16 × 100000 1.05×; 3 ×
+///   50000 f32 0.92× and 3 × 20000 f64 1.07×, within the ±10 % of repeated
+///   runs there;
+/// - 8 KiB did about as well (64 × 20 × 200: 0.95× of 4 KiB).
 const SMALL_SHORT_DST_SRC_BYTES: usize = 4 << 10;
 
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
