@@ -419,9 +419,10 @@ fn transposes_every_alignment_and_kernel() {
                             check_permute_at(&[run + 40, 4096 / e], &[1, 0], e, src_at, dst_at);
                         }
                         // Destination rows of two runs or more: 768-byte runs
-                        // for 2- and 4-byte elements (where the L2 has under 16
-                        // ways 512-byte ones for 4-byte elements, 256-byte ones
-                        // for 1- and 2-byte elements from line-aligned rows),
+                        // for 4-byte elements (512-byte ones where the L2 has
+                        // under 16 ways), 256-byte ones for 2-byte elements
+                        // from line-aligned rows (and for bytes where the L2
+                        // has under 16 ways, or from rows 4 KiB apart above),
                         // 640-byte ones for bytes, 576-byte ones (whole lines)
                         // for 3-byte elements, and a shorter last one; from source rows that are
                         // line-aligned and from rows that are not (tiles of

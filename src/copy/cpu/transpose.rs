@@ -184,7 +184,7 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// [`PREFETCHED_2_4`]'s 192, on CPUs whose L2 has few ways
 /// ([`l2_has_few_ways`]): f32 this tile, [`PREFETCHED_DEFAULT`]'s 512 × 256
 /// bytes (four lines a row instead of two), f16 from line-aligned rows
-/// [`PREFETCHED_2_FEW_WAYS`]. On the Zen 3 VM (8-way 512 KiB L2) reading two
+/// [`PREFETCHED_2_STREAMED`] (as other CPUs do). On the Zen 3 VM (8-way 512 KiB L2) reading two
 /// lines of 192 source rows lost to four lines of 128 on every streamed f32
 /// transpose, most where source rows are (nearly) a multiple of 2 KiB apart
 /// and their lines share few cache sets. f32 on Zen 3, two cores, median
@@ -198,11 +198,17 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// - copies that do not stream lost (1401 × 701 f32, 3.7 MiB, 32 → 23).
 const PREFETCHED_4_FEW_WAYS: (usize, usize, usize) = PREFETCHED_DEFAULT;
 
-/// The f16 tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]):
-/// 256-byte destination runs × 512 source bytes, 32 KiB, which cuts them to
-/// 256 (four lines of 128 rows) where source rows are 512 bytes or longer.
-/// Against [`PREFETCHED_2_4`], Zen 3, two cores, median GB/s of alternated
-/// runs:
+/// The tile of streamed 2-byte transposes from line-aligned rows: 256-byte
+/// destination runs × 512 source bytes, 32 KiB, which cuts them to 256 (four
+/// lines of 128 rows) where source rows are 512 bytes or longer. First where
+/// the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]); on the Xeon VM (16-way 2
+/// MiB L2) too, against [`PREFETCHED_2_4`], Python, into a reused output,
+/// from a written source, the median of five to seven paired calls in one
+/// process: 4096² 1.35×, 1.60×, 1024 × 8192 1.34×, 2048 × 8192 1.36×, 8192
+/// × 2048 1.39×, 16 × 4096 × 128 batched 1.15×, 1.13×; from a 4128-wide
+/// matrix 0.99×, 1.01×, 4096 × 4160 1.04×, attention's 8 × 2048 × 16 × 64
+/// 1.00×; 48 KiB tiles lost (4096² 1.13×, from 4128 wide 0.88×). Against
+/// [`PREFETCHED_2_4`], Zen 3, two cores, median GB/s of alternated runs:
 /// - the bench's 4096², six sets of three to five runs: 11.3 → 20.3, 10.4 →
 ///   16.2, 12.4 → 15.8, 12.1 → 16.4, 18.3 → 19.8, 16.1 → 16.6; from a
 ///   4128-wide matrix even (16.6 → 17.0, 18.7 → 17.5, 20.4 → 19.5);
@@ -216,7 +222,7 @@ const PREFETCHED_4_FEW_WAYS: (usize, usize, usize) = PREFETCHED_DEFAULT;
 ///   8192, 128 × 512 0.90× and 0.95×, 256 × 512 0.92× and 0.98×;
 /// - rows that are not line-aligned keep [`PREFETCHED_2_MISALIGNED`] (Python
 ///   2000 × 6000 21.3 → 15.3, 3000 × 5001 15.5 → 13.3).
-const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
+const PREFETCHED_2_STREAMED: (usize, usize, usize) = (256, 512, 32 << 10);
 
 /// The byte tile where the L2 has few ways ([`PREFETCHED_4_FEW_WAYS`]),
 /// from line-aligned rows: 256-byte destination runs × 256 source bytes
@@ -234,6 +240,19 @@ const PREFETCHED_2_FEW_WAYS: (usize, usize, usize) = (256, 512, 32 << 10);
 /// - rows that are not line-aligned lose and keep [`PREFETCHED_1_MISALIGNED`]
 ///   (3000 × 5001 0.90×, 5001 × 3000 0.89×, 4097 × 4095 0.95×).
 const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
+
+/// The byte tile of streamed copies from rows a multiple of 4 KiB apart
+/// where the L2 has many ways: 256-byte destination runs × 128 source bytes
+/// (two lines of 256 rows), 32 KiB. [`PREFETCHED_DEFAULT`]'s 512 rows of
+/// one line, which these rows took, ran a third slower. Xeon VM (16-way 2
+/// MiB L2), two cores, Python, into a reused output, from a written source,
+/// the median of five to seven paired calls in one process, speed-up: 8192²
+/// 1.30×, 1.37×, 4096² 1.45×, 2048 × 16384 1.35×, 8192 × 4096 1.44×, 16384
+/// × 2048 1.34×; [`PREFETCHED_1_FEW_WAYS`] 1.13–1.34×, 256 × 192 bytes
+/// 1.23–1.34×, 384 × 128 1.21–1.29×. Rows not a multiple of 4 KiB apart keep
+/// [`PREFETCHED_1`] (this tile: from an 8256-wide matrix 0.87×, 4320 × 7680
+/// 0.79×, 6016² 1.00×, 16 × 8192 × 512 batched 0.97×).
+const PREFETCHED_1_ALIASED: (usize, usize, usize) = (256, 128, 32 << 10);
 
 /// The prefetched route's tile of three-byte elements (RGB pixels) whose
 /// source cannot stay in the last-level cache (from three eighths of it,
@@ -276,11 +295,12 @@ fn prefetched_tile(e: usize, a: PlanDim, nt: bool, bytes: usize) -> (usize, usiz
     let tile = match e {
         4 if few_l2_ways => Some(PREFETCHED_4_FEW_WAYS),
         2 if misaligned => Some(PREFETCHED_2_MISALIGNED),
-        2 if few_l2_ways => Some(PREFETCHED_2_FEW_WAYS),
+        2 if nt => Some(PREFETCHED_2_STREAMED),
         2 | 4 => Some(PREFETCHED_2_4),
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
         1 if few_l2_ways => Some(PREFETCHED_1_FEW_WAYS),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
+        1 if nt => Some(PREFETCHED_1_ALIASED),
         3 if bytes >= stream_threshold() / 8 * PIXELS_LARGE => Some(PREFETCHED_3),
         _ => None,
     };
