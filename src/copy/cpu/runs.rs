@@ -78,9 +78,9 @@ static STREAM_BYTES: AtomicUsize = AtomicUsize::new(0);
 /// Sets the destination size (bytes) from which copies use non-temporal
 /// (streaming) stores; row copies and transposes stream from fixed fractions
 /// of it, and clones too where the L2 has under 16 ways. `None` restores the
-/// default (the last-level cache size up to 32 MiB, or `DEVTENSOR_STREAM_BYTES`). `Some(1)`
-/// streams everything, which tests use to cover those paths;
-/// `Some(usize::MAX)` never streams.
+/// default (the last-level cache size up to 32 MiB, or
+/// `DEVTENSOR_STREAM_BYTES`). `Some(1)` streams everything, which tests use
+/// to cover those paths; `Some(usize::MAX)` never streams.
 pub fn set_stream_threshold(bytes: Option<usize>) {
     STREAM_BYTES.store(bytes.map_or(0, |b| b.max(1)), Ordering::Relaxed);
 }

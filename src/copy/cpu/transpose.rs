@@ -145,6 +145,10 @@ const PREFETCHED_MIN_SRC_RUN_STREAMED: usize = 128;
 ///   f64 (48.8 → 42.4), u8 (28.4 → 18.1) and RGB pixels (34.2 → 28.7) lose;
 /// - 1 KiB rows as 768 + 256 bytes lost (256³ f32 permute 210: 37.0 → 35.0),
 ///   and so did two 512-byte blocks of 16 KiB tiles.
+///
+/// Streamed 2-byte transposes from line-aligned rows take
+/// [`PREFETCHED_2_STREAMED`] instead (measured against this tile on the
+/// Zen 3 and Xeon VMs, not on the Zen 5 one of the figures above).
 const PREFETCHED_2_4: (usize, usize, usize) = (768, 128, 32 << 10);
 
 /// [`PREFETCHED_2_4`] for 2-byte elements whose source rows do not keep one
@@ -184,11 +188,11 @@ const PREFETCHED_1_MISALIGNED: (usize, usize, usize) = (448, 128, 56 << 10);
 /// [`PREFETCHED_2_4`]'s 192, on CPUs whose L2 has few ways
 /// ([`l2_has_few_ways`]): f32 this tile, [`PREFETCHED_DEFAULT`]'s 512 × 256
 /// bytes (four lines a row instead of two), f16 from line-aligned rows
-/// [`PREFETCHED_2_STREAMED`] (as other CPUs do). On the Zen 3 VM (8-way 512 KiB L2) reading two
-/// lines of 192 source rows lost to four lines of 128 on every streamed f32
-/// transpose, most where source rows are (nearly) a multiple of 2 KiB apart
-/// and their lines share few cache sets. f32 on Zen 3, two cores, median
-/// GB/s of three alternated runs:
+/// [`PREFETCHED_2_STREAMED`] (as other CPUs do). On the Zen 3 VM (8-way 512
+/// KiB L2) reading two lines of 192 source rows lost to four lines of 128 on
+/// every streamed f32 transpose, most where source rows are (nearly) a
+/// multiple of 2 KiB apart and their lines share few cache sets. f32 on Zen
+/// 3, two cores, median GB/s of three alternated runs:
 /// - the bench (memcpy 32–36): 4096² 14.7 → 22.1, 4097 × 4095 15.6 → 18.5,
 ///   offset by one 14.0 → 21.1, from a 4112-wide matrix 19.0 → 22.1, 32 ×
 ///   512² batched 18.3 → 23.2;
