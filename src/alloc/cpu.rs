@@ -51,7 +51,7 @@ impl CpuAlloc {
         SHARED.get_or_init(|| Arc::new(CpuAlloc)).clone()
     }
 
-    /// Unmaps the freed large blocks kept for reuse ([`mapped_blocks`]); the
+    /// Unmaps the freed large blocks kept for reuse (`mapped_blocks`); the
     /// bytes released.
     pub fn empty_cache() -> usize {
         mapped_blocks::release_all()
