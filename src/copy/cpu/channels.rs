@@ -131,10 +131,11 @@ pub(super) unsafe fn channels(
         Channels::Split => (a.len, b.dst),
         Channels::Join => (b.len, a.src),
     };
-    let s = e.trailing_zeros() as usize;
+    // The mask tables' index: elements of `1 << size_index` bytes.
+    let size_index = e.trailing_zeros() as usize;
     let per_slice = pixels.div_ceil(PIECE);
     let slices: usize = batch.iter().map(|d| d.len).product();
-    let (d, sp) = (Shared(dst), Shared(src));
+    let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(batch, per_slice, t0, t1, |dof, so, first, n| {
             let p0 = first * PIECE;
@@ -146,20 +147,20 @@ pub(super) unsafe fn channels(
                     Channels::Split => {
                         let out = d.get().offset(dof).add(p0 * e);
                         let stream = nt && out as usize % 16 == 0 && plane % 16 == 0 && plane % PLANES_ALIAS != 0;
-                        let input = sp.get().offset(so).add(3 * p0 * e);
+                        let input = s.get().offset(so).add(3 * p0 * e);
                         if stream {
-                            split3::<true>(out, plane, input, p1 - p0, e, &SPLIT[s]);
+                            split3::<true>(out, plane, input, p1 - p0, e, &SPLIT[size_index]);
                         } else {
-                            split3::<false>(out, plane, input, p1 - p0, e, &SPLIT[s]);
+                            split3::<false>(out, plane, input, p1 - p0, e, &SPLIT[size_index]);
                         }
                     }
                     Channels::Join => {
                         let out = d.get().offset(dof).add(3 * p0 * e);
-                        let input = sp.get().offset(so).add(p0 * e);
+                        let input = s.get().offset(so).add(p0 * e);
                         if nt && out as usize % 16 == 0 {
-                            join3::<true>(out, input, plane, p1 - p0, e, &JOIN[s]);
+                            join3::<true>(out, input, plane, p1 - p0, e, &JOIN[size_index]);
                         } else {
-                            join3::<false>(out, input, plane, p1 - p0, e, &JOIN[s]);
+                            join3::<false>(out, input, plane, p1 - p0, e, &JOIN[size_index]);
                         }
                     }
                 }
@@ -188,7 +189,7 @@ unsafe fn store<const NT: bool>(p: *mut u8, v: __m128i) {
 
 /// A mask table in registers.
 #[inline(always)]
-fn registers(masks: &[[[u8; 16]; 3]; 3]) -> [[__m128i; 3]; 3] {
+fn registers(masks: &Masks) -> [[__m128i; 3]; 3] {
     // SAFETY: SSE2 is part of the x86-64 baseline; each mask is 16 readable bytes.
     std::array::from_fn(|x| std::array::from_fn(|y| unsafe { _mm_loadu_si128(masks[x][y].as_ptr().cast()) }))
 }
