@@ -99,6 +99,17 @@ const SMALL_SRC_RUN: usize = 64;
 /// - 8 KiB did about as well (64 × 20 × 200: 0.95× of 4 KiB).
 const SMALL_SHORT_DST_SRC_BYTES: usize = 4 << 10;
 
+/// Source elements a small tile takes along each source row, where its
+/// destination side is `a_bytes` (a whole short side: see
+/// [`SMALL_SHORT_DST_SRC_BYTES`]), before rounding to micro tiles.
+fn small_src_len(a_bytes: usize, e: usize) -> usize {
+    if a_bytes < SMALL_DST_RUN {
+        SMALL_SHORT_DST_SRC_BYTES / a_bytes.max(1)
+    } else {
+        SMALL_SRC_RUN / e
+    }
+}
+
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
 /// are mostly the narrow blocks before the first and after the last line of
 /// each row when the operands are not line-aligned, and the staged route's
@@ -374,20 +385,18 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         return;
     }
     let small = !nt && plan.bytes() <= DIRECT_MAX_BYTES;
-    // The small tile's destination rows (see the tile sizes below).
-    let (small_rows, small_row_bytes) = if a.len * e < SMALL_DST_RUN {
-        (SMALL_SHORT_DST_SRC_BYTES / (a.len * e).max(1), a.len * e)
-    } else {
-        (SMALL_SRC_RUN / e, SMALL_DST_RUN)
+    // Small copies whose tile's destination rows crowd L1 sets take the
+    // large routes (the tile: `small_src_len` rows of up to 256 bytes).
+    let rows_share_sets = || {
+        let rows = small_src_len(a.len * e, e).clamp(1, b.len.max(1));
+        b.dst % L1_SET_SPAN == 0 || small_tile_lines_per_set(b.dst, rows, (a.len * e).min(SMALL_DST_RUN)) > L1_WAYS
     };
-    let rows_share_sets = b.dst % L1_SET_SPAN == 0
-        || small_tile_lines_per_set(b.dst, small_rows.clamp(1, b.len.max(1)), small_row_bytes) > L1_WAYS;
     let min_src_run = if nt {
         PREFETCHED_MIN_SRC_RUN_STREAMED
     } else {
         PREFETCHED_MIN_RUN
     };
-    let route = if small && !rows_share_sets {
+    let route = if small && !rows_share_sets() {
         Route::Small
     } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run {
         Route::Prefetched
@@ -449,8 +458,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         let bj = b.len;
         (a.len.min((tile_max / (bj * e) / m).max(1) * m), bj)
     } else if route == Route::Small && a.len * e < SMALL_DST_RUN {
-        let bi = a.len;
-        (bi, b.len.min((SMALL_SHORT_DST_SRC_BYTES / (bi * e) / m).max(1) * m))
+        (a.len, b.len.min((small_src_len(a.len * e, e) / m).max(1) * m))
     } else {
         let bi = a.len.min(base_i);
         let cap = (tile_max / (bi * e) / m).max(1) * m;
