@@ -171,7 +171,7 @@ pub fn infer_shape(requested: &[isize], numel: usize) -> Result<Shape> {
     }
     let mut shape: Shape = requested.iter().map(|&d| d.max(0) as usize).collect();
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(Error::InvalidLayout(
                 "shape is incompatible with the number of elements",
             ));

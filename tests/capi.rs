@@ -273,7 +273,10 @@ fn every_dtype_zeros_and_every_deleter_runs_once() {
     assert_eq!(devtensor_live_tensors(), live + DType::ALL.len() as u64);
     for (d, t) in &tensors {
         assert_eq!(t.dl().dtype, d.to_dlpack(), "{d}");
-        assert!(t.as_slice::<u8>().len() == 15 && t.dl().data as usize % 256 == 0, "{d}");
+        assert!(
+            t.as_slice::<u8>().len() == 15 && (t.dl().data as usize).is_multiple_of(256),
+            "{d}"
+        );
         // SAFETY: a contiguous host tensor of 15 elements of `d`.
         let bytes = unsafe { std::slice::from_raw_parts(t.dl().data.cast::<u8>(), 15 * d.size()) };
         assert!(bytes.iter().all(|&b| b == 0), "{d} not zeroed");

@@ -270,7 +270,7 @@ mod tests {
             for round in 0..3u8 {
                 let p = a.allocate(size, 64, None).unwrap();
                 let at = p.ptr.as_ptr() as usize;
-                assert!(at % HUGE_PAGE == 0 || !linux && size < HUGE_PAGE_MIN, "{size}");
+                assert!(at.is_multiple_of(HUGE_PAGE) || !linux && size < HUGE_PAGE_MIN, "{size}");
                 // SAFETY: `p` holds `size` bytes, used only here, then freed once.
                 unsafe {
                     let s = std::slice::from_raw_parts_mut(p.ptr.as_ptr(), size);

@@ -35,10 +35,10 @@ pub(super) fn mapped_len(size: usize, align: usize) -> Option<usize> {
 /// advised to use huge pages; `None` when the system refuses.
 #[cfg(target_os = "linux")]
 pub(super) fn map(len: usize) -> Option<*mut u8> {
-    debug_assert!(len > 0 && len % PAGE == 0);
-    let p = if len % HUGE_PAGE == 0 {
+    debug_assert!(len > 0 && len.is_multiple_of(PAGE));
+    let p = if len.is_multiple_of(HUGE_PAGE) {
         let p = anonymous(len)?;
-        if p as usize % HUGE_PAGE == 0 {
+        if (p as usize).is_multiple_of(HUGE_PAGE) {
             p
         } else {
             // Kernels before 6.7 place it anywhere.

@@ -349,8 +349,8 @@ fn plan(
         let dst_base = bases.dst.wrapping_add_signed(plan.dst_offset);
         let aligned = |w: usize| {
             !opts.require_alignment
-                || (src_base % w == 0
-                    && dst_base % w == 0
+                || (src_base.is_multiple_of(w)
+                    && dst_base.is_multiple_of(w)
                     && dims[1..]
                         .iter()
                         .all(|d| d.src.unsigned_abs() % w == 0 && d.dst.unsigned_abs() % w == 0))
@@ -362,7 +362,7 @@ fn plan(
             let mut cand = opts.max_widen.min(row).max(1);
             cand = 1 << (usize::BITS - 1 - cand.leading_zeros()); // largest power of two ≤
             while cand > elem_size {
-                if row % cand == 0 && aligned(cand) {
+                if row.is_multiple_of(cand) && aligned(cand) {
                     w = cand;
                     break;
                 }

@@ -37,7 +37,7 @@ mod tests {
         assert_eq!(round_size(5 * MIB + 1), 6 * MIB);
         for n in [1usize, 700, 3000, 123_456, 10_000_000, 1 << 33] {
             let r = round_size(n);
-            assert!(r >= n && r % 512 == 0, "{n}");
+            assert!(r >= n && r.is_multiple_of(512), "{n}");
             assert!(r - n <= (n / 4).max(511), "waste bounded for {n}");
             // A rounded size is the smallest of its class, so every free block
             // the search finds in that class or above is big enough.

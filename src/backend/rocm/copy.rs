@@ -69,7 +69,7 @@ impl GpuRuntime for RocmBackend {
     ) -> Result<bool> {
         // HIP's 2-D DMA misbehaves on pitches and widths that are not multiples
         // of 4 bytes: those go through the permute kernel instead.
-        if !(dst_pitch % 4 == 0 && src_pitch % 4 == 0 && width % 4 == 0) {
+        if !(dst_pitch.is_multiple_of(4) && src_pitch.is_multiple_of(4) && width.is_multiple_of(4)) {
             return Ok(false);
         }
         let _current = device(ordinal)?.bind()?;

@@ -192,7 +192,7 @@ fn rows_crowd_l1_sets(sa: isize, m: usize) -> bool {
     }
     // A stride and its negative visit the same number of sets.
     let sa = sa.unsigned_abs() % 4096;
-    if sa % LINE == 0 {
+    if sa.is_multiple_of(LINE) {
         // Each row a whole number of sets on: the rows cycle through 64 / gcd.
         let sets = 64 >> (sa / LINE).trailing_zeros().min(6);
         return m.div_ceil(sets) > WAYS;
@@ -274,7 +274,7 @@ struct LineBuf([u8; BLOCK_LINES * LINE]);
 unsafe fn streamed<K: Kernel>(dst: *mut u8, src: *const u8, fi: usize, fj: usize, sa: isize, db: isize) {
     let (e, m) = (K::E, K::M);
     let l = line_block(e, m);
-    debug_assert!(l == LINE / e && fi % l == 0 && l <= BLOCK_LINES);
+    debug_assert!(l == LINE / e && fi.is_multiple_of(l) && l <= BLOCK_LINES);
     let mut buf = MaybeUninit::<LineBuf>::uninit();
     let b = buf.as_mut_ptr().cast::<u8>();
     let mut j0 = 0;

@@ -146,7 +146,8 @@ pub(super) unsafe fn channels(
                 match kind {
                     Channels::Split => {
                         let out = d.get().offset(dof).add(p0 * e);
-                        let stream = nt && out as usize % 16 == 0 && plane % 16 == 0 && plane % PLANES_ALIAS != 0;
+                        let stream =
+                            nt && (out as usize).is_multiple_of(16) && plane % 16 == 0 && plane % PLANES_ALIAS != 0;
                         let input = s.get().offset(so).add(3 * p0 * e);
                         if stream {
                             split3::<true>(out, plane, input, p1 - p0, e, &SPLIT[size_index]);
@@ -157,7 +158,7 @@ pub(super) unsafe fn channels(
                     Channels::Join => {
                         let out = d.get().offset(dof).add(3 * p0 * e);
                         let input = s.get().offset(so).add(p0 * e);
-                        if nt && out as usize % 16 == 0 {
+                        if nt && (out as usize).is_multiple_of(16) {
                             join3::<true>(out, input, plane, p1 - p0, e, &JOIN[size_index]);
                         } else {
                             join3::<false>(out, input, plane, p1 - p0, e, &JOIN[size_index]);

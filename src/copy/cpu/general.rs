@@ -151,7 +151,7 @@ pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss:
                     st(dst.add(i * e), ld::<T>(src.sub(i * e)));
                 }
             }
-            _ if e % 4 == 0 && e > 4 && ss.unsigned_abs() >= 4096 => {
+            _ if e.is_multiple_of(4) && e > 4 && ss.unsigned_abs() >= 4096 => {
                 // A few columns of rows a page or more apart (widened to one
                 // element): each element is its own line, and at power-of-two
                 // strides all fall in one L1 set. One wide load per row keeps
@@ -162,7 +162,7 @@ pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss:
                 // matrix 0.47× → 1.05× torch's speed, and never slower from
                 // 512-byte strides on (C experiments, strides 512 B – 128 KiB);
                 // 8-byte lanes for ×4 columns: 0.50× → 1.16×.
-                if e % 16 == 0 {
+                if e.is_multiple_of(16) {
                     gather_lanes::<u64>(dst, src, n, ss, e)
                 } else {
                     gather_lanes::<u32>(dst, src, n, ss, e)

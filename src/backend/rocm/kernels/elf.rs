@@ -210,10 +210,10 @@ impl CodeObject {
         }
         let mut parts = target.split(':');
         let want = parts.next().unwrap_or_default();
-        if let Some(p) = self.processor() {
-            if p != want {
-                return Err(format!("code object is for {}, not {want}", self.target_id()));
-            }
+        if let Some(p) = self.processor()
+            && p != want
+        {
+            return Err(format!("code object is for {}, not {want}", self.target_id()));
         }
         let features = self.features();
         for f in parts {
