@@ -3,7 +3,7 @@
 //! transposes, unaligned pointers, wide elements, errors.
 
 use devtensor::Error;
-use devtensor::copy::{copy_strided, fill_strided, set_avx2_allowed, set_stream_threshold};
+use devtensor::copy::{copy_strided, fill_strided, set_avx2_allowed, set_avx512_allowed, set_stream_threshold};
 use proptest::prelude::*;
 
 /// Calls `f(src_off, dst_off)` (element offsets) for every index of `shape`.
@@ -343,8 +343,8 @@ fn check_permute_at(src_shape: &[usize], perm: &[usize], e: usize, src_at: usize
     );
 }
 
-/// The transpose kernels — AVX2 (where the CPU has it) and the SSE2 baseline,
-/// streamed and not — with source and destination at every kind of alignment:
+/// The transpose kernels — AVX-512 and AVX2 (where the CPU has them) and the
+/// SSE2 baseline, streamed and not — with source and destination at every kind of alignment:
 /// line-aligned tiles, the narrow lead blocks before the first line, partial
 /// lines cut off each row, the line buffer of streamed blocks, and operands not
 /// aligned to their element (which take the staged route), and the prefetched
@@ -353,8 +353,9 @@ fn check_permute_at(src_shape: &[usize], perm: &[usize], e: usize, src_at: usize
 /// meanwhile with these switches flipped: every combination must be correct.
 #[test]
 fn transposes_every_alignment_and_kernel() {
-    for avx2 in [true, false] {
+    for (avx2, avx512) in [(true, true), (true, false), (false, false)] {
         set_avx2_allowed(avx2);
+        set_avx512_allowed(avx512);
         for stream in [Some(1), Some(usize::MAX)] {
             set_stream_threshold(stream);
             for e in [1usize, 2, 3, 4, 8, 16] {
@@ -428,6 +429,15 @@ fn transposes_every_alignment_and_kernel() {
                         // line-aligned and from rows that are not (tiles of
                         // more source bytes a row for 1- and 2-byte elements).
                         check_permute_at(&[2 * run + 72, run + 64], &[1, 0], e, src_at, dst_at);
+                        if matches!(e, 2 | 4 | 8) {
+                            // Destination rows a whole number of lines apart
+                            // (19): the AVX-512 whole-line tiles where the CPU
+                            // has them, with a narrower last band, a last
+                            // column narrower than a micro tile, and batched.
+                            let rows = 1216 / e;
+                            check_permute_at(&[rows, 512 / e + 5], &[1, 0], e, src_at, dst_at);
+                            check_permute_at(&[2, rows, 256 / e + 3], &[0, 2, 1], e, src_at, dst_at);
+                        }
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short source runs (from 128 bytes) under long
@@ -473,6 +483,7 @@ fn transposes_every_alignment_and_kernel() {
     }
     set_stream_threshold(None);
     set_avx2_allowed(true);
+    set_avx512_allowed(true);
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
 //! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
-//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX2 for 2/4/8-byte elements where the CPU has it (16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines, or staged with the next tile prefetched; the other dims are a batch, and join the tile where they continue a short run; 3-byte pixels to planes and back by byte shuffles |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX-512 for large streamed ones of 2/4/8-byte elements into line-aligned rows (32×32, 16×16, 8×8: every store a whole line), AVX2 for 1/2/4/8-byte elements where the CPU has it (32×32, 16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines, or staged with the next tile prefetched; the other dims are a batch, and join the tile where they continue a short run; 3-byte pixels to planes and back by byte shuffles |
 //! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
@@ -31,10 +31,12 @@
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
 //! `transpose` (`channels`: images of three channels, pixels to planes and back), `fill`; `elem` (element types, their micro-transposes), `avx2`
-//! (the AVX2 ones) and `stage` (scratch) are what they share.
+//! (the AVX2 ones), `avx512` (the whole-line AVX-512 ones) and `stage` (scratch) are what they share.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod blocks;
 mod caches;
 #[cfg(target_arch = "x86_64")]
@@ -73,6 +75,17 @@ pub use self::runs::set_stream_threshold;
 pub fn set_avx2_allowed(allowed: bool) {
     #[cfg(target_arch = "x86_64")]
     avx2::set_allowed(allowed);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = allowed;
+}
+
+/// Allows (the default) or forbids the AVX-512 transpose kernels, which run
+/// only where the CPU has AVX-512 F and BW and the AVX2 ones are allowed
+/// ([`set_avx2_allowed`]); forbidden, the AVX2 ones run (for tests and
+/// comparisons). No effect off x86-64.
+pub fn set_avx512_allowed(allowed: bool) {
+    #[cfg(target_arch = "x86_64")]
+    avx512::set_allowed(allowed);
     #[cfg(not(target_arch = "x86_64"))]
     let _ = allowed;
 }

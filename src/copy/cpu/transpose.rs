@@ -8,6 +8,8 @@ use smallvec::SmallVec;
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2::enabled as avx2_enabled;
+#[cfg(target_arch = "x86_64")]
+use super::avx512;
 use super::blocks::LINE;
 use super::caches::l2_has_few_ways;
 #[cfg(target_arch = "x86_64")]
@@ -23,6 +25,20 @@ use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_enabled() -> bool {
     false
+}
+
+/// Whether the AVX-512 whole-line kernels ([`avx512`]) run and have one for
+/// `e`-byte elements (none off x86-64).
+fn avx512_has_kernel(e: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::enabled() && avx512::has_kernel(e)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 /// Largest transpose (bytes) done in small, L1-sized tiles.
@@ -300,6 +316,18 @@ const PIXELS_LARGE: usize = 3;
 /// has few ways): 512-byte destination runs × 256 source bytes, 32 KiB.
 const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
 
+/// The AVX-512 route's tile (destination run, source run, most bytes): bands
+/// of source rows that give each destination row two whole lines a step,
+/// along 2 KiB of the rows, at most 32 KiB (Python, two cores, into a reused
+/// output, the median of five paired calls, against the prefetched route:
+/// 4096² f32 1.47–1.51×, from a 4112-wide matrix 1.43×, 2048² 1.25×, 8192
+/// × 2048 1.33×, 1024² 1.24×; f16 4096² 1.17–1.22×, 16 × 4096 × 128 1.06–1.17×;
+/// f64 2048 × 4096 1.17–1.19×, 1024² 1.12×). Bands giving one line a row
+/// a step: f32 4096² 1.20×; four: 1.48× for f32 but 1.06× for f16. At most
+/// 64 KiB: 16 × 4096 × 128 f16, whose 256-byte source rows make tall
+/// tiles, 0.78×.
+const AVX512_TILE: (usize, usize, usize) = (128, 2048, 32 << 10);
+
 /// The prefetched route's tile (destination run, source run, most bytes) for
 /// a copy of `bytes` of `e`-byte elements with destination rows along `a`,
 /// streamed (`nt`) or not: [`PREFETCHED_DEFAULT`], or one of the tiles above
@@ -349,6 +377,32 @@ enum Route {
     /// The rest (odd element sizes, rows of odd lengths): a bigger tile
     /// transposed into a staging buffer, written out as contiguous runs.
     Staged,
+    /// Large streamed ones whose destination rows are line-aligned, where the
+    /// CPU has AVX-512: micro tiles whose every store is a whole line
+    /// ([`avx512`]), straight from the source to memory, along bands of
+    /// source rows that give each destination row two lines a step.
+    Avx512,
+}
+
+/// Which micro tiles a transpose's tiles are made of (one choice a copy).
+#[derive(Clone, Copy, PartialEq)]
+enum Kernels {
+    /// The element type's baseline kernel ([`Elem::micro_len`]).
+    Baseline,
+    /// Its AVX2 kernel.
+    Avx2,
+    /// The whole-line AVX-512 kernels ([`avx512::line_tiles`]), streamed only.
+    Avx512,
+}
+
+impl Kernels {
+    /// Edge of the micro tile for `T`.
+    fn micro_len<T: Elem>(self) -> usize {
+        match self {
+            Kernels::Avx512 => LINE / size_of::<T>(),
+            k => T::micro_len(k == Kernels::Avx2),
+        }
+    }
 }
 
 /// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
@@ -400,10 +454,28 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Small
     } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run {
         Route::Prefetched
-    } else if e.is_power_of_two() && b.dst % LINE as isize == 0 && dst as usize % e == 0 && a.len * e >= LINES_MIN_ROW {
+    } else if e.is_power_of_two()
+        && b.dst % LINE as isize == 0
+        && (dst as usize).is_multiple_of(e)
+        && a.len * e >= LINES_MIN_ROW
+    {
         Route::Lines
     } else {
         Route::Staged
+    };
+    // Where the CPU has AVX-512, streamed copies that would be staged with
+    // prefetches go straight to memory instead, if their destination rows are
+    // line-aligned.
+    let route = if route == Route::Prefetched
+        && nt
+        && avx512_has_kernel(e)
+        && b.dst % LINE as isize == 0
+        && (dst as usize).is_multiple_of(e)
+        && b.len * e >= LINE
+    {
+        Route::Avx512
+    } else {
+        route
     };
     // Small copies whose source runs are narrower than the smallest micro
     // tile take the extension too: its groups of slices reach the micro
@@ -420,7 +492,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 20 × 30 × 40 f32 210, 64³ f32 021 0.99–1.04×. Small copies of longer
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
-    if (narrow_small || !matches!(route, Route::Small | Route::Prefetched))
+    if (narrow_small || !matches!(route, Route::Small | Route::Prefetched | Route::Avx512))
         && let Some(ext) = Extension::find::<T>(a, b, &batch)
     {
         // SAFETY: forwarded.
@@ -433,8 +505,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let avx2 = (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled();
-    let m = T::micro_len(avx2);
+    let kernels = if route == Route::Avx512 {
+        Kernels::Avx512
+    } else if (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled() {
+        Kernels::Avx2
+    } else {
+        Kernels::Baseline
+    };
+    let m = kernels.micro_len::<T>();
     // Tiles as (destination run, source run) bytes, at most `tile_max` bytes.
     // Small: 256 × 64, L1-resident. Lines: 1 KiB destination runs (the
     // prefetchers want several lines of a page per visit) × 128 source bytes,
@@ -451,6 +529,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
+        Route::Avx512 => AVX512_TILE,
     };
     let base_i = (tile_dst / e / m).max(1) * m;
     let base_j = (tile_src / e / m).max(1) * m;
@@ -477,7 +556,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // Assumes the batch keeps the alignment: a slice that does not is still
     // correct, only slower (tile() cuts partial lines off itself).
     let lead = |p: usize, len: usize| match route {
-        Route::Lines | Route::Prefetched => ((LINE - p % LINE) % LINE / e).min(len),
+        Route::Lines | Route::Prefetched | Route::Avx512 => ((LINE - p % LINE) % LINE / e).min(len),
         _ => 0,
     };
     let cols = Blocks::new(a.len, bi, lead(dst as usize, a.len));
@@ -518,10 +597,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
                         let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
                         match route {
-                            Route::Small => tile::<T>(avx2, dt, st, ni, nj, sa, db, false, false),
-                            Route::Lines => tile::<T>(avx2, dt, st, ni, nj, sa, db, nt, true),
+                            Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false),
+                            Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true),
+                            Route::Avx512 => tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true),
                             Route::Prefetched | Route::Staged => {
-                                tile::<T>(avx2, buf, st, ni, nj, sa, tb as isize, false, false);
+                                tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false);
                                 match &next {
                                     // Contiguous destination rows: one run.
                                     None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
@@ -574,7 +654,7 @@ impl NextTile {
     /// 4095 f32 on two cores, three runs each: 22.4 GB/s without it, 31.1 with).
     #[inline(always)]
     fn new(src: *const u8, rows: usize, row_bytes: usize, sa: isize) -> NextTile {
-        let misaligned = src as usize % LINE != 0 || sa % LINE as isize != 0;
+        let misaligned = !(src as usize).is_multiple_of(LINE) || sa % LINE as isize != 0;
         NextTile {
             src,
             rows,
@@ -642,7 +722,7 @@ impl RunEnds {
             let start = self.dst.wrapping_offset(k as isize * self.db);
             let end = start.wrapping_add(self.run);
             for p in [start, end] {
-                if p as usize % LINE != 0 {
+                if !(p as usize).is_multiple_of(LINE) {
                     prefetch(p, Cache::L1);
                 }
             }
@@ -709,7 +789,7 @@ const BOTH_MAX_DST_ROWS: usize = 128;
 fn grow(len: usize, run: usize, target: usize) -> usize {
     (1..=len.min(target / run.max(1)))
         .rev()
-        .find(|n| len % n == 0)
+        .find(|n| len.is_multiple_of(*n))
         .unwrap_or(1)
 }
 
@@ -848,7 +928,7 @@ unsafe fn extended_split<T: Elem>(
     nt: bool,
     bytes: usize,
 ) {
-    let Some((k, n)) = ext.sb.filter(|&(k, n)| batch[k].len % n != 0) else {
+    let Some((k, n)) = ext.sb.filter(|&(k, n)| !batch[k].len.is_multiple_of(n)) else {
         // SAFETY: forwarded.
         return unsafe { extended::<T>(a, b, batch, ext, dst, src, nt, bytes) };
     };
@@ -932,6 +1012,7 @@ unsafe fn extended<T: Elem>(
         && aligned(c2.src)
         && aligned(c3.src)
         && aligned(tb as isize);
+    let kernels = if avx2 { Kernels::Avx2 } else { Kernels::Baseline };
     // One `k2` at a time: its `b.len` destination runs are staged, then
     // written out, and the staging stays in L1 (32⁴ × 16 f32 permute 43210,
     // 1 KiB × 512-byte runs, 128 KiB staged at once before: 27.7 → 29.0 GB/s,
@@ -976,7 +1057,7 @@ unsafe fn extended<T: Elem>(
                                     .get()
                                     .offset(so + k1 as isize * c1.src + k2 as isize * c2.src + k3 as isize * c3.src);
                                 tile::<T>(
-                                    avx2,
+                                    kernels,
                                     buf.add(k1 * a.len * e + k3 * b.len * tb),
                                     st,
                                     a.len,
@@ -1073,13 +1154,14 @@ impl Blocks {
 /// # Safety
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand;
-/// with `avx2`, the CPU has AVX2; with `nt`, `size_of::<T>()` is a power of
-/// two and every destination row `dst + j·db` has the alignment of `dst`
-/// modulo a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
+/// the CPU has the instructions of `kernels`; with `nt`, `size_of::<T>()` is a
+/// power of two and every destination row `dst + j·db` has the alignment of
+/// `dst` modulo a line; the AVX-512 kernels only with `nt` and `db` a
+/// multiple of a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<T: Elem>(
-    avx2: bool,
+    kernels: Kernels,
     dst: *mut u8,
     src: *const u8,
     ni: usize,
@@ -1090,11 +1172,11 @@ unsafe fn tile<T: Elem>(
     lines: bool,
 ) {
     let e = size_of::<T>();
-    let m = T::micro_len(avx2);
+    let m = kernels.micro_len::<T>();
     // Columns [head, head + body) of each destination row are whole lines.
     let (head, body) = if nt {
         let lead = (LINE - dst as usize % LINE) % LINE;
-        if lead % e == 0 {
+        if lead.is_multiple_of(e) {
             let head = (lead / e).min(ni);
             (head, (ni - head) / (LINE / e).max(m) * (LINE / e).max(m))
         } else {
@@ -1107,17 +1189,12 @@ unsafe fn tile<T: Elem>(
     // SAFETY: all offsets below stay within the `ni × nj` tile; the body's
     // destination rows start on a line (32-byte aligned micro tiles) with `nt`.
     unsafe {
-        T::micro_tiles(
-            avx2,
-            dst.add(head * e),
-            src.offset(head as isize * sa),
-            body,
-            fj,
-            sa,
-            db,
-            nt,
-            lines,
-        );
+        let (dst_body, src_body) = (dst.add(head * e), src.offset(head as isize * sa));
+        match kernels {
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512 => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db),
+            k => T::micro_tiles(k == Kernels::Avx2, dst_body, src_body, body, fj, sa, db, nt, lines),
+        }
         if fj < nj {
             // Right strip: j in fj..nj, i in the body.
             edge::<T>(
