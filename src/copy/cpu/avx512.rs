@@ -10,9 +10,9 @@
 //! tiles go straight from the source to memory.
 
 use std::arch::x86_64::{
-    _mm_loadu_si128, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_setzero_si512, _mm512_stream_si512,
-    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32,
-    _mm512_unpacklo_epi64,
+    _mm_loadu_si128, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_loadu_si512, _mm512_setzero_si512,
+    _mm512_stream_si512, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi16,
+    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -162,6 +162,25 @@ pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usiz
         }
         j += m;
     }
+}
+
+/// Streams the whole lines of `n` bytes from `dst` (line-aligned) on, one
+/// 64-byte load and streaming store a line; returns the bytes copied.
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F ([`enabled`]); `dst` is line-aligned; as
+/// `ptr::copy_nonoverlapping(src, dst, n)`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn stream_lines(dst: *mut u8, src: *const u8, n: usize) -> usize {
+    let mut i = 0;
+    while i + LINE <= n {
+        // SAFETY: bytes i .. i + 64 of both ranges; `dst + i` is line-aligned.
+        unsafe { _mm512_stream_si512(dst.add(i).cast(), _mm512_loadu_si512(src.add(i).cast())) };
+        i += LINE;
+    }
+    i
 }
 
 #[cfg(test)]

@@ -184,6 +184,14 @@ pub(super) unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) 
             // with non-temporal stores costs a read-modify-write in memory.
             let mut i = (64 - dst as usize % 64) % 64;
             copy_small(dst, src, i);
+            // One 64-byte store a line where the CPU has AVX-512, four 16-byte
+            // ones otherwise (separate processes, two cores, four alternated
+            // runs each, medians: clones of 128 MiB 1.07×, 64 MiB 1.02×; staged
+            // transposes, whose runs come through here: u8 8192² 1.04×, from an
+            // 8256-wide matrix 1.06×, f32 4097 × 4095 1.03×, RGB 1.00×).
+            if super::avx512::enabled() {
+                i += super::avx512::stream_lines(dst.add(i), src.add(i), n - i);
+            }
             while i + 64 <= n {
                 let s = src.add(i).cast::<__m128i>();
                 let d = dst.add(i).cast::<__m128i>();
