@@ -437,6 +437,14 @@ fn transposes_every_alignment_and_kernel() {
                             let rows = 1216 / e;
                             check_permute_at(&[rows, 512 / e + 5], &[1, 0], e, src_at, dst_at);
                             check_permute_at(&[2, rows, 256 / e + 3], &[0, 2, 1], e, src_at, dst_at);
+                            // Permutes whose destination runs are one or two
+                            // lines: one micro tile a slice along the batch, a
+                            // source run with a partial micro tile, from
+                            // sources not line-aligned (no lead block).
+                            let line = 64 / e;
+                            check_permute_at(&[line, 3, 5, line], &[3, 1, 2, 0], e, src_at, dst_at);
+                            check_permute_at(&[2, 3, line, 5, line + 3], &[0, 3, 1, 4, 2], e, src_at, dst_at);
+                            check_permute_at(&[2 * line, 6, line], &[2, 1, 0], e, src_at, dst_at);
                         }
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
