@@ -378,9 +378,11 @@ enum Route {
     /// transposed into a staging buffer, written out as contiguous runs.
     Staged,
     /// Large streamed ones whose destination rows are line-aligned, where the
-    /// CPU has AVX-512: micro tiles whose every store is a whole line
-    /// ([`avx512`]), straight from the source to memory, along bands of
-    /// source rows that give each destination row two lines a step.
+    /// CPU has AVX-512, instead of the prefetched route, or of the others
+    /// where destination runs are whole lines: micro tiles whose every store
+    /// is a whole line ([`avx512`]), straight from the source to memory,
+    /// along bands of source rows that give each destination row two lines a
+    /// step (4096² f32 on two cores, Xeon VM, GB/s: 30 prefetched, 45 here).
     Avx512,
 }
 
