@@ -7,7 +7,8 @@
 //! streamed that way, the CPU's few write-combining buffers flush lines in
 //! pieces, and those kernels go through an L1 staging tile instead (a second
 //! load and store of every byte). A whole-line store leaves nothing open:
-//! tiles go straight from the source to memory.
+//! tiles go straight from the source to memory. Also the whole-line copy of
+//! streamed runs ([`stream_lines`]).
 
 use std::arch::x86_64::{
     _mm_loadu_si128, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_loadu_si512, _mm512_setzero_si512,
@@ -55,9 +56,10 @@ pub(super) fn set_allowed(allowed: bool) {
 /// `log2 P` unpack rounds) leaves in register `q` a whole destination line:
 /// column `q` of the lane's rows, lane after lane. A source line takes four
 /// such groups (its four 16-byte chunks). Loading lanes from four rows costs
-/// three inserts a register, and these run beside the shuffles (whose port
-/// is the 512-bit bottleneck), where a whole-line load per row would need
-/// two more shuffle rounds across lanes.
+/// three inserts a register, which can run on a port the 512-bit shuffles
+/// do not use, where a whole-line load per row would need two more shuffle
+/// rounds across lanes (a C prototype, 4096² f32: as fast from line-aligned
+/// rows, 1.07× from a 4112-wide matrix).
 macro_rules! line_micro {
     ($(#[$doc:meta])* $name:ident, $e:expr, $lo:ident, $hi:ident) => {
         $(#[$doc])*
@@ -118,8 +120,10 @@ line_micro!(
 
 /// Whether `e`-byte elements have a kernel here. Bytes have none: 64 × 64
 /// micro tiles of 64 source rows, in bands of 64 or 128 rows, ran 8192²
-/// transposes at 0.72–1.02× the prefetched route's speed (a byte tile takes
-/// twice the shuffles a line of the others takes).
+/// transposes at 0.62–1.02× the prefetched route's speed. A byte tile takes
+/// twice the unpacks a byte of a 4-byte one does, and bounds the core: in
+/// a C prototype, from a source always in cache, 19 GB/s on one core
+/// against 22 for its memcpy.
 pub(super) fn has_kernel(e: usize) -> bool {
     matches!(e, 2 | 4 | 8)
 }
