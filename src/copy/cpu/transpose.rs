@@ -452,19 +452,6 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     } else {
         PREFETCHED_MIN_RUN
     };
-    let route = if small && !rows_share_sets() {
-        Route::Small
-    } else if (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run {
-        Route::Prefetched
-    } else if e.is_power_of_two()
-        && b.dst % LINE as isize == 0
-        && (dst as usize).is_multiple_of(e)
-        && a.len * e >= LINES_MIN_ROW
-    {
-        Route::Lines
-    } else {
-        Route::Staged
-    };
     // Where the CPU has AVX-512, streamed copies with line-aligned destination
     // rows go straight to memory in whole lines: those that would be staged
     // with prefetches, and the others whose destination runs are whole lines
@@ -472,23 +459,32 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // before: Python, two cores, into a reused output, the median of five
     // paired calls, from NumPy arrays: 32⁵ f16 03142 1.77×, 32⁴ × 16 f32
     // 43210 1.42×, 40213 1.42×, 64⁴ f32 3021 1.16×, f16 3210 1.43×; 1203,
-    // 256³ 210, 201, 102, NCHW ↔ NHWC, attention 0.98–1.01×). The tiles of a
-    // batch go along the source (its dims by source stride, smallest first):
-    // the next tile reads the next line of the same source rows (03142 in
-    // the batch's own order: 0.96×).
+    // 256³ 210, 201, 102, NCHW ↔ NHWC, attention 0.98–1.01×).
+    let prefetched = (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run;
+    let dst_rows_line_aligned = b.dst % LINE as isize == 0 && (dst as usize).is_multiple_of(e);
     let whole_line_runs = a.len * e >= LINE && (a.len * e).is_multiple_of(LINE);
-    let route = if (route == Route::Prefetched || (route != Route::Small && whole_line_runs))
-        && nt
+    let route = if small && !rows_share_sets() {
+        Route::Small
+    } else if nt
+        && (prefetched || whole_line_runs)
         && avx512_has_kernel(e)
-        && b.dst % LINE as isize == 0
-        && (dst as usize).is_multiple_of(e)
+        && dst_rows_line_aligned
         && b.len * e >= LINE
     {
-        batch.sort_by_key(|d| d.src.unsigned_abs());
         Route::Avx512
+    } else if prefetched {
+        Route::Prefetched
+    } else if e.is_power_of_two() && dst_rows_line_aligned && a.len * e >= LINES_MIN_ROW {
+        Route::Lines
     } else {
-        route
+        Route::Staged
     };
+    // The AVX-512 route's tiles of a batch go along the source (its dims by
+    // source stride, smallest first): the next tile reads the next line of
+    // the same source rows (03142 in the batch's own order: 0.96×).
+    if route == Route::Avx512 {
+        batch.sort_by_key(|d| d.src.unsigned_abs());
+    }
     // Small copies whose source runs are narrower than the smallest micro
     // tile take the extension too: its groups of slices reach the micro
     // tiles, where small tiles of such slices gather every element alone.
