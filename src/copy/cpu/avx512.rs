@@ -11,9 +11,9 @@
 //! streamed runs ([`stream_lines`]).
 
 use std::arch::x86_64::{
-    _mm_loadu_si128, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_loadu_si512, _mm512_setzero_si512,
-    _mm512_stream_si512, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi16,
-    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    __m512i, _mm_loadu_si128, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_loadu_si512, _mm512_setzero_si512,
+    _mm512_stream_si512, _mm512_unpackhi_epi8, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
+    _mm512_unpacklo_epi8, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -48,6 +48,24 @@ fn detected() -> bool {
 pub(super) fn set_allowed(allowed: bool) {
     let on = allowed && detected();
     STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// One round of the perfect-shuffle network: `t[2k] = lo(x[k], x[k + P/2])`,
+/// `t[2k + 1] = hi(…)`.
+#[inline(always)]
+fn unpack_round<const P: usize>(
+    x: [__m512i; P],
+    lo: impl Fn(__m512i, __m512i) -> __m512i,
+    hi: impl Fn(__m512i, __m512i) -> __m512i,
+) -> [__m512i; P] {
+    std::array::from_fn(|i| {
+        let (k, odd) = (i / 2, i % 2 == 1);
+        if odd {
+            hi(x[k], x[k + P / 2])
+        } else {
+            lo(x[k], x[k + P / 2])
+        }
+    })
 }
 
 /// Elements of `$e` bytes: each 128-bit lane of a register holds `P = 16 /
@@ -86,15 +104,19 @@ macro_rules! line_micro {
                         r = _mm512_inserti32x4::<2>(r, chunk(2 * P + k));
                         *v = _mm512_inserti32x4::<3>(r, chunk(3 * P + k));
                     }
-                    let mut rounds = P.trailing_zeros();
-                    while rounds > 0 {
-                        let mut t = [zero; P];
-                        for k in 0..P / 2 {
-                            t[2 * k] = $lo(x[k], x[k + P / 2]);
-                            t[2 * k + 1] = $hi(x[k], x[k + P / 2]);
-                        }
-                        x = t;
-                        rounds -= 1;
+                    // One call a round, not a loop over rounds: LLVM kept the
+                    // 16 registers of a byte tile on the stack in that loop.
+                    if P >= 2 {
+                        x = unpack_round(x, |a, b| $lo(a, b), |a, b| $hi(a, b));
+                    }
+                    if P >= 4 {
+                        x = unpack_round(x, |a, b| $lo(a, b), |a, b| $hi(a, b));
+                    }
+                    if P >= 8 {
+                        x = unpack_round(x, |a, b| $lo(a, b), |a, b| $hi(a, b));
+                    }
+                    if P >= 16 {
+                        x = unpack_round(x, |a, b| $lo(a, b), |a, b| $hi(a, b));
                     }
                     for (q, v) in x.iter().enumerate() {
                         _mm512_stream_si512(dst.offset((P * c + q) as isize * db).cast(), *v);
@@ -105,6 +127,10 @@ macro_rules! line_micro {
     };
 }
 
+line_micro!(
+    /// 64 × 64 bytes.
+    micro1, 1, _mm512_unpacklo_epi8, _mm512_unpackhi_epi8
+);
 line_micro!(
     /// 32 × 32 2-byte elements.
     micro2, 2, _mm512_unpacklo_epi16, _mm512_unpackhi_epi16
@@ -118,14 +144,17 @@ line_micro!(
     micro8, 8, _mm512_unpacklo_epi64, _mm512_unpackhi_epi64
 );
 
-/// Whether `e`-byte elements have a kernel here. Bytes have none: 64 × 64
-/// micro tiles of 64 source rows, in bands of 64 or 128 rows, ran 8192²
-/// transposes at 0.62–1.02× the prefetched route's speed. A byte tile takes
-/// twice the unpacks a byte of a 4-byte one does, and bounds the core: in
-/// a C prototype, from a source always in cache, 19 GB/s on one core
-/// against 22 for its memcpy.
+/// Whether `e`-byte elements have a kernel here: every power of two up to 8.
+/// Bytes too, since each round is its own call ([`unpack_round`]): in a loop
+/// over rounds, LLVM kept the byte tile's 16 registers on the stack, and
+/// the byte route ran at 0.62–1.02× the prefetched one's speed. Unrolled,
+/// `devtensor bench`, two runs each against 62a227f (% of memcpy): 8192²
+/// u8 48–49 → 55–62, from an 8256-wide matrix 58–59 → 70; in Python from
+/// NumPy arrays (median of three processes, GB/s): 8192² 28.2 → 31.0,
+/// 8192 × 4096 from 8256-wide rows 33.0 → 36.6, 16 × 4096 × 1024 30.7 →
+/// 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike.
 pub(super) fn has_kernel(e: usize) -> bool {
-    matches!(e, 2 | 4 | 8)
+    matches!(e, 1 | 2 | 4 | 8)
 }
 
 /// `dst[i·e + j·db] = src[i·sa + j·e]` for `i < fi`, `j < fj` (multiples of
@@ -144,6 +173,7 @@ pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usiz
     debug_assert!((dst as usize).is_multiple_of(LINE) && db % LINE as isize == 0);
     let m = LINE / e;
     let micro = match e {
+        1 => micro1,
         2 => micro2,
         4 => micro4,
         _ => micro8,
@@ -202,7 +232,7 @@ mod tests {
             println!("SKIP: the CPU has no AVX-512 F and BW");
             return;
         }
-        for e in [2usize, 4, 8] {
+        for e in [1usize, 2, 4, 8] {
             let m = 64 / e;
             for (off, sa) in [(0usize, 64isize), (3, 64 + 5), (16, 200)] {
                 let src: Vec<u8> = (0..off + m * sa as usize + 64)
