@@ -196,6 +196,15 @@ fn bitwise_and_shifts() {
     assert_eq!(r32("clz.b32 %r7, %r1;", 1, 0, 0), 31);
     assert_eq!(r32("clz.b64 %r7, %rd1;", 1, 0, 0), 63);
     assert_eq!(r32("brev.b32 %r7, %r1;", 1, 0, 0), 0x8000_0000);
+    // §9.7.9.7 prmt, generic form: {b, a} bytes 0..7, a nibble of c per
+    // byte of d, its msb replicating the selected byte's sign.
+    let (a, b) = (0x8302_0100u64, 0x0706_0584u64);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, %r3;", a, b, 0x3210), 0x8302_0100);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, %r3;", a, b, 0x7654), 0x0706_0584);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, %r3;", a, b, 0x0516), 0x0005_0106);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, 0x7531;", a, b, 0), 0x0705_8301);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, %r3;", a, b, 0xcb98), 0xffff_0000);
+    assert_eq!(r32("prmt.b32 %r7, %r1, %r2, %r3;", a, b, 0xb8cf), 0xff00_ff00);
 }
 
 #[test]

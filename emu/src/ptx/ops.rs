@@ -70,6 +70,7 @@ pub enum IntOp {
     Popc,
     Clz,
     Brev,
+    Prmt,
     Mov,
     Selp,
 }
@@ -202,6 +203,25 @@ fn clz<const W: u32>(a: u64, _: u64, _: u64) -> u64 {
 fn brev<const W: u32>(a: u64, _: u64, _: u64) -> u64 {
     trunc::<W>(a).reverse_bits() >> (64 - W)
 }
+// §9.7.9.7 prmt, the generic form: the bytes of {b, a} are numbered 0..7
+// (a's low byte 0, b's high byte 7); byte i of d is the byte that nibble i of
+// c selects with its three low bits, or, where the nibble's msb is set, that
+// byte's sign bit replicated over all eight bits.
+fn prmt(a: u64, b: u64, c: u64) -> u64 {
+    let src = ((b & 0xffff_ffff) << 32) | (a & 0xffff_ffff);
+    (0..4).fold(0, |d, i| {
+        let sel = (c >> (4 * i)) & 0xf;
+        let byte = (src >> (8 * (sel & 7))) & 0xff;
+        let byte = if sel & 8 == 0 {
+            byte
+        } else if byte & 0x80 != 0 {
+            0xff
+        } else {
+            0
+        };
+        d | (byte << (8 * i))
+    })
+}
 // §9.7.9.3 mov: d = a.
 fn mov<const W: u32>(a: u64, _: u64, _: u64) -> u64 {
     trunc::<W>(a)
@@ -274,9 +294,10 @@ pub fn int_op(op: IntOp, w: u32, s: bool) -> Option<AluFn> {
         Popc => by_w!(w, popc),
         Clz => by_w!(w, clz),
         Brev => by_w!(w, brev),
+        Prmt if w == 32 => mk!(prmt),
         Mov => by_w!(w, mov),
         Selp => by_w!(w, selp),
-        MulWide | MadWide => return None,
+        MulWide | MadWide | Prmt => return None,
     })
 }
 

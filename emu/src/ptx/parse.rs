@@ -807,6 +807,15 @@ fn decode(b: &mut Builder<'_>, opc: &str, ops: &[Opnd<'_>]) -> R<Vec<Op>> {
             }
         }
         "mov" => mov_inst(b, opc, mods, ops),
+        // §9.7.9.7 prmt: the generic form only (the modes .f4e … .rc16 are not
+        // supported; NVRTC packs bytes with the generic form).
+        "prmt" => {
+            if mods != ["b32"] {
+                return Err(bad());
+            }
+            let o = dabc(b, ops, 3, ty("b32"))?;
+            alu(ops::int_op(IntOp::Prmt, 32, false), o, opc)
+        }
         "selp" => {
             let t = match mods {
                 [t] => ty(t).filter(|t| t.k != TK::Pred).ok_or_else(bad)?,
