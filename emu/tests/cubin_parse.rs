@@ -256,7 +256,7 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         let info = cubin::parse(&cubin).unwrap();
         let tag = format!("{} sm_{arch}", nvrtc.path.display());
         assert_eq!(info.arch, arch, "{tag}");
-        assert_eq!(info.kernels.len(), 5 * 3 + 4, "{tag}: {:?}", info.kernels);
+        assert_eq!(info.kernels.len(), 5 * 3 + 4 + 4, "{tag}: {:?}", info.kernels);
         for e in [1u32, 2, 4, 8, 16] {
             let k = |n: String| info.kernel(&n).unwrap_or_else(|| panic!("{tag}: no {n}"));
             let arg = |k: &cubin::KernelInfo| layout(&k.params);
@@ -283,6 +283,13 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
             let t = info.kernel(&format!("transpose_tiled_e{e}")).unwrap();
             assert_eq!(t.shared_bytes, 32 * 33 * e, "{tag}");
             assert_eq!(t.shared_reserved_bytes, if arch >= 90 { 1024 } else { 0 }, "{tag}");
+            // copy_vec_eE: VecArgs is a DivMagic, two ints and a StridedArgs.
+            let v = info.kernel(&format!("copy_vec_e{e}")).unwrap();
+            assert_eq!(
+                layout(&v.params),
+                [(0, 0, 8), (1, 8, 8), (2, 16, 12 + 8 + 328)],
+                "{tag}"
+            );
         }
     }
 }

@@ -185,9 +185,9 @@ pub unsafe fn run_plan(rt: &dyn GpuRuntime, plan: &CopyPlan, dst: u64, src: u64,
         _ => {
             // Past 2^31 elements (or offsets): one launch per 32-bit piece.
             for piece in split_for_32bit(plan) {
-                let mut call = copy_call(&piece)?;
                 let mut src_base = src.wrapping_add_signed(piece.src_offset as i64);
                 let mut dst_base = dst.wrapping_add_signed(piece.dst_offset as i64);
+                let mut call = copy_call(&piece, dst_base)?;
                 let mut params = [
                     (&raw mut src_base).cast::<c_void>(),
                     (&raw mut dst_base).cast(),

@@ -20,6 +20,10 @@ pub const KERNELS: &[&str] = &[
     "copy_strided64_e4",
     "copy_strided64_e8",
     "copy_strided64_e16",
+    "copy_vec_e1",
+    "copy_vec_e2",
+    "copy_vec_e4",
+    "copy_vec_e8",
     "fill_e1",
     "fill_e2",
     "fill_e4",
@@ -38,6 +42,10 @@ const ILP: u32 = 4;
 /// The tiled transpose's tile edge and rows per block (`DT_TILE`, `DT_TILE_ROWS`).
 const TILE: u32 = 32;
 const TILE_ROWS: u32 = 8;
+/// Bytes a thread of `copy_vec_eE` stores at once (`DT_VEC_BYTES`) and the
+/// vectors it moves (`DT_VEC_ILP`).
+const VEC_BYTES: usize = 16;
+const VEC_ILP: u32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
@@ -91,6 +99,17 @@ pub struct TransposeArgs {
     batch: StridedArgs,
 }
 
+/// `VecArgs`: `copy_vec_eE`'s vectors along the destination's unit-stride
+/// run (its innermost dim, and the next where that one continues it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct VecArgs {
+    inner: DivMagic,
+    src_inner: i32,
+    src_carry: i32,
+    rows: StridedArgs,
+}
+
 /// The by-value struct a kernel takes last.
 #[derive(Clone, Copy, Debug)]
 pub enum KernelArgs {
@@ -100,6 +119,8 @@ pub enum KernelArgs {
     Strided64(StridedArgs64),
     /// `transpose_tiled_eE`.
     Transpose(TransposeArgs),
+    /// `copy_vec_eE`.
+    Vector(VecArgs),
 }
 
 /// One kernel launch.
@@ -122,6 +143,7 @@ impl KernelCall {
             KernelArgs::Strided(a) => (a as *mut StridedArgs).cast(),
             KernelArgs::Strided64(a) => (a as *mut StridedArgs64).cast(),
             KernelArgs::Transpose(a) => (a as *mut TransposeArgs).cast(),
+            KernelArgs::Vector(a) => (a as *mut VecArgs).cast(),
         }
     }
 }
@@ -243,11 +265,51 @@ fn kernel_name(prefix: &str, elem: usize) -> Result<&'static str> {
         .ok_or(Error::MissingKernel(want))
 }
 
+/// `copy_vec_eE` for a copy of 32-bit dims whose destination has a
+/// unit-stride run (its innermost dim, joined by the next where that one
+/// continues it contiguously) of a whole number of vectors, in 16-byte
+/// aligned rows (`dst`: the destination base's address); `None` otherwise.
+fn vec_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64) -> Option<KernelCall> {
+    let e = plan.elem_size;
+    if !matches!(e, 1 | 2 | 4 | 8) {
+        return None;
+    }
+    let n = VEC_BYTES / e;
+    let (inner, src_inner, unit) = *dims.first()?;
+    // The run: the inner dim, and the next when its destination stride is
+    // the inner dim's length (NCHW -> NHWC: the channels, then the pixels).
+    let (run, src_carry, outer) = match dims.get(1) {
+        Some(&(len, src, d)) if d == inner as i64 && !inner.is_multiple_of(n) => {
+            (inner * len, src - inner as i64 * src_inner, &dims[2..])
+        }
+        _ => (inner, 0, &dims[1..]),
+    };
+    let rows_aligned = outer.iter().all(|d| d.2 % n as i64 == 0);
+    if unit != 1 || !run.is_multiple_of(n) || !dst.is_multiple_of(VEC_BYTES as u64) || !rows_aligned {
+        return None;
+    }
+    let mut vectors = vec![(run / n, 0, n as i64)];
+    vectors.extend_from_slice(outer);
+    let numel = plan.numel / n;
+    let blocks = (numel as u64).div_ceil(u64::from(BLOCK * VEC_ILP)) as u32;
+    Some(KernelCall {
+        name: kernel_name("copy_vec", e).ok()?,
+        grid: (blocks.max(1), 1, 1),
+        block: (BLOCK, 1, 1),
+        args: KernelArgs::Vector(VecArgs {
+            inner: magic(inner as u32),
+            src_inner: i32::try_from(src_inner).ok()?,
+            src_carry: i32::try_from(src_carry).ok()?,
+            rows: strided_args(numel, &vectors),
+        }),
+    })
+}
+
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
 /// none: the caller issues a DMA or nothing). Its arguments are
 /// `(src, dst, args)` with `src` / `dst` the addresses of element 0 plus the
-/// plan's offsets.
-pub fn copy_call(plan: &CopyPlan) -> Result<KernelCall> {
+/// plan's offsets; `dst` is that address (the vector kernel's alignment).
+pub fn copy_call(plan: &CopyPlan, dst: u64) -> Result<KernelCall> {
     let dims = unit_dims(plan);
     if dims.len() > MAX_DIMS {
         return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
@@ -285,6 +347,9 @@ pub fn copy_call(plan: &CopyPlan) -> Result<KernelCall> {
         }
     }
     if fits_i32(plan.numel, &dims) {
+        if let Some(call) = vec_call(plan, &dims, dst) {
+            return Ok(call);
+        }
         let blocks = (plan.numel as u64).div_ceil(u64::from(BLOCK * ILP)) as u32;
         return Ok(KernelCall {
             name: kernel_name("copy_strided", plan.elem_size)?,
@@ -361,6 +426,8 @@ mod tests {
 
     #[test]
     fn kernel_argument_structs_match_the_c_layout() {
+        // VecArgs: DivMagic (12) + two i32, then StridedArgs.
+        assert_eq!(std::mem::offset_of!(VecArgs, rows), 20);
         // StridedArgs: u32 + i32 + 16*12 + 16*4 + 16*4.
         assert_eq!(std::mem::size_of::<StridedArgs>(), 8 + 16 * 12 + 16 * 4 * 2);
         // StridedArgs64: u64, i32 (+4 pad), 3 arrays of 16 eight-byte values.
@@ -453,7 +520,7 @@ mod tests {
         let pieces = split_for_32bit(&plan);
         assert!(pieces.len() <= 4, "{} pieces", pieces.len());
         for p in &pieces {
-            assert_eq!(copy_call(p).unwrap().name, "transpose_tiled_e4");
+            assert_eq!(copy_call(p, 0).unwrap().name, "transpose_tiled_e4");
         }
     }
 
@@ -479,7 +546,7 @@ mod tests {
     #[test]
     fn transposes_pick_the_tiled_kernel_with_whole_tiles() {
         // dst [300, 200] contiguous, src its transpose: 10 x 7 tiles of 32.
-        let c = copy_call(&plan(&[300, 200], &[200, 1], &[1, 300], 4)).unwrap();
+        let c = copy_call(&plan(&[300, 200], &[200, 1], &[1, 300], 4), 0).unwrap();
         assert_eq!(c.name, "transpose_tiled_e4");
         assert_eq!(c.block, (32, 8, 1));
         assert_eq!(c.grid.0, 7 * 10);
@@ -487,10 +554,60 @@ mod tests {
 
     #[test]
     fn gathers_pick_the_strided_kernel_and_cover_every_element() {
-        let c = copy_call(&plan(&[1000], &[1], &[3], 2)).unwrap();
+        // A destination 2 bytes past a 16-byte boundary: no vectors.
+        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 2).unwrap();
         assert_eq!(c.name, "copy_strided_e2");
         let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(ILP);
         assert!(threads >= 1000);
+    }
+
+    #[test]
+    fn unit_stride_destination_runs_pick_the_vector_kernel() {
+        // Rows of 1000 u16 (125 vectors of 8) read with stride 3.
+        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 64).unwrap();
+        assert_eq!(c.name, "copy_vec_e2");
+        let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
+        assert_eq!((a.inner.div, a.src_inner, a.src_carry, a.rows.numel), (1000, 3, 0, 125));
+        assert_eq!((a.rows.src_stride[0], a.rows.dst_stride[0]), (0, 8));
+        let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(VEC_ILP);
+        assert!(threads >= 125);
+        // Broadcast columns (source stride 0) and flips (-1) of f32 rows.
+        let c = copy_call(&plan(&[64, 256], &[256, 1], &[1, 0], 4), 0).unwrap();
+        assert_eq!(c.name, "copy_vec_e4");
+        let c = copy_call(&plan(&[64, 256], &[256, 1], &[256, -1], 4), 0).unwrap();
+        assert_eq!(c.name, "copy_vec_e4");
+        // NCHW -> NHWC with 3 channels: the run is the pixels' channels, the
+        // inner index wrapping every 3 elements.
+        let (n, ch, hw) = (2usize, 3usize, 1024usize);
+        let p = plan(
+            &[n, hw, ch],
+            &[(hw * ch) as isize, ch as isize, 1],
+            &[(ch * hw) as isize, 1, hw as isize],
+            1,
+        );
+        let c = copy_call(&p, 0).unwrap();
+        assert_eq!(c.name, "copy_vec_e1");
+        let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
+        assert_eq!((a.inner.div, a.src_inner, a.src_carry), (3, 1024, 1 - 3 * 1024));
+        assert_eq!(a.rows.numel as usize, n * hw * ch / 16);
+        // And back: the run is the plane.
+        let p = plan(
+            &[n, ch, hw],
+            &[(ch * hw) as isize, hw as isize, 1],
+            &[(hw * ch) as isize, 1, ch as isize],
+            4,
+        );
+        assert_eq!(copy_call(&p, 0).unwrap().name, "copy_vec_e4");
+        // Not a whole number of vectors a run, rows not 16-byte aligned, or a
+        // destination not aligned: element by element.
+        for (shape, dst, dst_at) in [
+            ([64, 250], [256, 1], 0u64),
+            ([64, 256], [258, 1], 0),
+            ([64, 256], [256, 1], 4),
+        ] {
+            let c = copy_call(&plan(&shape, &dst, &[1, 0], 4), dst_at).unwrap();
+            assert_eq!(c.name, "copy_strided_e4", "{shape:?} {dst:?} at {dst_at}");
+        }
     }
 
     #[test]

@@ -156,6 +156,79 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        fn vector_copies_of_every_element_size() {
+            if !ready("vector_copies_of_every_element_size") {
+                return;
+            }
+            // Layouts whose destination has unit-stride runs of whole 16-byte
+            // vectors (copy_vec_eE): images of 3 and 4 channels between NCHW
+            // and NHWC (a run of pixels' channels, the inner index wrapping
+            // inside a vector), broadcast columns, flipped rows, a stepped
+            // gather; each also into a destination one element past the
+            // vector alignment (element by element there). Inner dims of e
+            // bytes, which the planner widens to one element.
+            for e in [1usize, 2, 4, 8] {
+                let views = |src: &Tensor| -> Vec<(&'static str, Tensor)> {
+                    // The first `n` elements of `e` bytes, shaped.
+                    let take = |n: usize, shape: &[isize]| {
+                        let t = src.slice(0, None, Some((n * e) as isize), 1).unwrap();
+                        let mut shape = shape.to_vec();
+                        shape.push(e as isize);
+                        t.reshape(&shape).unwrap()
+                    };
+                    vec![
+                        (
+                            "nchw -> nhwc",
+                            take(288, &[2, 3, 8, 6]).permute(&[0, 2, 3, 1, 4]).unwrap(),
+                        ),
+                        (
+                            "nchw -> nhwc, 4 channels",
+                            take(384, &[2, 4, 8, 6]).permute(&[0, 2, 3, 1, 4]).unwrap(),
+                        ),
+                        (
+                            "nhwc -> nchw",
+                            take(288, &[2, 8, 6, 3]).permute(&[0, 3, 1, 2, 4]).unwrap(),
+                        ),
+                        (
+                            "broadcast column",
+                            take(16, &[16, 1]).expand(&[16, 64, e as isize]).unwrap(),
+                        ),
+                        ("flipped rows", take(288, &[9, 32]).flip(&[1]).unwrap()),
+                        (
+                            "stepped gather",
+                            take(384, &[384]).slice(0, None, Some(192), 3).unwrap(),
+                        ),
+                    ]
+                };
+                let bytes: Vec<u8> = (0..384 * e).map(|i| (i * 31 % 251) as u8).collect();
+                let host = Tensor::from_slice(&bytes, &[384 * e]).unwrap();
+                let gpu = host.to(dev(0)).unwrap();
+                for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
+                    let want = h.to_vec::<u8>().unwrap();
+                    assert_eq!(
+                        g.contiguous().unwrap().to_vec::<u8>().unwrap(),
+                        want,
+                        "e={e}: {what}"
+                    );
+                    // One element past an aligned start.
+                    let n = want.len() / e;
+                    let out = Tensor::zeros(&[n + 1, e], DType::U8, dev(0)).unwrap();
+                    let out_view = out
+                        .slice(0, Some(1), None, 1)
+                        .unwrap()
+                        .reshape(&g.shape().iter().map(|&d| d as isize).collect::<Vec<_>>())
+                        .unwrap();
+                    out_view.copy_from(&g).unwrap();
+                    assert_eq!(
+                        out_view.to_vec::<u8>().unwrap(),
+                        want,
+                        "e={e}: {what}, shifted by one"
+                    );
+                }
+            }
+        }
+
+        #[test]
         fn index_math_beyond_2_pow_31_elements() {
             if !ready("index_math_beyond_2_pow_31_elements") {
                 return;
