@@ -149,7 +149,8 @@ enum { DT_VEC_BYTES = 16, DT_VEC_ILP = 2 };
 struct VecArgs {
   DivMagic inner;    // the run's inner dim (its whole length if the run is one dim)
   int src_inner;     // its source stride (elements)
-  int src_carry;     // added where the inner index wraps: next dim's stride - inner * src_inner
+  int src_outer;     // the source stride of the dim the run continues into (0: none)
+  int src_carry;     // added where the inner index wraps: src_outer - inner * src_inner
   StridedArgs rows;  // vectors: the run / N (source stride 0, destination N), then the outer dims
 };
 
@@ -175,7 +176,7 @@ __device__ __forceinline__ void dt_copy_vec(const u8* __restrict__ src, u8* __re
       u32 first = (i - dt_div(i, a.rows.size[0]) * a.rows.size[0].div) * N;
       u32 outer = dt_div(first, a.inner);
       u32 c = first - outer * a.inner.div;
-      int at = so + (int)c * a.src_inner + (int)outer * (a.src_carry + (int)a.inner.div * a.src_inner);
+      int at = so + (int)c * a.src_inner + (int)outer * a.src_outer;
 #pragma unroll
       for (int j = 0; j < N; ++j) {
         v[k].e[j] = s[at];

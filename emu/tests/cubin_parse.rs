@@ -283,11 +283,11 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
             let t = info.kernel(&format!("transpose_tiled_e{e}")).unwrap();
             assert_eq!(t.shared_bytes, 32 * 33 * e, "{tag}");
             assert_eq!(t.shared_reserved_bytes, if arch >= 90 { 1024 } else { 0 }, "{tag}");
-            // copy_vec_eE: VecArgs is a DivMagic, two ints and a StridedArgs.
+            // copy_vec_eE: VecArgs is a DivMagic, three ints and a StridedArgs.
             let v = info.kernel(&format!("copy_vec_e{e}")).unwrap();
             assert_eq!(
                 layout(&v.params),
-                [(0, 0, 8), (1, 8, 8), (2, 16, 12 + 8 + 328)],
+                [(0, 0, 8), (1, 8, 8), (2, 16, 12 + 12 + 328)],
                 "{tag}"
             );
         }

@@ -113,6 +113,7 @@ pub struct TransposeArgs {
 pub struct VecArgs {
     inner: DivMagic,
     src_inner: i32,
+    src_outer: i32,
     src_carry: i32,
     rows: StridedArgs,
 }
@@ -286,15 +287,16 @@ fn vec_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64) -> Option<Ker
     // The run: the inner dim, and the next when its destination stride is
     // the inner dim's length (NCHW -> NHWC: the channels, then the pixels),
     // unless a vector's elements would then lie far apart in the source.
-    let (run, src_carry, outer) = match dims.get(1) {
+    let (run, src_outer, src_carry, outer) = match dims.get(1) {
         Some(&(len, src, d))
             if d == inner as i64
                 && !inner.is_multiple_of(n)
                 && src.unsigned_abs() as usize * e * n.div_ceil(inner) <= VEC_MAX_SPAN =>
         {
-            (inner * len, src - inner as i64 * src_inner, &dims[2..])
+            (inner * len, src, src - inner as i64 * src_inner, &dims[2..])
         }
-        _ => (inner, 0, &dims[1..]),
+        // A run of one dim never wraps inside a vector.
+        _ => (inner, 0, 0, &dims[1..]),
     };
     let rows_aligned = outer.iter().all(|d| d.2 % n as i64 == 0);
     if unit != 1 || !run.is_multiple_of(n) || !dst.is_multiple_of(VEC_BYTES as u64) || !rows_aligned {
@@ -311,6 +313,7 @@ fn vec_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64) -> Option<Ker
         args: KernelArgs::Vector(VecArgs {
             inner: magic(inner as u32),
             src_inner: i32::try_from(src_inner).ok()?,
+            src_outer: i32::try_from(src_outer).ok()?,
             src_carry: i32::try_from(src_carry).ok()?,
             rows: strided_args(numel, &vectors),
         }),
@@ -438,8 +441,8 @@ mod tests {
 
     #[test]
     fn kernel_argument_structs_match_the_c_layout() {
-        // VecArgs: DivMagic (12) + two i32, then StridedArgs.
-        assert_eq!(std::mem::offset_of!(VecArgs, rows), 20);
+        // VecArgs: DivMagic (12) + three i32, then StridedArgs.
+        assert_eq!(std::mem::offset_of!(VecArgs, rows), 24);
         // StridedArgs: u32 + i32 + 16*12 + 16*4 + 16*4.
         assert_eq!(std::mem::size_of::<StridedArgs>(), 8 + 16 * 12 + 16 * 4 * 2);
         // StridedArgs64: u64, i32 (+4 pad), 3 arrays of 16 eight-byte values.
@@ -579,7 +582,7 @@ mod tests {
         let c = copy_call(&plan(&[1000], &[1], &[3], 2), 64).unwrap();
         assert_eq!(c.name, "copy_vec_e2");
         let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
-        assert_eq!((a.inner.div, a.src_inner, a.src_carry, a.rows.numel), (1000, 3, 0, 125));
+        assert_eq!((a.inner.div, a.src_inner, a.src_outer, a.rows.numel), (1000, 3, 0, 125));
         assert_eq!((a.rows.src_stride[0], a.rows.dst_stride[0]), (0, 8));
         let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(VEC_ILP);
         assert!(threads >= 125);
@@ -600,7 +603,10 @@ mod tests {
         let c = copy_call(&p, 0).unwrap();
         assert_eq!(c.name, "copy_vec_e1");
         let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
-        assert_eq!((a.inner.div, a.src_inner, a.src_carry), (3, 1024, 1 - 3 * 1024));
+        assert_eq!(
+            (a.inner.div, a.src_inner, a.src_outer, a.src_carry),
+            (3, 1024, 1, 1 - 3 * 1024)
+        );
         assert_eq!(a.rows.numel as usize, n * hw * ch / 16);
         // And back: the run is the plane.
         let p = plan(
