@@ -92,33 +92,38 @@ __device__ __forceinline__ void dt_offsets(const Args& a, Index i, Offset& so, O
   }
 }
 
-// Elements each thread handles in the 32-bit strided copy; all loads are
-// issued before the stores so several are in flight.
+// A thread's ILP items, blockDim apart: `load(i, v)` reads item i into v and
+// returns where it goes (in elements of T), all loads first so that several
+// are in flight, then the stores.
+template <int ILP, typename T, typename V, typename Load>
+__device__ __forceinline__ void dt_ilp(u32 numel, T* d, Load load) {
+  u32 base = (blockIdx.x * blockDim.x) * ILP + threadIdx.x;
+  V v[ILP];
+  int doff[ILP];
+#pragma unroll
+  for (int k = 0; k < ILP; ++k) {
+    u32 i = base + k * blockDim.x;
+    doff[k] = i < numel ? load(i, v[k]) : -1;
+  }
+#pragma unroll
+  for (int k = 0; k < ILP; ++k) {
+    if (base + k * blockDim.x < numel) *(V*)(d + doff[k]) = v[k];
+  }
+}
+
+// Elements each thread handles in the 32-bit strided copy.
 enum { DT_ILP = 4 };
 
 template <typename T>
 __device__ __forceinline__ void dt_copy_strided(const u8* __restrict__ src, u8* __restrict__ dst,
                                                 const StridedArgs& a) {
   const T* s = (const T*)src;
-  T* d = (T*)dst;
-  u32 base = (blockIdx.x * blockDim.x) * DT_ILP + threadIdx.x;
-  T v[DT_ILP];
-  int doff[DT_ILP];
-#pragma unroll
-  for (int k = 0; k < DT_ILP; ++k) {
-    u32 i = base + k * blockDim.x;
-    doff[k] = -1;
-    if (i < a.numel) {
-      int so, dof;
-      dt_offsets(a, i, so, dof);
-      v[k] = s[so];
-      doff[k] = dof;
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < DT_ILP; ++k) {
-    if (base + k * blockDim.x < a.numel) d[doff[k]] = v[k];
-  }
+  dt_ilp<DT_ILP, T, T>(a.numel, (T*)dst, [&](u32 i, T& v) {
+    int so, dof;
+    dt_offsets(a, i, so, dof);
+    v = s[so];
+    return dof;
+  });
 }
 
 // Grid-stride loop: the host caps the grid, so one thread may take many elements.
@@ -161,38 +166,25 @@ __device__ __forceinline__ void dt_copy_vec(const u8* __restrict__ src, u8* __re
     T e[N];
   };
   const T* s = (const T*)src;
-  T* d = (T*)dst;
-  u32 base = (blockIdx.x * blockDim.x) * DT_VEC_ILP + threadIdx.x;
-  Vec v[DT_VEC_ILP];
-  int doff[DT_VEC_ILP];
+  dt_ilp<DT_VEC_ILP, T, Vec>(a.rows.numel, (T*)dst, [&](u32 i, Vec& v) {
+    int so, dof;
+    dt_offsets(a.rows, i, so, dof);
+    // The vector's place in its run, and its first element's inner index.
+    u32 first = (i - dt_div(i, a.rows.size[0]) * a.rows.size[0].div) * N;
+    u32 outer = dt_div(first, a.inner);
+    u32 c = first - outer * a.inner.div;
+    int at = so + (int)c * a.src_inner + (int)outer * a.src_outer;
 #pragma unroll
-  for (int k = 0; k < DT_VEC_ILP; ++k) {
-    u32 i = base + k * blockDim.x;
-    doff[k] = -1;
-    if (i < a.rows.numel) {
-      int so, dof;
-      dt_offsets(a.rows, i, so, dof);
-      // The vector's place in its run, and its first element's inner index.
-      u32 first = (i - dt_div(i, a.rows.size[0]) * a.rows.size[0].div) * N;
-      u32 outer = dt_div(first, a.inner);
-      u32 c = first - outer * a.inner.div;
-      int at = so + (int)c * a.src_inner + (int)outer * a.src_outer;
-#pragma unroll
-      for (int j = 0; j < N; ++j) {
-        v[k].e[j] = s[at];
-        at += a.src_inner;
-        if (++c == a.inner.div) {
-          c = 0;
-          at += a.src_carry;
-        }
+    for (int j = 0; j < N; ++j) {
+      v.e[j] = s[at];
+      at += a.src_inner;
+      if (++c == a.inner.div) {
+        c = 0;
+        at += a.src_carry;
       }
-      doff[k] = dof;
     }
-  }
-#pragma unroll
-  for (int k = 0; k < DT_VEC_ILP; ++k) {
-    if (base + k * blockDim.x < a.rows.numel) *(Vec*)(d + doff[k]) = v[k];
-  }
+    return dof;
+  });
 }
 
 // The source strides are unused (the host passes zeros).
