@@ -150,8 +150,8 @@ line_micro!(
 /// the byte route ran at 0.62–1.02× the prefetched one's speed. Unrolled,
 /// `devtensor bench` against 62a227f, six alternated runs (% of memcpy):
 /// 8192² u8 51–53 → 56–62, from an 8256-wide matrix 62–64 → 71–73; in
-/// Python from NumPy arrays (median of three processes, GB/s): 8192² 28.2
-/// → 31.0, 8192 × 4096 from 8256-wide rows 33.0 → 36.6, 16 × 4096 × 1024
+/// Python from NumPy arrays, against `DEVTENSOR_DISABLE_AVX512=1` (the
+/// median of three processes each, GB/s): 8192² 28.2 → 31.0, 8192 × 4096 from 8256-wide rows 33.0 → 36.6, 16 × 4096 × 1024
 /// 30.7 → 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike.
 pub(super) fn has_kernel(e: usize) -> bool {
     matches!(e, 1 | 2 | 4 | 8)
