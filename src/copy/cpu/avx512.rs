@@ -106,6 +106,8 @@ macro_rules! line_micro {
                     }
                     // One call a round, not a loop over rounds: LLVM kept the
                     // 16 registers of a byte tile on the stack in that loop.
+                    // Written out here: moved into a helper taking the unpacks
+                    // as closures, they were no longer inlined (a call each).
                     if P >= 2 {
                         x = unpack_round(x, |a, b| $lo(a, b), |a, b| $hi(a, b));
                     }
