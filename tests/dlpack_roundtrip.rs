@@ -368,7 +368,7 @@ fn every_dtype_exports_with_its_encoding() {
 }
 
 #[test]
-#[serial] // moves live_exports(), which other tests count
+#[serial(counters)] // moves live_exports() and cpu_live(), which the other tests count
 fn an_export_not_handed_over_runs_its_deleter_once_on_drop() {
     let t = Tensor::zeros(&[3, 5], DType::F32, Device::Cpu).unwrap();
     let refs = std::sync::Arc::strong_count(t.storage());
