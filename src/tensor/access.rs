@@ -104,7 +104,10 @@ mod tests {
 
     use crate::{DType, Device, Tensor};
 
+    // Both tests allocate CPU storage (the second a temporary for its
+    // overlapping copy): they hold the lock of the tests that count it.
     #[test]
+    #[serial_test::serial(cpu_alloc_counters)]
     fn clones_on_many_threads_copy_into_each_other_without_racing_or_deadlocking() {
         let a = Tensor::zeros(&[1 << 16], DType::U32, Device::Cpu).unwrap();
         let b = Tensor::full(&[1 << 16], 7u32, Device::Cpu).unwrap();
@@ -127,6 +130,7 @@ mod tests {
     }
 
     #[test]
+    #[serial_test::serial(cpu_alloc_counters)]
     fn a_copy_within_one_storage_and_a_nested_copy_lock_once() {
         let t = Tensor::from_slice(&[1u8, 2, 3, 4], &[4]).unwrap();
         let flipped = t.flip(&[0]).unwrap();
