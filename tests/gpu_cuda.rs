@@ -15,6 +15,7 @@ gpu_suite! {
     stream: devtensor::backend::cuda::stream::CudaStream,
     default_stream: devtensor::backend::cuda::stream::CudaStream::default_stream,
     handoff: devtensor::backend::cuda::stream::handoff,
+    synchronize_streams: devtensor::backend::cuda::stream::synchronize_streams,
     current_device: devtensor::backend::cuda::context::current_device,
 }
 

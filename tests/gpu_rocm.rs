@@ -15,6 +15,7 @@ gpu_suite! {
     stream: devtensor::backend::rocm::stream::RocmStream,
     default_stream: devtensor::backend::rocm::stream::RocmStream::default_stream,
     handoff: devtensor::backend::rocm::stream::handoff,
+    synchronize_streams: devtensor::backend::rocm::stream::synchronize_streams,
     current_device: devtensor::backend::rocm::context::current_device,
 }
 

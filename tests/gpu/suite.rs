@@ -9,6 +9,7 @@
 /// `$stream`: its stream type (with `new(ordinal)` and `synchronize()`);
 /// `$default_stream(i)`: the stream blocking calls (fills, copies) run on;
 /// `$handoff`: its DLPack handoff;
+/// `$synchronize_streams`: its wait for a storage's recorded streams;
 /// `$current`: the ordinal current on the calling thread.
 #[macro_export]
 macro_rules! gpu_suite {
@@ -20,6 +21,7 @@ macro_rules! gpu_suite {
         stream: $stream:ty,
         default_stream: $default_stream:path,
         handoff: $handoff:path,
+        synchronize_streams: $synchronize_streams:path,
         current_device: $current:path $(,)?
     ) => {
         use devtensor::{DType, Device, Tensor};
@@ -653,6 +655,12 @@ macro_rules! gpu_suite {
                 // SAFETY: a live export, freed once.
                 unsafe { ((*dl).deleter.unwrap())(dl) };
                 let again = Tensor::full(&[n], 0xdead_beefu32, dev(0)).unwrap();
+                // `out` was written on the consumer's stream: read on another
+                // only after that work (recorded on `out`) is done. The fill
+                // above orders it only where `again` took `t`'s block, which
+                // a test running beside may have taken first (the emulator
+                // then reported this read as a race).
+                $synchronize_streams(0, &out.storage().streams()).unwrap();
                 assert_eq!(out.to_vec::<u32>().unwrap(), vec![round; n], "round {round}");
                 assert_eq!(again.to_vec::<u32>().unwrap(), vec![0xdead_beef; n]);
             }
