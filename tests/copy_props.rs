@@ -445,6 +445,17 @@ fn transposes_every_alignment_and_kernel() {
                             check_permute_at(&[line, 3, 5, line], &[3, 1, 2, 0], e, src_at, dst_at);
                             check_permute_at(&[2, 3, line, 5, line + 3], &[0, 3, 1, 4, 2], e, src_at, dst_at);
                             check_permute_at(&[2 * line, 6, line], &[2, 1, 0], e, src_at, dst_at);
+                            // Destination rows of 8 KiB and more off line
+                            // boundaries (an odd number of elements long): the
+                            // sheared AVX-512 tiles for 4- and 8-byte elements,
+                            // each row's lines joined from two micro tiles,
+                            // after a last band of under a micro tile and of
+                            // a micro tile and a bit; batched.
+                            let long_row = 8192 / e;
+                            for len in [long_row + 3, long_row + line + 1] {
+                                check_permute_at(&[len, run + 9], &[1, 0], e, src_at, dst_at);
+                            }
+                            check_permute_at(&[2, long_row + 5, run + 3], &[0, 2, 1], e, src_at, dst_at);
                         }
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);

@@ -41,6 +41,20 @@ fn avx512_has_kernel(e: usize) -> bool {
     }
 }
 
+/// Whether the AVX-512 kernels for destination rows off line boundaries
+/// ([`avx512::sheared_tiles`]) run and have one for `e`-byte elements.
+fn avx512_has_sheared_kernel(e: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::enabled() && avx512::has_sheared_kernel(e)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = e;
+        false
+    }
+}
+
 /// Largest transpose (bytes) done in small, L1-sized tiles.
 const DIRECT_MAX_BYTES: usize = 2 << 20;
 
@@ -328,6 +342,22 @@ const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
 /// tiles, 0.78×.
 const AVX512_TILE: (usize, usize, usize) = (128, 2048, 32 << 10);
 
+/// Shortest destination rows (bytes) for [`Route::Avx512Sheared`]: each
+/// row's last lines, whose second micro tile would lie past the end, and its
+/// first partial line are copied element by element, which shorter rows do
+/// not repay (Python, two cores, from NumPy arrays, the median of three
+/// processes against the prefetched route: f32 16 × 1025 × 1023 021 0.92×,
+/// 1025 × 4095 0.97×, 2049 × 2047 1.00×, 4 × 2049 × 2047 021 1.03×).
+const SHEARED_MIN_ROW: usize = 8 << 10;
+
+/// The sheared AVX-512 route's tile ([`Route::Avx512Sheared`]): each band
+/// of source rows reads a micro tile's rows past its end (the lines that
+/// straddle the two bands), so bands are taller: 64 f32 rows, four lines a
+/// destination row a step. 4097 × 4095 f32, two cores, `devtensor bench`
+/// (% of memcpy, two runs each): 32 rows 68–70, 64 rows 74–76 (1 or 4 KiB
+/// of the rows alike), 96 rows 68–70, 128 rows 65–66.
+const AVX512_SHEARED_TILE: (usize, usize, usize) = (256, 2048, 64 << 10);
+
 /// The prefetched route's tile (destination run, source run, most bytes) for
 /// a copy of `bytes` of `e`-byte elements with destination rows along `a`,
 /// streamed (`nt`) or not: [`PREFETCHED_DEFAULT`], or one of the tiles above
@@ -384,6 +414,16 @@ enum Route {
     /// along bands of source rows that give each destination row two lines a
     /// step (4096² f32 on two cores, Xeon VM, GB/s: 30 prefetched, 45 here).
     Avx512,
+    /// The same for destination rows of 8 KiB or more ([`SHEARED_MIN_ROW`])
+    /// that do not start on a line, of 4- or 8-byte elements: each row's
+    /// whole lines are joined from two micro tiles' ([`avx512::sheared_tiles`]),
+    /// each tile covering, in each row, the lines that start in it, with the
+    /// row's partial lines at either end of the copy element by element.
+    /// Python, two cores, from NumPy arrays, the median of three processes
+    /// against the prefetched route (GB/s): f32 4097 × 4095 32.5 → 41.2,
+    /// 3000 × 5001 37.9 → 47.2, 5000 × 3000 31.2 → 51.7; f64 2049 × 4095 38.1
+    /// → 48.9, 1025 × 2047 39.8 → 43.4, 16 × 1025 × 511 021 44.4 → 49.6.
+    Avx512Sheared,
 }
 
 /// Which micro tiles a transpose's tiles are made of (one choice a copy).
@@ -462,6 +502,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 256³ 210, 201, 102, NCHW ↔ NHWC, attention 0.98–1.01×).
     let prefetched = (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run;
     let dst_rows_line_aligned = b.dst % LINE as isize == 0 && (dst as usize).is_multiple_of(e);
+    let dst_rows_elem_aligned = b.dst % e as isize == 0 && (dst as usize).is_multiple_of(e);
     let whole_line_runs = a.len * e >= LINE && (a.len * e).is_multiple_of(LINE);
     let route = if small && !rows_share_sets() {
         Route::Small
@@ -472,6 +513,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && b.len * e >= LINE
     {
         Route::Avx512
+    } else if nt
+        && prefetched
+        && avx512_has_sheared_kernel(e)
+        && dst_rows_elem_aligned
+        && b.len * e >= LINE
+        && a.len * e >= SHEARED_MIN_ROW
+    {
+        Route::Avx512Sheared
     } else if prefetched {
         Route::Prefetched
     } else if e.is_power_of_two() && dst_rows_line_aligned && a.len * e >= LINES_MIN_ROW {
@@ -482,7 +531,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // The AVX-512 route's tiles of a batch go along the source (its dims by
     // source stride, smallest first): the next tile reads the next line of
     // the same source rows (03142 in the batch's own order: 0.96×).
-    if route == Route::Avx512 {
+    if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         batch.sort_by_key(|d| d.src.unsigned_abs());
     }
     // Small copies whose source runs are narrower than the smallest micro
@@ -513,7 +562,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let kernels = if route == Route::Avx512 {
+    let kernels = if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         Kernels::Avx512
     } else if (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled() {
         Kernels::Avx2
@@ -538,6 +587,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
         Route::Avx512 => AVX512_TILE,
+        Route::Avx512Sheared => AVX512_SHEARED_TILE,
     };
     let base_i = (tile_dst / e / m).max(1) * m;
     let base_j = (tile_src / e / m).max(1) * m;
@@ -574,7 +624,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (permutes) to the scalar edges. From NumPy arrays (data 16 bytes past
     // a line), without the lead block against with: 32⁵ f16 03142 4.2×, 16 ×
     // 4096 × 128 f16 1.21×, 2-D transposes 0.99–1.00×.
-    let src_lead = if route == Route::Avx512 {
+    let src_lead = if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         0
     } else {
         lead(src as usize, b.len)
@@ -619,6 +669,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                             Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false),
                             Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true),
                             Route::Avx512 => tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true),
+                            Route::Avx512Sheared => sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0),
                             Route::Prefetched | Route::Staged => {
                                 tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false);
                                 match &next {
@@ -1233,6 +1284,66 @@ unsafe fn tile<T: Elem>(
         if done < ni {
             // Bottom strip: i in done..ni, all j.
             edge::<T>(dst.add(done * e), src.offset(done as isize * sa), ni - done, nj, sa, db);
+        }
+    }
+}
+
+/// One `ni × nj` tile of [`Route::Avx512Sheared`] (`ni` a multiple of the
+/// micro tile unless it is the last, `avail` elements of `a` from the tile's
+/// first on): in destination row `j`, whose first whole line starts `s_j`
+/// elements in, the elements from `s_j` (from 0 in the first tile) to `ni +
+/// s_j` (to the end in the last): whole lines, streamed, but for the
+/// partial lines at the ends of the copy, and the lines whose second micro
+/// tile would lie past the end, element by element.
+///
+/// # Safety
+///
+/// Every address formed for `i < avail`, `j < nj` is an element of its
+/// operand; the CPU has the AVX-512 kernels for `T`
+/// ([`avx512_has_sheared_kernel`]); `dst` and `db` are multiples of `size_of::<T>()`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn sheared_tile<T: Elem>(
+    dst: *mut u8,
+    src: *const u8,
+    ni: usize,
+    nj: usize,
+    sa: isize,
+    db: isize,
+    first: bool,
+    avail: usize,
+) {
+    let e = size_of::<T>();
+    let m = LINE / e;
+    let lines = (ni / m).min((avail / m).saturating_sub(1));
+    let fj = if lines > 0 { nj / m * m } else { 0 };
+    // SAFETY: the kernel reads source rows i < m·(lines + 1) ≤ avail and
+    // writes, in row j < fj, elements s_j .. s_j + m·lines < ni + s_j ≤ avail;
+    // the rest below stays within [0, avail) of each row.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if fj > 0 {
+            avx512::sheared_tiles(e, dst, src, lines, fj, sa, db);
+        }
+        // Between the first and the last tiles, the lines cover each row's
+        // share but for the rows past the micro tiles (a loop over every
+        // row of every tile cost 10 % of 4097 × 4095 f32).
+        let inner = !first && lines * m == ni && ni < avail;
+        for j in if inner { fj } else { 0 }..nj {
+            let row = dst.offset(j as isize * db);
+            let s = (LINE - row as usize % LINE) % LINE / e;
+            let lo = if first { 0 } else { s.min(avail) };
+            let hi = if ni == avail { avail } else { (ni + s).min(avail) };
+            let (vlo, vhi) = if j < fj { (s, s + m * lines) } else { (lo, lo) };
+            for (from, to) in [(lo, vlo), (vhi, hi)] {
+                if from < to {
+                    gather::<T>(
+                        row.add(from * e),
+                        src.offset(from as isize * sa).add(j * e),
+                        to - from,
+                        sa,
+                    );
+                }
+            }
         }
     }
 }
