@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `Memcpy` | one contiguous run, split into 4 KiB-aligned pieces across rayon |
 //! | `Rows` | odometer over the outer dims (no div/mod per row), one run per row |
-//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX-512 for large streamed ones of 1/2/4/8-byte elements into line-aligned rows (64×64, 32×32, 16×16, 8×8: every store a whole line), AVX2 for 1/2/4/8-byte elements where the CPU has it (32×32, 16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines, or staged with the next tile prefetched; the other dims are a batch, and join the tile where they continue a short run; 3-byte pixels to planes and back by byte shuffles |
+//! | `Transpose` | tiles over (dst-fastest, src-fastest) with register micro-transposes — AVX-512 for large streamed ones of 1/2/4/8-byte elements into line-aligned rows (64×64, 32×32, 16×16, 8×8: every store a whole line) and of 4/8-byte ones into rows off line boundaries (each line joined from two micro tiles), AVX2 for 1/2/4/8-byte elements where the CPU has it (32×32, 16×16, 8×8, 4×4), SSE2 for 1/2/4/8-byte ones (16×16, 8×8, 4×4, 2×2), scalar 4×4 otherwise — written straight into the destination in whole cache lines, or staged with the next tile prefetched; the other dims are a batch, and join the tile where they continue a short run; 3-byte pixels to planes and back by byte shuffles |
 //! | `General` | odometer, innermost loop specialised on (src, dst) stride: (E,E), (0,E), (s,E), (E,t), (s,t) |
 //! | `Fill` | a repeated-element pattern written over contiguous runs |
 //!
