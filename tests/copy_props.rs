@@ -457,6 +457,14 @@ fn transposes_every_alignment_and_kernel() {
                             }
                             check_permute_at(&[2, long_row + 5, run + 3], &[0, 2, 1], e, src_at, dst_at);
                         }
+                        if e == 3 {
+                            // Pixels into destination rows of whole lines (a
+                            // multiple of 64 pixels) from a line: the AVX-512
+                            // kernel where the CPU has VBMI, from source rows of
+                            // 100 pixels (a partial last micro tile); batched.
+                            check_permute_at(&[384, 100], &[1, 0], e, src_at, dst_at);
+                            check_permute_at(&[2, 384, 100], &[0, 2, 1], e, src_at, dst_at);
+                        }
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);
                         // Short source runs (from 128 bytes) under long

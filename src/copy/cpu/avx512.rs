@@ -1,8 +1,10 @@
 //! AVX-512 transposes whose every store is one whole, streamed cache line:
 //! micro tiles of `64 / E` rows × `64 / E` elements (64 × 64 bytes, 32 × 32
-//! 2-byte elements, 16 × 16 4-byte ones, 8 × 8 8-byte ones), used by large
-//! streamed transposes with line-aligned destination rows where the CPU has
-//! AVX-512 (F and BW, detected at run time). The AVX2 kernels write half a
+//! 2-byte elements, 16 × 16 4-byte ones, 8 × 8 8-byte ones; 64 rows × 16
+//! 3-byte pixels, three lines a destination row, where it has VBMI too), used
+//! by large streamed transposes with line-aligned destination rows where the
+//! CPU has AVX-512 (F and BW, detected at run time), and of 4- and 8-byte
+//! elements into rows that are not ([`sheared_tiles`]). The AVX2 kernels write half a
 //! line a store, so a line completes only when a second store reaches it;
 //! streamed that way, the CPU's few write-combining buffers flush lines in
 //! pieces, and those kernels go through an L1 staging tile instead (a second
@@ -11,11 +13,12 @@
 //! streamed runs ([`stream_lines`]).
 
 use std::arch::x86_64::{
-    __m512i, _mm_loadu_si128, _mm512_add_epi32, _mm512_add_epi64, _mm512_castsi128_si512, _mm512_inserti32x4,
-    _mm512_loadu_si512, _mm512_permutex2var_epi32, _mm512_permutex2var_epi64, _mm512_set_epi32, _mm512_set_epi64,
-    _mm512_set1_epi32, _mm512_set1_epi64, _mm512_setzero_si512, _mm512_stream_si512, _mm512_unpackhi_epi8,
-    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16,
-    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    __m512i, _mm_loadu_si128, _mm512_add_epi32, _mm512_add_epi64, _mm512_broadcast_i32x4, _mm512_castsi128_si512,
+    _mm512_inserti32x4, _mm512_loadu_si512, _mm512_permutex2var_epi8, _mm512_permutex2var_epi32,
+    _mm512_permutex2var_epi64, _mm512_set_epi32, _mm512_set_epi64, _mm512_set1_epi32, _mm512_set1_epi64,
+    _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_stream_si512, _mm512_unpackhi_epi8, _mm512_unpackhi_epi16,
+    _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32,
+    _mm512_unpacklo_epi64,
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -160,6 +163,102 @@ line_micro!(
     micro8, 8, _mm512_unpacklo_epi64, _mm512_unpackhi_epi64
 );
 
+/// Bytes `12·c .. 12·c + 12` of a row (four 3-byte pixels) in a 16-byte
+/// load, as [`micro3`] makes it: from byte `12·c`, or, for the last four
+/// (`c == 3`), from byte 32, which keeps the load inside the row's 48.
+const fn pixel_load_at(c: usize) -> usize {
+    if c == 3 { 32 } else { 12 * c }
+}
+
+/// The byte shuffle that spreads the four pixels of a [`pixel_load_at`]
+/// load into four 4-byte slots (the fourth byte zero).
+const fn pixel_spread(c: usize) -> [i8; 16] {
+    let skip = 12 * c - pixel_load_at(c);
+    let mut m = [-1i8; 16];
+    let mut k = 0;
+    while k < 12 {
+        m[k / 3 * 4 + k % 3] = (skip + k) as i8;
+        k += 1;
+    }
+    m
+}
+
+/// The two-register byte permute that packs 4-byte pixel slots back into 3
+/// bytes: line `n` (bytes `64·n .. 64·n + 64` of 64 pixels) from the slots
+/// of groups `n` (pixels `16·n ..`, first operand) and `n + 1` (second).
+const fn pixel_pack(n: usize) -> [u8; 64] {
+    let mut m = [0u8; 64];
+    let mut b = 0;
+    while b < 64 {
+        let at = 64 * n + b;
+        let (pixel, byte) = (at / 3, at % 3);
+        let slot = (pixel % 16 * 4 + byte) as u8;
+        m[b] = if pixel / 16 == n { slot } else { 64 + slot };
+        b += 1;
+    }
+    m
+}
+
+const PIXEL_SPREAD: [[i8; 16]; 4] = [pixel_spread(0), pixel_spread(1), pixel_spread(2), pixel_spread(3)];
+const PIXEL_PACK: [[u8; 64]; 3] = [pixel_pack(0), pixel_pack(1), pixel_pack(2)];
+
+/// 64 × 16 3-byte pixels (RGB): 64 source rows of 16 pixels to 16
+/// destination rows of 64 pixels, three whole lines each. Four pixels of a
+/// row are spread into 4-byte slots by a byte shuffle, transposed as 4-byte
+/// elements are (four lanes of 16 source rows a register, two unpack
+/// rounds), and four such groups along the destination row are packed into
+/// its three lines by two-register byte permutes (VBMI).
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F, BW and VBMI; rows `src + k·sa` readable for 48
+/// bytes, `k < 64`; `dst + q·db` writable for 192 bytes and 64-byte
+/// aligned, `q < 16`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+unsafe fn micro3(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+    // SAFETY: the caller's contract: every load is 16 bytes within a row's 48
+    // (`pixel_load_at`), every store one of a destination row's three lines;
+    // the tables are plain bytes.
+    unsafe {
+        let pack: [__m512i; 3] = std::array::from_fn(|n| _mm512_loadu_si512(PIXEL_PACK[n].as_ptr().cast()));
+        for (c, spread) in PIXEL_SPREAD.iter().enumerate() {
+            let spread = _mm512_broadcast_i32x4(_mm_loadu_si128(spread.as_ptr().cast()));
+            let at = pixel_load_at(c);
+            // Group g: source rows 16·g .. 16·g + 16 as 4-byte slots; after the
+            // rounds, register q holds destination row 4·c + q's pixels 16·g ..
+            let mut group = [[_mm512_setzero_si512(); 4]; 4];
+            for (g, x) in group.iter_mut().enumerate() {
+                let rows = src.offset((16 * g) as isize * sa);
+                let chunk = |row: usize| _mm_loadu_si128(rows.offset(row as isize * sa).add(at).cast());
+                for (k, v) in x.iter_mut().enumerate() {
+                    let mut r = _mm512_castsi128_si512(chunk(k));
+                    r = _mm512_inserti32x4::<1>(r, chunk(4 + k));
+                    r = _mm512_inserti32x4::<2>(r, chunk(8 + k));
+                    r = _mm512_inserti32x4::<3>(r, chunk(12 + k));
+                    *v = _mm512_shuffle_epi8(r, spread);
+                }
+                *x = unpack_round(
+                    *x,
+                    |a, b| _mm512_unpacklo_epi32(a, b),
+                    |a, b| _mm512_unpackhi_epi32(a, b),
+                );
+                *x = unpack_round(
+                    *x,
+                    |a, b| _mm512_unpacklo_epi32(a, b),
+                    |a, b| _mm512_unpackhi_epi32(a, b),
+                );
+            }
+            for q in 0..4 {
+                let row = dst.offset((4 * c + q) as isize * db);
+                for (n, (p, pair)) in pack.iter().zip(group.windows(2)).enumerate() {
+                    let line = _mm512_permutex2var_epi8(pair[0][q], *p, pair[1][q]);
+                    _mm512_stream_si512(row.add(n * LINE).cast(), line);
+                }
+            }
+        }
+    }
+}
+
 /// Destination rows that do not start on a line (4097 × 4095 f32: each row
 /// 4 bytes further from its line than the one before) still get whole,
 /// streamed lines: the line of row `q` that starts `s_q` elements into the
@@ -235,13 +334,22 @@ sheared_micro!(
 /// 8192² u8 51–53 → 56–62, from an 8256-wide matrix 62–64 → 71–73; in
 /// Python from NumPy arrays, against `DEVTENSOR_DISABLE_AVX512=1` (the
 /// median of three processes each, GB/s): 8192² 28.2 → 31.0, 8192 × 4096 from 8256-wide rows 33.0 → 36.6, 16 × 4096 × 1024
-/// 30.7 → 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike.
+/// 30.7 → 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike. And 3-byte
+/// pixels where the CPU has VBMI ([`micro3`]): `devtensor bench`, 4096 × 2048
+/// RGB, against the AVX2 kernel's prefetched route, two alternated runs (%
+/// of memcpy): 61–63 → 70–71.
 pub(super) fn has_kernel(e: usize) -> bool {
-    matches!(e, 1 | 2 | 4 | 8)
+    matches!(e, 1 | 2 | 4 | 8) || e == 3 && std::is_x86_feature_detected!("avx512vbmi")
+}
+
+/// The micro tile of `e`-byte elements as (source rows, source elements a
+/// row): `64 / e` square, but 64 × 16 for 3-byte pixels ([`micro3`]).
+pub(super) fn micro_dims(e: usize) -> (usize, usize) {
+    if e == 3 { (64, 16) } else { (LINE / e, LINE / e) }
 }
 
 /// `dst[i·e + j·db] = src[i·sa + j·e]` for `i < fi`, `j < fj` (multiples of
-/// `64 / e`) with streaming stores, a column of micro tiles after another
+/// the micro tile's sides, [`micro_dims`]) with streaming stores, a column of micro tiles after another
 /// (`j` outer): the tile's source rows are read along, one line each a step,
 /// which the hardware prefetchers follow, while each destination row
 /// receives `fi·e` contiguous bytes a step.
@@ -254,10 +362,11 @@ pub(super) fn has_kernel(e: usize) -> bool {
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usize, fj: usize, sa: isize, db: isize) {
     debug_assert!((dst as usize).is_multiple_of(LINE) && db % LINE as isize == 0);
-    let m = LINE / e;
+    let (mi, mj) = micro_dims(e);
     let micro = match e {
         1 => micro1,
         2 => micro2,
+        3 => micro3,
         4 => micro4,
         _ => micro8,
     };
@@ -275,9 +384,9 @@ pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usiz
                     db,
                 )
             };
-            i += m;
+            i += mi;
         }
-        j += m;
+        j += mj;
     }
 }
 
@@ -351,29 +460,37 @@ mod tests {
     #[repr(C, align(64))]
     struct Lines([u8; 64 * 64]);
 
-    /// Each kernel against the definition, from source rows at odd offsets and
-    /// strides.
+    /// Each kernel against the definition (3-byte pixels too), from source
+    /// rows at odd offsets and strides.
     #[test]
     fn line_micro_tiles_transpose() {
         if !detected() {
             println!("SKIP: the CPU has no AVX-512 F and BW");
             return;
         }
-        for e in [1usize, 2, 4, 8] {
-            let m = 64 / e;
+        for e in [1usize, 2, 3, 4, 8] {
+            if !has_kernel(e) {
+                println!("SKIP: {e}-byte elements: the CPU has no AVX-512 VBMI");
+                continue;
+            }
+            // `mi` source rows of `mj` elements; a destination row is one
+            // line (three for pixels).
+            let (mi, mj) = micro_dims(e);
+            let db = mi * e;
             for (off, sa) in [(0usize, 64isize), (3, 64 + 5), (16, 200)] {
-                let src: Vec<u8> = (0..off + m * sa as usize + 64)
+                let src: Vec<u8> = (0..off + mi * sa as usize + 64)
                     .map(|k| (k * 7 + k / 251) as u8)
                     .collect();
                 let mut dst = Lines([0; 64 * 64]);
-                // SAFETY: the CPU has the kernels' instructions; `m` rows of
-                // `sa` bytes from `off` lie in `src`; `dst` is `m` aligned lines.
-                unsafe { line_tiles(e, dst.0.as_mut_ptr(), src.as_ptr().add(off), m, m, sa, 64) };
-                for i in 0..m {
-                    for j in 0..m {
+                // SAFETY: the CPU has the kernels' instructions; `mi` rows of
+                // `sa` bytes from `off` lie in `src`; `dst` holds `mj` rows of
+                // `db` bytes from a line.
+                unsafe { line_tiles(e, dst.0.as_mut_ptr(), src.as_ptr().add(off), mi, mj, sa, db as isize) };
+                for i in 0..mi {
+                    for j in 0..mj {
                         let s = off + i * sa as usize + j * e;
                         assert_eq!(
-                            dst.0[j * 64 + i * e..][..e],
+                            dst.0[j * db + i * e..][..e],
                             src[s..s + e],
                             "e = {e}, sa = {sa}, ({i}, {j})"
                         );

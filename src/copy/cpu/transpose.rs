@@ -41,6 +41,18 @@ fn avx512_has_kernel(e: usize) -> bool {
     }
 }
 
+/// The AVX-512 micro tile's source rows ([`avx512::micro_dims`]).
+fn avx512_micro_rows(e: usize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx512::micro_dims(e).0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        LINE / e
+    }
+}
+
 /// Whether the AVX-512 kernels for destination rows off line boundaries
 /// ([`avx512::sheared_tiles`]) run and have one for `e`-byte elements.
 fn avx512_has_sheared_kernel(e: usize) -> bool {
@@ -350,6 +362,13 @@ const AVX512_TILE: (usize, usize, usize) = (128, 2048, 32 << 10);
 /// 1025 × 4095 0.97×, 2049 × 2047 1.00×, 4 × 2049 × 2047 021 1.03×).
 const SHEARED_MIN_ROW: usize = 8 << 10;
 
+/// [`AVX512_TILE`] for 3-byte pixels: bands of 64 source rows (one micro
+/// tile: three whole lines a destination row a step), along 1536 bytes of
+/// the rows (512 pixels). 4096 × 2048 RGB, two cores, `devtensor bench` (%
+/// of memcpy, two runs each): 68–71 here, 68–72 along 768 to 6144 bytes, 68–70
+/// for bands of 128 rows.
+const AVX512_TILE_3: (usize, usize, usize) = (192, 1536, 96 << 10);
+
 /// The sheared AVX-512 route's tile ([`Route::Avx512Sheared`]): each band
 /// of source rows reads a micro tile's rows past its end (the lines that
 /// straddle the two bands), so bands are taller: 64 f32 rows, four lines a
@@ -412,7 +431,8 @@ enum Route {
     /// where destination runs are whole lines: micro tiles whose every store
     /// is a whole line ([`avx512`]), straight from the source to memory,
     /// along bands of source rows that give each destination row two lines a
-    /// step (4096² f32 on two cores, Xeon VM, GB/s: 30 prefetched, 45 here).
+    /// step (4096² f32 on two cores, Xeon VM, GB/s: 30 prefetched, 45 here;
+    /// 4096 × 2048 RGB pixels, three lines a row a step: 36–37 → 41–42).
     Avx512,
     /// The same for destination rows of 8 KiB or more ([`SHEARED_MIN_ROW`])
     /// that do not start on a line, of 4- or 8-byte elements: each row's
@@ -441,6 +461,8 @@ impl Kernels {
     /// Edge of the micro tile for `T`.
     fn micro_len<T: Elem>(self) -> usize {
         match self {
+            // 3-byte pixels: 16 source elements a row (64 rows, [`avx512::micro_dims`]).
+            Kernels::Avx512 if size_of::<T>() == 3 => 16,
             Kernels::Avx512 => LINE / size_of::<T>(),
             k => T::micro_len(k == Kernels::Avx2),
         }
@@ -501,7 +523,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 43210 1.42×, 40213 1.42×, 64⁴ f32 3021 1.16×, f16 3210 1.43×; 1203,
     // 256³ 210, 201, 102, NCHW ↔ NHWC, attention 0.98–1.01×).
     let prefetched = (e.is_power_of_two() || e == 3) && a.len * e >= PREFETCHED_MIN_RUN && b.len * e >= min_src_run;
-    let dst_rows_line_aligned = b.dst % LINE as isize == 0 && (dst as usize).is_multiple_of(e);
+    // Pixels of three bytes: every row and batch slice starts where the
+    // first does, on a whole pixel from a line (the AVX-512 kernel's tiles
+    // are 64 pixels, three lines, along the row).
+    let dst_rows_line_aligned = b.dst % LINE as isize == 0
+        && if e == 3 {
+            (dst as usize).is_multiple_of(LINE) && batch.iter().all(|d| d.dst % LINE as isize == 0)
+        } else {
+            (dst as usize).is_multiple_of(e)
+        };
     let dst_rows_elem_aligned = b.dst % e as isize == 0 && (dst as usize).is_multiple_of(e);
     let whole_line_runs = a.len * e >= LINE && (a.len * e).is_multiple_of(LINE);
     let route = if small && !rows_share_sets() {
@@ -586,6 +616,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
+        Route::Avx512 if e == 3 => AVX512_TILE_3,
         Route::Avx512 => AVX512_TILE,
         Route::Avx512Sheared => AVX512_SHEARED_TILE,
     };
@@ -1248,7 +1279,13 @@ unsafe fn tile<T: Elem>(
         let lead = (LINE - dst as usize % LINE) % LINE;
         if lead.is_multiple_of(e) {
             let head = (lead / e).min(ni);
-            (head, (ni - head) / (LINE / e).max(m) * (LINE / e).max(m))
+            // Whole micro tiles along the row (64 pixels of three bytes).
+            let step = if kernels == Kernels::Avx512 {
+                avx512_micro_rows(e)
+            } else {
+                (LINE / e).max(m)
+            };
+            (head, (ni - head) / step * step)
         } else {
             (ni, 0)
         }
