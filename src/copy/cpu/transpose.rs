@@ -27,42 +27,23 @@ fn avx2_enabled() -> bool {
     false
 }
 
-/// Whether the AVX-512 whole-line kernels ([`avx512`]) run and have one for
-/// `e`-byte elements (none off x86-64).
-fn avx512_has_kernel(e: usize) -> bool {
+/// Whether the AVX-512 kernels ([`avx512`]) run and have one for `e`-byte
+/// elements (none off x86-64): the whole-line one ([`avx512::line_tiles`]),
+/// or with `sheared` the one for destination rows off line boundaries
+/// ([`avx512::sheared_tiles`]).
+fn avx512_has_kernel(e: usize, sheared: bool) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        avx512::enabled() && avx512::has_kernel(e)
+        avx512::enabled()
+            && if sheared {
+                avx512::has_sheared_kernel(e)
+            } else {
+                avx512::has_kernel(e)
+            }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = e;
-        false
-    }
-}
-
-/// The AVX-512 micro tile's source rows ([`avx512::micro_dims`]).
-fn avx512_micro_rows(e: usize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx512::micro_dims(e).0
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        LINE / e
-    }
-}
-
-/// Whether the AVX-512 kernels for destination rows off line boundaries
-/// ([`avx512::sheared_tiles`]) run and have one for `e`-byte elements.
-fn avx512_has_sheared_kernel(e: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        avx512::enabled() && avx512::has_sheared_kernel(e)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = e;
+        let _ = (e, sheared);
         false
     }
 }
@@ -458,10 +439,18 @@ enum Kernels {
 }
 
 impl Kernels {
-    /// Edge of the micro tile for `T`.
+    /// Source rows of the micro tile for `T`: its edge, but 64 for the
+    /// AVX-512 pixel kernel ([`avx512::micro_dims`]).
+    fn micro_rows<T: Elem>(self) -> usize {
+        match self {
+            Kernels::Avx512 if size_of::<T>() == 3 => 64,
+            k => k.micro_len::<T>(),
+        }
+    }
+
+    /// Edge of the micro tile for `T` (its source elements a row).
     fn micro_len<T: Elem>(self) -> usize {
         match self {
-            // 3-byte pixels: 16 source elements a row (64 rows, [`avx512::micro_dims`]).
             Kernels::Avx512 if size_of::<T>() == 3 => 16,
             Kernels::Avx512 => LINE / size_of::<T>(),
             k => T::micro_len(k == Kernels::Avx2),
@@ -538,14 +527,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Small
     } else if nt
         && (prefetched || whole_line_runs)
-        && avx512_has_kernel(e)
+        && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
         && b.len * e >= LINE
     {
         Route::Avx512
     } else if nt
         && prefetched
-        && avx512_has_sheared_kernel(e)
+        && avx512_has_kernel(e, true)
         && dst_rows_elem_aligned
         && b.len * e >= LINE
         && a.len * e >= SHEARED_MIN_ROW
@@ -1256,9 +1245,9 @@ impl Blocks {
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand;
 /// the CPU has the instructions of `kernels`; with `nt`, `size_of::<T>()` is a
-/// power of two and every destination row `dst + j·db` has the alignment of
-/// `dst` modulo a line; the AVX-512 kernels only with `nt` and `db` a
-/// multiple of a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
+/// power of two (or 3, on the AVX-512 kernels) and every destination row
+/// `dst + j·db` has the alignment of `dst` modulo a line; the AVX-512
+/// kernels only with `nt` and `db` a multiple of a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<T: Elem>(
@@ -1279,12 +1268,8 @@ unsafe fn tile<T: Elem>(
         let lead = (LINE - dst as usize % LINE) % LINE;
         if lead.is_multiple_of(e) {
             let head = (lead / e).min(ni);
-            // Whole micro tiles along the row (64 pixels of three bytes).
-            let step = if kernels == Kernels::Avx512 {
-                avx512_micro_rows(e)
-            } else {
-                (LINE / e).max(m)
-            };
+            // Whole lines of whole micro tiles along the row.
+            let step = (LINE / e).max(kernels.micro_rows::<T>());
             (head, (ni - head) / step * step)
         } else {
             (ni, 0)
@@ -1337,7 +1322,7 @@ unsafe fn tile<T: Elem>(
 ///
 /// Every address formed for `i < avail`, `j < nj` is an element of its
 /// operand; the CPU has the AVX-512 kernels for `T`
-/// ([`avx512_has_sheared_kernel`]); `dst` and `db` are multiples of `size_of::<T>()`.
+/// (`avx512_has_kernel(e, true)`); `dst` and `db` are multiples of `size_of::<T>()`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn sheared_tile<T: Elem>(
     dst: *mut u8,
