@@ -1339,8 +1339,8 @@ unsafe fn sheared_tile<T: Elem>(
     let lines = (ni / m).min((avail / m).saturating_sub(1));
     let fj = if lines > 0 { nj / m * m } else { 0 };
     // SAFETY: the kernel reads source rows i < m·(lines + 1) ≤ avail and
-    // writes, in row j < fj, elements s_j .. s_j + m·lines < ni + s_j ≤ avail;
-    // the rest below stays within [0, avail) of each row.
+    // writes, in row j < fj, elements s_j .. s_j + m·lines < m·(lines + 1) ≤
+    // avail (s_j < m); the rest below stays within [0, avail) of each row.
     unsafe {
         #[cfg(target_arch = "x86_64")]
         if fj > 0 {
