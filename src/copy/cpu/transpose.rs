@@ -439,21 +439,17 @@ enum Kernels {
 }
 
 impl Kernels {
-    /// Source rows of the micro tile for `T`: its edge, but 64 for the
-    /// AVX-512 pixel kernel ([`avx512::micro_dims`]).
-    fn micro_rows<T: Elem>(self) -> usize {
+    /// The micro tile for `T` as (source rows, source elements a row): the
+    /// element type's square one, or the AVX-512 kernel's
+    /// ([`avx512::micro_dims`]: 64 × 16 for 3-byte pixels).
+    fn micro_dims<T: Elem>(self) -> (usize, usize) {
         match self {
-            Kernels::Avx512 if size_of::<T>() == 3 => 64,
-            k => k.micro_len::<T>(),
-        }
-    }
-
-    /// Edge of the micro tile for `T` (its source elements a row).
-    fn micro_len<T: Elem>(self) -> usize {
-        match self {
-            Kernels::Avx512 if size_of::<T>() == 3 => 16,
-            Kernels::Avx512 => LINE / size_of::<T>(),
-            k => T::micro_len(k == Kernels::Avx2),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx512 => avx512::micro_dims(size_of::<T>()),
+            k => {
+                let m = T::micro_len(k == Kernels::Avx2);
+                (m, m)
+            }
         }
     }
 }
@@ -588,7 +584,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     } else {
         Kernels::Baseline
     };
-    let m = kernels.micro_len::<T>();
+    // The micro tile's edge along the source rows, which tiles are sized in.
+    let m = kernels.micro_dims::<T>().1;
     // Tiles as (destination run, source run) bytes, at most `tile_max` bytes.
     // Small: 256 × 64, L1-resident. Lines: 1 KiB destination runs (the
     // prefetchers want several lines of a page per visit) × 128 source bytes,
@@ -1262,20 +1259,21 @@ unsafe fn tile<T: Elem>(
     lines: bool,
 ) {
     let e = size_of::<T>();
-    let m = kernels.micro_len::<T>();
+    // Micro tiles of `mi` source rows × `m` elements of each.
+    let (mi, m) = kernels.micro_dims::<T>();
     // Columns [head, head + body) of each destination row are whole lines.
     let (head, body) = if nt {
         let lead = (LINE - dst as usize % LINE) % LINE;
         if lead.is_multiple_of(e) {
             let head = (lead / e).min(ni);
             // Whole lines of whole micro tiles along the row.
-            let step = (LINE / e).max(kernels.micro_rows::<T>());
+            let step = (LINE / e).max(mi);
             (head, (ni - head) / step * step)
         } else {
             (ni, 0)
         }
     } else {
-        (0, ni / m * m)
+        (0, ni / mi * mi)
     };
     let fj = nj / m * m;
     // SAFETY: all offsets below stay within the `ni × nj` tile; the body's
