@@ -37,7 +37,9 @@ const REUSED: usize = 1;
 const MALLOC_ALIGNMENT: usize = 16;
 const PAD: usize = CPU_ALIGNMENT - MALLOC_ALIGNMENT;
 
-/// Process-wide counters: the CPU allocator is stateless, so its accounting is global.
+/// Process-wide counters: the CPU allocator is stateless, so its accounting
+/// is global; blocks that pass through a thread's small-block cache are
+/// counted there, and only their bytes here ([`small_blocks`]).
 static COUNTERS: Counters = Counters::new();
 
 /// The system allocator at 256-byte alignment, with live-allocation accounting.
@@ -119,11 +121,12 @@ impl CpuAlloc {
             allocated: 0,
             largest_free: 0,
         };
-        let (ptr, token) = if let Some(padded) = Self::padded_layout(size, align)? {
-            let raw = match small_blocks::take(padded) {
-                Some(raw) => raw,
+        // `cached`: a block from the thread's cache, which counted it.
+        let (ptr, token, cached) = if let Some(padded) = Self::padded_layout(size, align)? {
+            let (raw, cached) = match small_blocks::take(padded) {
+                Some(raw) => (raw, true),
                 // SAFETY: `padded` has a non-zero size.
-                None => unsafe { std::alloc::alloc(padded) },
+                None => (unsafe { std::alloc::alloc(padded) }, false),
             };
             if raw.is_null() {
                 return Err(oom());
@@ -131,19 +134,19 @@ impl CpuAlloc {
             let offset = (CPU_ALIGNMENT - raw as usize % CPU_ALIGNMENT) % CPU_ALIGNMENT;
             // SAFETY: `raw` is at least 16-byte aligned, so `offset` ≤ PAD and
             // `raw + offset .. + size` lies inside the `size + PAD` bytes allocated.
-            (unsafe { raw.add(offset) }, offset)
+            (unsafe { raw.add(offset) }, offset, cached)
         } else if let Some(len) = huge_pages::mapped_len(size, align) {
             mapped_blocks::check_config()?;
             // The token: the mapping's length, and whether it was used before.
             match reuse.then(|| mapped_blocks::take(len)).flatten() {
-                Some((p, len)) => (p, len | REUSED),
+                Some((p, len)) => (p, len | REUSED, false),
                 // Refused: the kept blocks go back to the system first.
                 None => match huge_pages::map(len) {
-                    Some(p) => (p, len),
+                    Some(p) => (p, len, false),
                     None if mapped_blocks::release_all() > 0 => {
-                        (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), len)
+                        (huge_pages::map(len).unwrap_or(std::ptr::null_mut()), len, false)
                     }
-                    None => (std::ptr::null_mut(), len),
+                    None => (std::ptr::null_mut(), len, false),
                 },
             }
         } else {
@@ -156,10 +159,14 @@ impl CpuAlloc {
                 // `size` bytes; MADV_HUGEPAGE is advice only and leaves contents alone.
                 unsafe { libc::madvise(ptr.cast(), size, libc::MADV_HUGEPAGE) };
             }
-            (ptr, 0)
+            (ptr, 0, false)
         };
         let ptr = NonNull::new(ptr).ok_or_else(oom)?;
-        COUNTERS.on_alloc(size);
+        if cached {
+            COUNTERS.on_alloc_bytes(size);
+        } else {
+            COUNTERS.on_alloc(size);
+        }
         Ok(Allocation {
             ptr,
             size,
@@ -201,10 +208,12 @@ unsafe impl NDAlloc for CpuAlloc {
                 // SAFETY: the caller passes an allocation from `allocate`, which took
                 // this same padded layout and advanced its start by `token` bytes.
                 let raw = unsafe { a.ptr.as_ptr().sub(a.token) };
-                if !small_blocks::keep(raw, padded) {
-                    // SAFETY: as above; not kept, so freed once, here.
-                    unsafe { std::alloc::dealloc(raw, padded) };
+                if small_blocks::keep(raw, padded) {
+                    COUNTERS.on_free_bytes(a.size); // counted by the thread's cache
+                    return;
                 }
+                // SAFETY: as above; not kept, so freed once, here.
+                unsafe { std::alloc::dealloc(raw, padded) };
             }
             (Ok(None), Some(_)) => {
                 let len = a.token & !REUSED;
@@ -234,7 +243,8 @@ unsafe impl NDAlloc for CpuAlloc {
     }
 
     fn stats(&self) -> AllocStats {
-        COUNTERS.stats()
+        let (taken, kept) = small_blocks::counts();
+        COUNTERS.with_counts(taken, kept)
     }
 }
 
@@ -257,6 +267,36 @@ mod tests {
         unsafe { a.deallocate(p, None) };
         assert_eq!(a.stats().live_allocations, before.live_allocations);
         assert_eq!(a.stats().live_bytes, before.live_bytes);
+    }
+
+    #[test]
+    #[serial_test::serial(cpu_alloc_counters)]
+    fn blocks_a_threads_cache_counted_stay_counted_after_it_exits() {
+        let a = CpuAlloc;
+        let before = a.stats();
+        // On another thread: a block freed into its cache and handed out
+        // again (both counted by that thread), alive past the thread's exit.
+        let kept = std::thread::spawn(move || {
+            let first = a.allocate(1000, 16, None).unwrap();
+            // SAFETY: `first` came from `allocate` and is freed once.
+            unsafe { a.deallocate(first, None) };
+            let again = a.allocate(1000, 16, None).unwrap();
+            assert_eq!(again.ptr, first.ptr, "the thread's cache handed the block back");
+            again
+        })
+        .join()
+        .unwrap();
+        let mid = a.stats();
+        assert_eq!(mid.live_allocations, before.live_allocations + 1);
+        assert_eq!(mid.total_allocations, before.total_allocations + 2);
+        assert_eq!(mid.live_bytes, before.live_bytes + 1000);
+        // Freed on this thread, into its cache.
+        // SAFETY: `kept` came from `allocate` on the other thread and is freed once.
+        unsafe { a.deallocate(kept, None) };
+        let after = a.stats();
+        assert_eq!(after.live_allocations, before.live_allocations);
+        assert_eq!(after.live_bytes, before.live_bytes);
+        assert_eq!(after.total_allocations, before.total_allocations + 2);
     }
 
     #[test]

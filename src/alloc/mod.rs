@@ -88,6 +88,30 @@ impl Counters {
         self.live_bytes.fetch_sub(size, Ordering::Relaxed);
     }
 
+    /// [`on_alloc`](Self::on_alloc) for the bytes only: the allocation is
+    /// counted elsewhere (see [`with_counts`](Self::with_counts)).
+    pub(crate) fn on_alloc_bytes(&self, size: usize) {
+        let live = self.live_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        if live > self.peak_bytes.load(Ordering::Relaxed) {
+            self.peak_bytes.fetch_max(live, Ordering::Relaxed);
+        }
+    }
+
+    /// [`on_free`](Self::on_free) for the bytes only.
+    pub(crate) fn on_free_bytes(&self, size: usize) {
+        self.live_bytes.fetch_sub(size, Ordering::Relaxed);
+    }
+
+    /// A snapshot, with `allocated` more allocations made and `freed` more
+    /// released than these counters saw.
+    pub(crate) fn with_counts(&self, allocated: usize, freed: usize) -> AllocStats {
+        let mut s = self.stats();
+        // Wrapping: a block counted here may be freed in another thread's counts.
+        s.live_allocations = s.live_allocations.wrapping_add(allocated).wrapping_sub(freed);
+        s.total_allocations = s.total_allocations.wrapping_add(allocated);
+        s
+    }
+
     /// A snapshot.
     pub fn stats(&self) -> AllocStats {
         AllocStats {

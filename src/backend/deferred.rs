@@ -112,6 +112,11 @@ pub(crate) fn release_after(device: Device, used_on: &[StreamHandle], owner: For
     COUNT.store(l.len(), Ordering::Release);
 }
 
+/// Whether deleters wait for device work ([`poll`] has something to do).
+pub(crate) fn waiting() -> bool {
+    COUNT.load(Ordering::Acquire) != 0
+}
+
 /// Runs the deleters whose device work has completed; never blocks on the
 /// device. A single atomic load when none wait.
 pub(crate) fn poll() {

@@ -24,10 +24,13 @@ use super::Storage;
 #[derive(Debug, Default)]
 pub(super) struct AccessLock(RwLock<()>);
 
+/// Storages (by address) a thread holds locked.
+type Held = RefCell<SmallVec<[usize; 4]>>;
+
 thread_local! {
-    /// Storages (by address) the calling thread holds locked.
-    // `const`: no lazy-initialisation check on each of a copy's two visits.
-    static HELD: RefCell<SmallVec<[usize; 4]>> = const { RefCell::new(SmallVec::new_const()) };
+    /// The calling thread's [`Held`].
+    // `const`: no lazy-initialisation check on each visit.
+    static HELD: Held = const { RefCell::new(SmallVec::new_const()) };
 }
 
 enum Guard<'a> {
@@ -43,6 +46,9 @@ pub(super) struct Access<'a> {
     guards: [Option<Guard<'a>>; 2],
     /// Addresses this guard added to `HELD` (0: none).
     held: [usize; 2],
+    /// This thread's `HELD`, found once: a thread-local's address costs a
+    /// call in a shared library. Also keeps the guard on its thread.
+    list: *const Held,
 }
 
 fn address(s: &Storage) -> usize {
@@ -63,8 +69,11 @@ pub(super) fn lock<'a>(write: Option<&'a Storage>, read: Option<&'a Storage>) ->
     let mut access = Access {
         guards: [None, None],
         held: [0; 2],
+        list: std::ptr::null(),
     };
-    HELD.with_borrow_mut(|held| {
+    HELD.with(|list| {
+        access.list = list;
+        let mut held = list.borrow_mut();
         for (k, (s, exclusive)) in wanted.into_iter().flatten().enumerate() {
             let a = address(s);
             if held.contains(&a) {
@@ -92,8 +101,14 @@ pub(super) fn holds_any() -> bool {
 
 impl Drop for Access<'_> {
     fn drop(&mut self) {
-        // `try_with`: a guard dropped while the thread exits finds no list.
-        let _ = HELD.try_with(|h| h.borrow_mut().retain(|a| !self.held.contains(a)));
+        if self.held != [0; 2] {
+            // SAFETY: `list` is this thread's `HELD`, set by `lock` (which
+            // added the addresses). The guard is not `Send` (a raw pointer),
+            // so it is dropped on that thread, within the call that made it:
+            // before the thread's locals are destroyed.
+            let list = unsafe { &*self.list };
+            list.borrow_mut().retain(|a| !self.held.contains(a));
+        }
         self.guards = [None, None];
     }
 }

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use storage::AllocRef;
 pub use storage::Storage;
 
 use crate::alloc::NDAlloc;
+use crate::backend::for_device;
 use crate::backend::gpu_runtime::{GpuRuntime, GpuStream};
-use crate::backend::{default_allocator, for_device};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -37,7 +38,6 @@ elements!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, 
           u32 => U32, u64 => U64, f32 => F32, f64 => F64);
 
 /// An n-dimensional strided view of a [`Storage`].
-#[derive(Clone)]
 pub struct Tensor {
     storage: Arc<Storage>,
     dtype: DType,
@@ -48,23 +48,38 @@ pub struct Tensor {
     read_only: bool,
 }
 
+impl Clone for Tensor {
+    /// Another view of the same storage. By hand: `SmallVec`'s own `clone`
+    /// pushes element by element, and a view's Python object pays for it.
+    fn clone(&self) -> Tensor {
+        Tensor {
+            storage: Arc::clone(&self.storage),
+            dtype: self.dtype,
+            shape: Shape::from_slice(&self.shape),
+            strides: Strides::from_slice(&self.strides),
+            offset: self.offset,
+            read_only: self.read_only,
+        }
+    }
+}
+
 impl Tensor {
     // ----- construction -------------------------------------------------------------
 
     /// Uninitialised tensor on `device`, C-contiguous, from the device's default allocator.
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
-        Tensor::empty_in(default_allocator(device)?, shape, dtype)
+        Tensor::empty_with(AllocRef::for_device(device)?, shape, dtype, false)
     }
 
     /// Uninitialised C-contiguous tensor from a given allocator.
     pub fn empty_in(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        Tensor::empty_with(alloc, shape, dtype, false)
+        Tensor::empty_with(alloc.into(), shape, dtype, false)
     }
 
     /// [`Tensor::empty_in`]; `for_zeros`: the tensor is about to be
     /// zero-filled ([`Storage::new_for_zeros`]).
     #[inline(always)]
-    fn empty_with(alloc: Arc<dyn NDAlloc>, shape: &[usize], dtype: DType, for_zeros: bool) -> Result<Tensor> {
+    fn empty_with(alloc: AllocRef, shape: &[usize], dtype: DType, for_zeros: bool) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let n = layout::numel(shape)?;
         let Some(bytes) = n.checked_mul(dtype.size()) else {
@@ -81,7 +96,7 @@ impl Tensor {
         let storage = if for_zeros {
             Storage::new_for_zeros(alloc, bytes, stream)?
         } else {
-            Storage::new(alloc, bytes, stream)?
+            Storage::new_in(alloc, bytes, stream)?
         };
         let storage = Arc::new(storage);
         Ok(Tensor {
@@ -106,7 +121,7 @@ impl Tensor {
     /// NumPy's `zeros` leaves them (4096² f32: 4 ms → µs).
     pub fn full_bytes(shape: &[usize], dtype: DType, device: Device, value: &[u8]) -> Result<Tensor> {
         let zeros = value.iter().all(|&b| b == 0) && value.len() == dtype.size();
-        let t = Tensor::empty_with(default_allocator(device)?, shape, dtype, zeros)?;
+        let t = Tensor::empty_with(AllocRef::for_device(device)?, shape, dtype, zeros)?;
         if !(zeros && t.storage.fresh_zeros()) {
             t.fill_bytes_impl(value, false)?;
         }

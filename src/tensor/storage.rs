@@ -15,12 +15,47 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::stream::StreamHandle;
 
+/// The allocator of a [`Storage`]: the process's CPU allocator by a plain
+/// reference (small CPU tensors pay for every atomic operation, and an `Arc`'s
+/// count costs two), any other one shared.
+pub(crate) enum AllocRef {
+    Static(&'static dyn NDAlloc),
+    Shared(Arc<dyn NDAlloc>),
+}
+
+impl AllocRef {
+    /// The default allocator of `device` ([`default_allocator`](crate::backend::default_allocator)).
+    pub(crate) fn for_device(device: Device) -> Result<AllocRef> {
+        match device {
+            Device::Cpu => Ok(AllocRef::Static(&crate::alloc::CpuAlloc)),
+            _ => crate::backend::default_allocator(device).map(AllocRef::Shared),
+        }
+    }
+}
+
+impl std::ops::Deref for AllocRef {
+    type Target = dyn NDAlloc;
+
+    fn deref(&self) -> &(dyn NDAlloc + 'static) {
+        match self {
+            AllocRef::Static(a) => *a,
+            AllocRef::Shared(a) => &**a,
+        }
+    }
+}
+
+impl From<Arc<dyn NDAlloc>> for AllocRef {
+    fn from(a: Arc<dyn NDAlloc>) -> AllocRef {
+        AllocRef::Shared(a)
+    }
+}
+
 /// Who frees a [`Storage`]'s bytes.
 pub(crate) enum Owner {
     /// Memory from one of our allocators.
     Alloc {
         /// The allocator that made it.
-        alloc: Arc<dyn NDAlloc>,
+        alloc: AllocRef,
         /// What it handed out.
         allocation: Allocation,
         /// The stream it was allocated on.
@@ -62,26 +97,27 @@ impl Storage {
     /// Allocates `size` bytes with `alloc`, ordered on `stream`.
     #[inline]
     pub fn new(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+        Storage::allocate(alloc.into(), size, stream, false)
+    }
+
+    /// [`Storage::new`] with an [`AllocRef`].
+    #[inline]
+    pub(crate) fn new_in(alloc: AllocRef, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
         Storage::allocate(alloc, size, stream, false)
     }
 
     /// Allocates `size` bytes about to be zero-filled ([`NDAlloc::allocate_for_zeros`]).
-    pub(crate) fn new_for_zeros(alloc: Arc<dyn NDAlloc>, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
+    pub(crate) fn new_for_zeros(alloc: AllocRef, size: usize, stream: Option<StreamHandle>) -> Result<Storage> {
         Storage::allocate(alloc, size, stream, true)
     }
 
     #[inline(always)]
-    fn allocate(
-        alloc: Arc<dyn NDAlloc>,
-        size: usize,
-        stream: Option<StreamHandle>,
-        for_zeros: bool,
-    ) -> Result<Storage> {
+    fn allocate(alloc: AllocRef, size: usize, stream: Option<StreamHandle>, for_zeros: bool) -> Result<Storage> {
         // Foreign deleters whose device work has finished run now (a cheap
         // atomic load when none wait); not while this thread holds a storage
         // locked (a staged copy's temporaries): a deleter may wait for the
         // Python GIL, whose holder may wait for that lock.
-        if !super::access::holds_any() {
+        if crate::backend::deferred::waiting() && !super::access::holds_any() {
             crate::backend::deferred::poll();
         }
         let align = crate::alloc::CPU_ALIGNMENT;
