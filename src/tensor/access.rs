@@ -104,8 +104,9 @@ impl Drop for Access<'_> {
         if self.held != [0; 2] {
             // SAFETY: `list` is this thread's `HELD`, set by `lock` (which
             // added the addresses). The guard is not `Send` (a raw pointer),
-            // so it is dropped on that thread, within the call that made it:
-            // before the thread's locals are destroyed.
+            // so it is dropped on that thread, by the call that made it; a
+            // thread's locals are destroyed one at a time, never during such
+            // a call, so `HELD` is still alive.
             let list = unsafe { &*self.list };
             list.borrow_mut().retain(|a| !self.held.contains(a));
         }
