@@ -120,7 +120,7 @@ pub(crate) fn waiting() -> bool {
 /// Runs the deleters whose device work has completed; never blocks on the
 /// device. A single atomic load when none wait.
 pub(crate) fn poll() {
-    if COUNT.load(Ordering::Acquire) == 0 {
+    if !waiting() {
         return;
     }
     let ready: Vec<ForeignOwner> = {
