@@ -137,6 +137,18 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 #[inline(always)]
 pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
     let e = size_of::<T>();
+    #[cfg(target_arch = "x86_64")]
+    if matches!(ss / e as isize, 2..=4)
+        && ss % e as isize == 0
+        && e.is_power_of_two()
+        && e <= 8
+        && super::split512::enabled()
+    {
+        // SAFETY: forwarded: elements `i·ss` of the source, `n` of the
+        // destination; the CPU has the instructions (`enabled`).
+        unsafe { super::split512::gather(dst, src, n, e, ss as usize / e) };
+        return;
+    }
     // SAFETY: forwarded; `ss == k·e` in the constant-stride arms.
     unsafe {
         match ss / e as isize {

@@ -47,6 +47,8 @@ mod general;
 mod parallel;
 mod rows;
 mod runs;
+#[cfg(target_arch = "x86_64")]
+mod split512;
 mod stage;
 mod tiny;
 mod transpose;

@@ -18,6 +18,8 @@ use super::elem::Elem;
 use super::general::{gather, scatter};
 use super::parallel::{Shared, for_each_segment, par_for};
 use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
+#[cfg(target_arch = "x86_64")]
+use super::split512;
 use super::stage::{STAGE, with_stage};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 
@@ -477,6 +479,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
+    #[cfg(target_arch = "x86_64")]
+    if !nt && split512::splits(a, b, e) && split512::enabled() {
+        // SAFETY: forwarded; `splits` and `enabled` hold.
+        unsafe { split512::split(a, b, &batch, dst, src, e, plan.bytes()) };
+        return;
+    }
     // Pixels of three channels to planes and back: byte shuffles (SSSE3, which
     // every CPU with AVX2 has; the AVX2 switch turns both off for tests).
     #[cfg(target_arch = "x86_64")]
@@ -942,9 +950,16 @@ impl Extension {
         if ra > EXTEND_MAX_RUN || rb > EXTEND_MAX_RUN {
             return None;
         }
+        // A dim that continues the runs of both sides goes to the source's
+        // where source runs are narrower than a micro tile: there the
+        // extension's groups reach the micro tiles.
+        let to_source = (b.len < T::micro_len(avx2_enabled()))
+            .then(|| batch.iter().position(|c| c.dst == ra as isize && c.src == rb as isize))
+            .flatten();
         let da = batch
             .iter()
-            .position(|c| c.dst == ra as isize)
+            .enumerate()
+            .position(|(k, c)| c.dst == ra as isize && to_source != Some(k))
             .map(|k| (k, grow(batch[k].len, ra, EXTENDED_DST_RUN)))
             .filter(|&(_, n)| n > 1);
         let src_run = if da.is_some() {
