@@ -3,6 +3,7 @@
 //! strides, gathers and scatters included.
 
 use super::blocks::LINE;
+use super::caches::l2_bytes;
 use super::elem::{Elem, ld, st};
 use super::fill::{fill_pattern, fill_run};
 use super::parallel::{Shared, for_each_segment, par_for};
@@ -79,6 +80,9 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
     let total = d0.len * outer.iter().map(|d| d.len).product::<usize>();
     let (d, s) = (Shared(dst), Shared(src));
     let chunk = STAGE / e; // elements staged at a time
+    // Lines that stay in L2 are read again from there: no gather of
+    // elements a page apart needs [`gather_lanes`]'s pace then.
+    let cached = bytes <= l2_bytes() / 2;
     par_for(total, bytes, |w0, w1| {
         with_stage(if nt { STAGE } else { 0 }, |buf| {
             for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
@@ -110,6 +114,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                                 i += c;
                             }
                         }
+                        GATHER if cached => gather_with::<T, false>(dp, sp, n, ss),
                         GATHER => gather::<T>(dp, sp, n, ss),
                         SCATTER => scatter::<T>(dp, sp, n, ds),
                         _ => {
@@ -136,6 +141,18 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 /// Every address formed is an element of its operand.
 #[inline(always)]
 pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
+    // SAFETY: forwarded.
+    unsafe { gather_with::<T, true>(dst, src, n, ss) }
+}
+
+/// [`gather`], with `FAR`: elements a page or more apart go [`gather_lanes`]
+/// (their lines are not taken to be in cache).
+///
+/// # Safety
+///
+/// As [`gather`].
+#[inline(always)]
+unsafe fn gather_with<T: Elem, const FAR: bool>(dst: *mut u8, src: *const u8, n: usize, ss: isize) {
     let e = size_of::<T>();
     #[cfg(target_arch = "x86_64")]
     if matches!(ss / e as isize, 2..=4)
@@ -163,7 +180,7 @@ pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss:
                     st(dst.add(i * e), ld::<T>(src.sub(i * e)));
                 }
             }
-            _ if e.is_multiple_of(4) && e > 4 && ss.unsigned_abs() >= 4096 => {
+            _ if FAR && e.is_multiple_of(4) && e > 4 && ss.unsigned_abs() >= 4096 => {
                 // A few columns of rows a page or more apart (widened to one
                 // element): each element is its own line, and at power-of-two
                 // strides all fall in one L1 set. One wide load per row keeps

@@ -15,7 +15,7 @@ use super::caches::l2_has_few_ways;
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
-use super::general::{gather, scatter};
+use super::general::{gather, general, scatter};
 use super::parallel::{Shared, for_each_segment, par_for};
 use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
 #[cfg(target_arch = "x86_64")]
@@ -577,6 +577,20 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     {
         // SAFETY: forwarded.
         unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
+        return;
+    }
+    // Small copies that no extension took, whose source runs are one or two
+    // elements of 4 or 8 bytes: the general kernel's row-by-row gathers,
+    // whose per-row cost is less than a tile's setup and its micro tiles'
+    // edges for every run. Python, µs, tiles → rows (NumPy, torch): 17 × 19
+    // × 23 × 2 f64 permuted 3210 13.6 → 8.6 (6.2, 10.4), 2031 13.0 → 8.4; f32
+    // 3201 6.9 → 3.6 (4.8, 6.5); 31 × 29 × 27 × 2 f64 0321 19.2 → 13.4
+    // (17.0, 22.7). Not runs of four (33 × 35 × 37 × 4 f32 3201 25.4 →
+    // 44.0), nor those an extension takes (5 × 7 × 9 × 11 × 2 f32 43210 4.5
+    // → 10.3).
+    if route == Route::Small && e >= 4 && b.len <= 2 {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
         return;
     }
     // One choice of kernel for the whole copy: tiles are sized for its micro
