@@ -966,7 +966,10 @@ impl Extension {
         }
         // A dim that continues the runs of both sides goes to the source's
         // where source runs are narrower than a micro tile: there the
-        // extension's groups reach the micro tiles.
+        // extension's groups reach the micro tiles. Python, µs, destination
+        // side → source side (torch): 31 × 29 × 27 × 3 f32 permuted 0321
+        // 38.2 → 17.2 (18.0), 3021 36.8 → 17.5, 1320 37.2 → 17.4; 29 × 27 × 3
+        // f32 210 2.32 → 1.13 (NumPy 1.09).
         let to_source = (b.len < T::micro_len(avx2_enabled()))
             .then(|| batch.iter().position(|c| c.dst == ra as isize && c.src == rb as isize))
             .flatten();
