@@ -13,8 +13,9 @@ Besides the CLI's matrix, the kinds where a peer once won, at several sizes
 (`peer_patterns`): large contiguous clones, small permutes (call and dispatch
 overhead), narrow column slices of a large matrix, and 2-D flips; permutes of
 1–4 MiB in cache whose destination rows are 4 KiB apart or whose unit-stride side
-is a pair or a pixel of three; tall, narrow matrices transposed; and permutes of
-odd shapes (prime dims, short unit-stride sides).
+is a pair or a pixel of three; tall, narrow matrices transposed; permutes of odd
+shapes (prime dims, short unit-stride sides); and small ones whose unit-stride side
+of 2–4 elements moves anywhere (`cpu_permute_sweep.py` times every permutation).
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -114,6 +115,19 @@ def peer_patterns(quick):
         ("odd_attention_f16_2x333x16x32", 2, [2, 333, 16, 32], [0, 2, 1, 3]),
         ("odd_attention_f32_2x333x16x128", 4, [2, 333, 16, 128], [0, 2, 1, 3]),
         ("odd_batched_transpose_f64_100x7x100", 8, [100, 7, 100], [0, 2, 1]),
+    ]:
+        v.append(permute(name, e, shape, perm))
+    # Unit-stride sides of 2-4 elements (pairs, pixels) moved anywhere in small odd
+    # shapes, 60 KiB to 300 KiB: bench/cpu_permute_sweep.py times every permutation.
+    for name, e, shape, perm in [
+        ("narrow_permute4d_3102_u8_31x29x27x2", 1, [31, 29, 27, 2], [3, 1, 0, 2]),
+        ("narrow_permute4d_0132_u8_33x35x37x4", 1, [33, 35, 37, 4], [0, 1, 3, 2]),
+        ("narrow_transpose3d_021_u8_64x64x2", 1, [64, 64, 2], [0, 2, 1]),
+        ("narrow_permute4d_3102_f32_17x19x23x2", 4, [17, 19, 23, 2], [3, 1, 0, 2]),
+        ("narrow_permute4d_0321_f32_31x29x27x3", 4, [31, 29, 27, 3], [0, 3, 2, 1]),
+        ("narrow_permute4d_3120_f32_31x29x27x3", 4, [31, 29, 27, 3], [3, 1, 2, 0]),
+        ("narrow_permute4d_3210_f64_17x19x23x2", 8, [17, 19, 23, 2], [3, 2, 1, 0]),
+        ("narrow_permute5d_03142_f64_5x7x9x11x2", 8, [5, 7, 9, 11, 2], [0, 3, 1, 4, 2]),
     ]:
         v.append(permute(name, e, shape, perm))
     return v
