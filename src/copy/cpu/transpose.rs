@@ -571,6 +571,19 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 9 × 10 × 11 × 12 × 13 f16 43210 1.20×; 16⁵ f32 43210, 32³ f32 210,
     // 20 × 30 × 40 f32 210, 64³ f32 021 0.99–1.04×. Small copies of longer
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
+    // Small copies of 8-byte elements whose source runs are one to three of
+    // them, under destination runs of 16 or more: the general kernel's row
+    // gathers (below), before any extension, whose tiles of SSE2's 2 × 2
+    // micro tiles lose to them there. Python, µs, extended → rows (NumPy,
+    // torch): 31 × 29 × 27 × 3 f64 permuted 1320 44.8 → 19.2 (23.6, 31.2),
+    // 0321 30.0 → 21.3 (30.0, 34.5), 3120 46.2 → 22.1; 29 × 27 × 3 f64 210
+    // 1.78 → 1.21 (1.02). Not 4-byte ones, whose extension mostly wins:
+    // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
+    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 16 {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched | Route::Avx512))
         && let Some(ext) = Extension::find::<T>(a, b, &batch)
