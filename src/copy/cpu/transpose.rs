@@ -479,6 +479,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
+    // Pixels of 2 to 4 channels to planes, in cache: whole vectors for
+    // slices of any length (bench/cpu_permute_sweep.py's 31 × 29 × 27 × 2 u8
+    // 3102: 53.9 → 9.1 µs, NumPy 13.9). Streamed copies keep the routes
+    // below, whose stores stream.
     #[cfg(target_arch = "x86_64")]
     if !nt && split512::splits(a, b, e) && split512::enabled() {
         // SAFETY: forwarded; `splits` and `enabled` hold.
@@ -557,6 +561,19 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         batch.sort_by_key(|d| d.src.unsigned_abs());
     }
+    // Small copies of 8-byte elements whose source runs are one to three of
+    // them, under destination runs of 16 or more: the general kernel's row
+    // gathers (as for the runs further down), before any extension, whose
+    // tiles of SSE2's 2 × 2 micro tiles lose to them there. Python, µs,
+    // extended → rows (NumPy, torch): 31 × 29 × 27 × 3 f64 permuted 1320
+    // 44.8 → 19.2 (23.6, 31.2), 0321 30.0 → 21.3 (30.0, 34.5), 3120 46.2 →
+    // 22.1; 29 × 27 × 3 f64 210 1.78 → 1.21 (1.02). Not 4-byte ones, whose extension mostly wins:
+    // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
+    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 16 {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
     // Small copies whose source runs are narrower than the smallest micro
     // tile take the extension too: its groups of slices reach the micro
     // tiles, where small tiles of such slices gather every element alone.
@@ -571,19 +588,6 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 9 × 10 × 11 × 12 × 13 f16 43210 1.20×; 16⁵ f32 43210, 32³ f32 210,
     // 20 × 30 × 40 f32 210, 64³ f32 021 0.99–1.04×. Small copies of longer
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
-    // Small copies of 8-byte elements whose source runs are one to three of
-    // them, under destination runs of 16 or more: the general kernel's row
-    // gathers (below), before any extension, whose tiles of SSE2's 2 × 2
-    // micro tiles lose to them there. Python, µs, extended → rows (NumPy,
-    // torch): 31 × 29 × 27 × 3 f64 permuted 1320 44.8 → 19.2 (23.6, 31.2),
-    // 0321 30.0 → 21.3 (30.0, 34.5), 3120 46.2 → 22.1; 29 × 27 × 3 f64 210
-    // 1.78 → 1.21 (1.02). Not 4-byte ones, whose extension mostly wins:
-    // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
-    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 16 {
-        // SAFETY: forwarded.
-        unsafe { general::<T>(plan, dst, src, nt) };
-        return;
-    }
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched | Route::Avx512))
         && let Some(ext) = Extension::find::<T>(a, b, &batch)
