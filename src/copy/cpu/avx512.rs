@@ -58,7 +58,7 @@ pub(super) fn set_allowed(allowed: bool) {
 /// One round of the perfect-shuffle network: `t[2k] = lo(x[k], x[k + P/2])`,
 /// `t[2k + 1] = hi(…)`.
 #[inline(always)]
-fn unpack_round<const P: usize>(
+pub(super) fn unpack_round<const P: usize>(
     x: [__m512i; P],
     lo: impl Fn(__m512i, __m512i) -> __m512i,
     hi: impl Fn(__m512i, __m512i) -> __m512i,
@@ -84,16 +84,15 @@ fn unpack_round<const P: usize>(
 /// rounds across lanes (a C prototype, 4096² f32: as fast from line-aligned
 /// rows, 1.07× from a 4112-wide matrix).
 ///
-/// `chunk_lines!(e, lo, hi, src, sa, c)` is that group for chunk `c`: the
-/// `P` lines of destination rows `P·c .. P·c + P` (a macro, not a function
+/// `chunk_lines!(e, lo, hi, chunk)` is that group for one chunk, whose 16
+/// bytes of source row `k` (`k < 4·P`) `chunk(k)` loads: the `P` lines of
+/// destination rows `P·c .. P·c + P` for chunk `c` (a macro, not a function
 /// taking the unpacks: LLVM then kept the rounds' registers on the stack or
-/// stopped inlining the unpacks). Unsafe: bytes `16·c .. 16·c + 16` of rows
-/// `src + k·sa`, `k < 4·P`, are read.
+/// stopped inlining the unpacks). Unsafe as `chunk` is.
 macro_rules! chunk_lines {
-    ($e:expr, $lo:ident, $hi:ident, $src:expr, $sa:expr, $c:expr) => {{
+    ($e:expr, $lo:ident, $hi:ident, $chunk:expr) => {{
         const P: usize = 16 / $e;
-        let (src, sa, c): (*const u8, isize, usize) = ($src, $sa, $c);
-        let chunk = |row: usize| _mm_loadu_si128(src.offset(row as isize * sa).add(16 * c).cast());
+        let chunk = $chunk;
         let mut x = [_mm512_setzero_si512(); P];
         for (k, v) in x.iter_mut().enumerate() {
             let mut r = _mm512_castsi128_si512(chunk(k));
@@ -118,6 +117,7 @@ macro_rules! chunk_lines {
         x
     }};
 }
+pub(super) use chunk_lines;
 
 macro_rules! line_micro {
     ($(#[$doc:meta])* $name:ident, $e:expr, $lo:ident, $hi:ident) => {
@@ -136,7 +136,8 @@ macro_rules! line_micro {
                 // SAFETY: the caller's contract: bytes 16·c .. 16·c + 16 of rows
                 // k < 4·P, and destination rows P·c + q < 4·P.
                 unsafe {
-                    let x = chunk_lines!($e, $lo, $hi, src, sa, c);
+                    let chunk = |row: usize| _mm_loadu_si128(src.offset(row as isize * sa).add(16 * c).cast());
+                    let x = chunk_lines!($e, $lo, $hi, chunk);
                     for (q, v) in x.iter().enumerate() {
                         _mm512_stream_si512(dst.offset((P * c + q) as isize * db).cast(), *v);
                     }
@@ -295,13 +296,15 @@ macro_rules! sheared_micro {
                 }
                 let mut prev = [_mm512_setzero_si512(); M];
                 for c in 0..4 {
-                    let x = chunk_lines!($e, $lo, $hi, src, sa, c);
+                    let chunk = |row: usize| _mm_loadu_si128(src.offset(row as isize * sa).add(16 * c).cast());
+                    let x = chunk_lines!($e, $lo, $hi, chunk);
                     prev[P * c..P * c + P].copy_from_slice(&x);
                 }
                 for k in 0..lines {
                     let src = src.offset(((k + 1) * M) as isize * sa);
                     for c in 0..4 {
-                        let x = chunk_lines!($e, $lo, $hi, src, sa, c);
+                        let chunk = |row: usize| _mm_loadu_si128(src.offset(row as isize * sa).add(16 * c).cast());
+                        let x = chunk_lines!($e, $lo, $hi, chunk);
                         for (q, v) in x.iter().enumerate() {
                             let r = P * c + q;
                             let line = $permute(prev[r], index[r], *v);

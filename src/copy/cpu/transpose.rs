@@ -15,6 +15,8 @@ use super::caches::l2_has_few_ways;
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
+#[cfg(target_arch = "x86_64")]
+use super::folded512::{self, Folded};
 use super::general::{gather, general, scatter};
 use super::parallel::{Shared, for_each_segment, par_for};
 use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
@@ -560,6 +562,28 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // the same source rows (03142 in the batch's own order: 0.96×).
     if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         batch.sort_by_key(|d| d.src.unsigned_abs());
+    }
+    // Small copies with a side shorter than a line, where the CPU has
+    // AVX-512: tiles folded from two dims a side ([`folded512`]), whose rows
+    // and columns reach the micro tiles, straight to the destination.
+    // bench/cpu_permute_sweep.py, µs, the routes below → folded (NumPy,
+    // torch): 31 × 29 × 27 × 3 f32 permuted 3120 33.7 → 10.5 (20.9, 17.2),
+    // u16 3201 33.1 → 10.6 (30.6, 21.3), 33 × 35 × 37 × 4 f64 2013 154 →
+    // 34.1 (246, 71.8), 5 × 7 × 9 × 11 × 2 f64 43210 11.6 → 3.3 (6.3,
+    // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9); cases under the
+    // faster peer, of 138 a dtype: u16 7 → 0, f32 24 → 7, f64 35 → 34 (one of
+    // them: 17 × 19 × 23 × 2 f64 3201, whose row gathers take 4.7, folded
+    // 5.8). Not 1-byte elements, whose 64 × 64 micro tiles are too big for
+    // such sides (9 × 10 × 11 × 12 × 13 u8 03142 49.7 → 110).
+    #[cfg(target_arch = "x86_64")]
+    if route == Route::Small
+        && (b.len * e < LINE || a.len * e < LINE)
+        && folded512::enabled()
+        && let Some(f) = Folded::find(a, b, &batch, e)
+    {
+        // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
+        unsafe { folded512::transpose(&f, dst, src, e, plan.bytes()) };
+        return;
     }
     // Small copies of 8-byte elements whose source runs are one to three of
     // them, under destination runs of 16 or more: the general kernel's row

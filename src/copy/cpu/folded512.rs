@@ -1,0 +1,415 @@
+//! AVX-512 transposes of small copies whose tile sides are folded from two
+//! dims each: a tile's source rows are `a`'s rows of several slices of the
+//! batch dim that continues `a`'s destination runs, and its columns `b`'s
+//! elements of several slices of the one that continues `b`'s source runs.
+//! A permute whose source side is 2–4 elements (pixels, pairs) has no other
+//! tile wider than that: 31 × 29 × 27 × 3 f32 permuted 3120 is a 31 × 3
+//! transpose, 783 times, but one of 31 rows × 2349 columns folded. Rows and
+//! columns are then at offsets that a tile computes for its `64 / E` of
+//! each, and the micro tiles (of [`avx512`](super::avx512)'s 16-byte chunks
+//! for 2- and 4-byte elements, of whole rows for 8-byte ones) write each
+//! column's destination run straight from the source, the last chunk and the
+//! last rows masked: no staging, no scalar edges. Tiles go along the longer
+//! side, so that the lines in flight are the shorter side's.
+
+use std::arch::x86_64::{
+    __m512i, _mm_loadu_si128, _mm_maskz_loadu_epi8, _mm512_castsi128_si512, _mm512_inserti32x4,
+    _mm512_mask_storeu_epi16, _mm512_mask_storeu_epi32, _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64,
+    _mm512_setzero_si512, _mm512_shuffle_i64x2, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
+    _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+};
+
+use smallvec::SmallVec;
+
+use super::avx512::{chunk_lines, unpack_round};
+use super::parallel::{Shared, for_each_segment, par_for};
+use crate::copy::plan::{INLINE_DIMS, PlanDim};
+
+/// Whether the CPU has these kernels' instructions (AVX-512 F, BW and VL)
+/// and the AVX-512 kernels are allowed ([`super::avx512::enabled`]).
+#[inline]
+pub(super) fn enabled() -> bool {
+    super::avx512::enabled() && std::is_x86_feature_detected!("avx512vl")
+}
+
+/// One side of a folded tile: index `x < len` at byte offset `(x / n)·outer
+/// + (x % n)·inner`.
+#[derive(Clone, Copy, Debug)]
+struct Side {
+    len: usize,
+    n: usize,
+    inner: isize,
+    outer: isize,
+}
+
+impl Side {
+    /// Dim `d`'s indices (stride `inner`), folded with `fold`'s (`outer`).
+    fn new(d: PlanDim, inner: isize, fold: Option<(PlanDim, isize)>) -> Side {
+        let (count, outer) = fold.map_or((1, 0), |(f, outer)| (f.len, outer));
+        Side {
+            len: d.len * count,
+            n: d.len,
+            inner,
+            outer,
+        }
+    }
+
+    /// Index `x` as (outer, inner) indices.
+    fn at(self, x: usize) -> (usize, usize) {
+        (x / self.n, x % self.n)
+    }
+
+    /// The offsets of indices `x .. x + K`, where `x < len` is `(q, r)`;
+    /// past `len`, the last one again.
+    #[inline(always)]
+    fn offsets<const K: usize>(self, x: usize, (mut q, mut r): (usize, usize)) -> [isize; K] {
+        let mut at = q as isize * self.outer + r as isize * self.inner;
+        let mut out = [0; K];
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = at;
+            if x + k + 1 < self.len {
+                r += 1;
+                if r == self.n {
+                    (q, r) = (q + 1, 0);
+                    at = q as isize * self.outer;
+                } else {
+                    at += self.inner;
+                }
+            }
+        }
+        out
+    }
+
+    /// Index `(q, r)` moved on by `step = self.at(K)` (no division a tile).
+    #[inline(always)]
+    fn advance(self, (q, r): (usize, usize), step: (usize, usize)) -> (usize, usize) {
+        let (q, r) = (q + step.0, r + step.1);
+        if r >= self.n { (q + 1, r - self.n) } else { (q, r) }
+    }
+}
+
+/// A transpose over (`a`: unit destination stride, `b`: unit source stride)
+/// with its tile sides folded: rows are `a`'s, times the batch dim whose
+/// destination stride is an `a` run, their destination `E` bytes apart;
+/// columns are `b`'s, times the one whose source stride is a `b` run, their
+/// source `E` bytes apart. `batch` holds the other dims.
+pub(super) struct Folded {
+    rows: Side,
+    cols: Side,
+    batch: SmallVec<[PlanDim; INLINE_DIMS]>,
+}
+
+impl Folded {
+    /// The folds of a transpose of `e`-byte elements (2, 4 or 8). A
+    /// batch dim that continues the runs of both sides goes to the shorter
+    /// side. `None` where neither side has a fold.
+    pub(super) fn find(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> Option<Folded> {
+        debug_assert!(a.dst == e as isize && b.src == e as isize);
+        if !matches!(e, 2 | 4 | 8) {
+            return None;
+        }
+        let (ra, rb) = ((a.len * e) as isize, (b.len * e) as isize);
+        let kb = batch
+            .iter()
+            .position(|c| c.src == rb && (c.dst != ra || b.len <= a.len));
+        let ka = (0..batch.len()).find(|&k| batch[k].dst == ra && Some(k) != kb);
+        if ka.is_none() && kb.is_none() {
+            return None;
+        }
+        Some(Folded {
+            rows: Side::new(a, a.src, ka.map(|k| (batch[k], batch[k].src))),
+            cols: Side::new(b, b.dst, kb.map(|k| (batch[k], batch[k].dst))),
+            batch: (0..batch.len())
+                .filter(|&k| Some(k) != ka && Some(k) != kb)
+                .map(|k| batch[k])
+                .collect(),
+        })
+    }
+}
+
+/// Source bytes a task reads, about: tasks are a slice's columns in pieces.
+const PIECE_BYTES: usize = 16 << 10;
+
+macro_rules! folded_micro {
+    ($micro:ident, $e:expr, $lo:ident, $hi:ident, $store:ident) => {
+        /// `nr × nj` elements (`nr, nj ≤ 64 / E`): element `j` of source row
+        /// `k` (`src + rows[k] + j·E`) to `dst + cols[j] + k·E`.
+        ///
+        /// # Safety
+        ///
+        /// The CPU has AVX-512 F, BW and VL; bytes `0 .. nj·E` of rows `src +
+        /// rows[k]` readable for every `k < 64 / E` (masked-off bytes of the
+        /// last chunk are not read), elements `0 .. nr` from `dst + cols[j]`
+        /// writable for `j < nj` (the others are not written).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        #[inline]
+        unsafe fn $micro(
+            dst: *mut u8,
+            cols: &[isize; 64 / $e],
+            nj: usize,
+            src: *const u8,
+            rows: &[isize; 64 / $e],
+            nr: usize,
+        ) {
+            const P: usize = 16 / $e;
+            let mask = if nr >= 64 / $e { u64::MAX } else { (1u64 << nr) - 1 };
+            // SAFETY: column `j < nj`: `nr` elements from its destination
+            // (the caller's contract), masked.
+            let put = |j: usize, v: __m512i| unsafe { $store(dst.offset(cols[j]).cast(), mask as _, v) };
+            // SAFETY: chunk `c` of whole columns: bytes `16·c .. 16·c + 16 ≤
+            // nj·E` of each row (the caller's contract).
+            let whole = |c: usize| unsafe {
+                let chunk = |k: usize| _mm_loadu_si128(src.offset(rows[k]).add(16 * c).cast());
+                let x = chunk_lines!($e, $lo, $hi, chunk);
+                for (q, v) in x.into_iter().enumerate() {
+                    put(P * c + q, v);
+                }
+            };
+            if nj == 64 / $e {
+                // Constant bounds: unrolled.
+                for c in 0..4 {
+                    whole(c);
+                }
+                return;
+            }
+            for c in 0..nj / P {
+                whole(c);
+            }
+            let (c, left) = (nj / P, nj % P);
+            if left > 0 {
+                // SAFETY: the `left` columns of the last chunk, their bytes of
+                // each row (the caller's contract), the loads masked to them.
+                unsafe {
+                    let bytes = (1u16 << (left * $e)) - 1;
+                    let chunk = |k: usize| _mm_maskz_loadu_epi8(bytes, src.offset(rows[k]).add(16 * c).cast());
+                    let x = chunk_lines!($e, $lo, $hi, chunk);
+                    for (q, v) in x.into_iter().enumerate().take(left) {
+                        put(P * c + q, v);
+                    }
+                }
+            }
+        }
+    };
+}
+
+macro_rules! folded_tiles {
+    ($tiles:ident, $e:expr, $micro:ident) => {
+        /// Indices `x0 .. x1` of the outer side of one slice (columns where
+        /// `cols_outer`, else rows), every index of the other, `64 / E` of
+        /// each a tile: the inner side's tiles in turn for each group of the
+        /// outer side's.
+        ///
+        /// # Safety
+        ///
+        /// The CPU has AVX-512 F, BW and VL; `dst` and `src` a slice of a
+        /// [`Folded`] plan with these sides, `x0 < x1` indices of the outer.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        unsafe fn $tiles(dst: *mut u8, src: *const u8, rows: Side, cols: Side, cols_outer: bool, x0: usize, x1: usize) {
+            const N: usize = 64 / $e;
+            let (outer, inner) = if cols_outer { (cols, rows) } else { (rows, cols) };
+            let step = inner.at(N);
+            for x in (x0..x1).step_by(N) {
+                let xo = outer.offsets::<N>(x, outer.at(x));
+                let nx = (x1 - x).min(N);
+                let mut at = (0, 0);
+                for y in (0..inner.len).step_by(N) {
+                    let yo = inner.offsets::<N>(y, at);
+                    at = inner.advance(at, step);
+                    let ny = (inner.len - y).min(N);
+                    let ((r, ro, nr), (j, co, nj)) = if cols_outer {
+                        ((y, &yo, ny), (x, &xo, nx))
+                    } else {
+                        ((x, &xo, nx), (y, &yo, ny))
+                    };
+                    // SAFETY: rows `r ..` (offsets past the last repeat it) and
+                    // columns `j ..` of the slice, elements of the plan.
+                    unsafe { $micro(dst.add(r * $e), co, nj, src.add(j * $e), ro, nr) };
+                }
+            }
+        }
+    };
+}
+
+folded_micro!(
+    micro2,
+    2,
+    _mm512_unpacklo_epi16,
+    _mm512_unpackhi_epi16,
+    _mm512_mask_storeu_epi16
+);
+folded_micro!(
+    micro4,
+    4,
+    _mm512_unpacklo_epi32,
+    _mm512_unpackhi_epi32,
+    _mm512_mask_storeu_epi32
+);
+
+folded_tiles!(tiles2, 2, micro2);
+folded_tiles!(tiles4, 4, micro4);
+folded_tiles!(tiles8, 8, micro8);
+
+/// 8 × 8 8-byte elements, as [`micro4`]'s tiles but from whole rows: a
+/// load a row (masked to `nj` elements), three shuffle rounds (pairs of
+/// rows, then 128-bit lanes twice), a store a column (masked to `nr`). The
+/// chunks of [`micro4`] hold two 8-byte elements each, and their loads and
+/// inserts cost more than these rounds (Python, µs: 17 × 19 × 23 × 2 f64
+/// permuted 3201 7.0 → 5.8, 3210 6.8 → 5.7).
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F, BW and VL; elements `0 .. nj` of rows `src +
+/// rows[k]` readable for `k < 8`, elements `0 .. nr` from `dst + cols[j]`
+/// writable for `j < nj` (no other byte is touched).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn micro8(dst: *mut u8, cols: &[isize; 8], nj: usize, src: *const u8, rows: &[isize; 8], nr: usize) {
+    let (load_mask, store_mask) = (((1u16 << nj) - 1) as u8, ((1u16 << nr) - 1) as u8);
+    // SAFETY: the caller's contract: `nj` elements of each row, `nr` of each
+    // column (masked-off elements are not accessed).
+    unsafe {
+        let r: [__m512i; 8] = std::array::from_fn(|k| _mm512_maskz_loadu_epi64(load_mask, src.offset(rows[k]).cast()));
+        // Lane `L` of `t[2m]` holds elements `2L` of rows `2m, 2m + 1`; of
+        // `t[2m + 1]`, elements `2L + 1`.
+        let t: [__m512i; 8] = std::array::from_fn(|k| {
+            let (a, b) = (r[k & !1], r[k | 1]);
+            if k % 2 == 0 {
+                _mm512_unpacklo_epi64(a, b)
+            } else {
+                _mm512_unpackhi_epi64(a, b)
+            }
+        });
+        // Rows 0–3 (`u[0..4]`) and 4–7 (`u[4..8]`): `u[0]` is lanes 0 and 2
+        // of `t[0]`, then of `t[2]` (elements 0 and 4 of rows 0–3), `u[1]`
+        // lanes 1 and 3 (elements 2 and 6), `u[2]` and `u[3]` the same of
+        // `t[1]` and `t[3]` (elements 1 and 5, 3 and 7). Column `j` is then
+        // the lanes of `u[g]` and `u[g + 4]` that hold its elements.
+        let u: [__m512i; 8] = std::array::from_fn(|k| {
+            let base = (k / 4) * 4 + (k / 2) % 2;
+            let (a, b) = (t[base], t[base + 2]);
+            if k % 2 == 0 {
+                _mm512_shuffle_i64x2::<0x88>(a, b)
+            } else {
+                _mm512_shuffle_i64x2::<0xDD>(a, b)
+            }
+        });
+        for (j, &col) in cols.iter().enumerate().take(nj) {
+            let g = [0, 2, 1, 3][j % 4];
+            let v = if j < 4 {
+                _mm512_shuffle_i64x2::<0x88>(u[g], u[g + 4])
+            } else {
+                _mm512_shuffle_i64x2::<0xDD>(u[g], u[g + 4])
+            };
+            _mm512_mask_storeu_epi64(dst.offset(col).cast(), store_mask, v);
+        }
+    }
+}
+
+/// The folded transpose of `e`-byte elements: each slice of `f.batch` in
+/// pieces of columns, split across threads.
+///
+/// # Safety
+///
+/// As [`execute`](super::execute) for the plan `f` was found in, with the
+/// `e` it was found for; [`enabled`].
+pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usize, bytes: usize) {
+    let n = 64 / e;
+    let (rows, cols) = (f.rows, f.cols);
+    // Along the longer side, the shorter one's lines in flight: each tile
+    // reads a line or two of each of its rows, the next tile along the row
+    // the rest of them, and writes a line or two of each of its columns'.
+    let cols_outer = cols.len >= rows.len;
+    let (outer, inner) = if cols_outer { (cols, rows) } else { (rows, cols) };
+    let piece = (PIECE_BYTES / (inner.len * e)).next_multiple_of(n).max(n);
+    let per_slice = outer.len.div_ceil(piece);
+    let slices: usize = f.batch.iter().map(|d| d.len).product();
+    let (d, s) = (Shared(dst), Shared(src));
+    par_for(per_slice * slices, bytes, |t0, t1| {
+        for_each_segment(&f.batch, per_slice, t0, t1, |dof, so, first, count| {
+            let (x0, x1) = (first * piece, ((first + count) * piece).min(outer.len));
+            let (dst, src) = (d.get().wrapping_offset(dof), s.get().wrapping_offset(so));
+            // SAFETY: a slice of the plan, indices `x0..x1` of its outer side;
+            // the CPU has the instructions (the caller's contract).
+            unsafe {
+                match e {
+                    2 => tiles2(dst, src, rows, cols, cols_outer, x0, x1),
+                    4 => tiles4(dst, src, rows, cols, cols_outer, x0, x1),
+                    _ => tiles8(dst, src, rows, cols, cols_outer, x0, x1),
+                }
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A permute of `[n][fa][a][fb][b]` (source order, contiguous) to
+    /// `[n][b][fb][fa][a]`, `e`-byte elements, against the definition:
+    /// partial tiles on both sides, both walking orders, one slice and
+    /// several, on the calling thread and across the pool; nothing written
+    /// past the destination, nothing read past the source.
+    #[test]
+    fn folded_permutes_match_the_definition() {
+        if !enabled() {
+            println!("SKIP: the CPU has no AVX-512 F, BW and VL");
+            return;
+        }
+        // (a, b, fa, fb, n): rows a·fa, columns b·fb.
+        let cases = [
+            (31, 3, 1, 50, 1),  // columns outer, rows 16 + 15
+            (19, 2, 17, 23, 1), // rows outer (323 × 46)
+            (5, 2, 7, 11, 3),   // rows under a tile
+            (3, 4, 1, 1, 2),    // no fold: `find` says None
+            (17, 3, 1, 1, 1),   // no fold
+            (7, 2, 1, 70, 2),   // one row block of 7
+            (40, 1, 1, 9, 1),   // a one-element source side
+        ];
+        for e in [2usize, 4, 8] {
+            for &(a, b, fa, fb, n) in &cases {
+                let elems = n * fa * a * fb * b;
+                let src: Vec<u8> = (0..elems * e).map(|k| (k * 7 + k / 251) as u8).collect();
+                let sz = |x: usize| (x * e) as isize;
+                // Source strides of [n][fa][a][fb][b], destination ones of [n][b][fb][fa][a].
+                let dim = |len, src, dst| PlanDim { len, src, dst };
+                let da = dim(a, sz(fb * b), sz(1));
+                let db = dim(b, sz(1), sz(fb * fa * a));
+                let mut batch: SmallVec<[PlanDim; INLINE_DIMS]> = SmallVec::new();
+                if fa > 1 {
+                    batch.push(dim(fa, sz(a * fb * b), sz(a)));
+                }
+                if fb > 1 {
+                    batch.push(dim(fb, sz(b), sz(fa * a)));
+                }
+                if n > 1 {
+                    batch.push(dim(n, sz(fa * a * fb * b), sz(b * fb * fa * a)));
+                }
+                let Some(f) = Folded::find(da, db, &batch, e) else {
+                    assert!(fa == 1 && fb == 1, "e {e}, {a} {b} {fa} {fb}: no fold found");
+                    continue;
+                };
+                assert!(fa > 1 || fb > 1, "e {e}, {a} {b}: a fold of nothing");
+                for bytes in [elems * e, 4 << 20] {
+                    let mut dst = vec![0xA5u8; elems * e + 64];
+                    // SAFETY: the CPU has the instructions; both buffers hold the plan.
+                    unsafe { transpose(&f, dst.as_mut_ptr(), src.as_ptr(), e, bytes) };
+                    for (k, (((ni, fi), ai), (fj, bj))) in (0..n)
+                        .flat_map(|ni| (0..fa).map(move |fi| (ni, fi)))
+                        .flat_map(|x| (0..a).map(move |ai| (x, ai)))
+                        .flat_map(|x| (0..fb).flat_map(move |fj| (0..b).map(move |bj| (x, (fj, bj)))))
+                        .enumerate()
+                    {
+                        let at = (((ni * b + bj) * fb + fj) * fa + fi) * a + ai;
+                        assert_eq!(
+                            dst[at * e..][..e],
+                            src[k * e..][..e],
+                            "e {e}, {a} {b} {fa} {fb} {n}: element ({ni} {fi} {ai} {fj} {bj})"
+                        );
+                    }
+                    assert!(dst[elems * e..].iter().all(|&x| x == 0xA5), "e {e}: wrote past");
+                }
+            }
+        }
+    }
+}
