@@ -15,12 +15,9 @@ use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8
 
 use smallvec::SmallVec;
 
-use super::parallel::{Shared, for_each_segment, par_for};
+use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
 use super::runs::store_fence;
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
-
-/// Pixels per task piece: 16 Ki, a multiple of the 16 a step takes at most.
-const PIECE: usize = 16 << 10;
 
 /// Planes a multiple of this many bytes apart are written with ordinary
 /// stores even in streamed copies: three streams of 16-byte streaming stores
@@ -133,13 +130,13 @@ pub(super) unsafe fn channels(
     };
     // The mask tables' index: elements of `1 << size_index` bytes.
     let size_index = e.trailing_zeros() as usize;
-    let per_slice = pixels.div_ceil(PIECE);
+    let per_slice = pixels.div_ceil(PIXELS_A_TASK);
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(batch, per_slice, t0, t1, |dof, so, first, n| {
-            let p0 = first * PIECE;
-            let p1 = ((first + n) * PIECE).min(pixels);
+            let p0 = first * PIXELS_A_TASK;
+            let p1 = ((first + n) * PIXELS_A_TASK).min(pixels);
             // SAFETY: pixels `p0..p1` of this slice lie inside both operands;
             // the CPU has SSSE3 (the caller's contract).
             unsafe {

@@ -17,6 +17,9 @@ use crate::copy::plan::{INLINE_DIMS, PlanDim};
 /// GB/s, one thread → two: clone 73–91 → 128–138, row flip 73 → 123–130
 /// (torch 122–134); 256 KiB row flip 94–99 → 104 (torch 100–103).
 pub(super) const PAR_MIN_BYTES: usize = 256 << 10;
+/// Pixels a task of the channel kernels takes ([`super::channels`],
+/// [`super::split512`]): 16 Ki, a multiple of the 16 or 64 a step takes.
+pub(super) const PIXELS_A_TASK: usize = 16 << 10;
 /// Target bytes per task of the balanced schedule.
 const PAR_CHUNK_BYTES: usize = 1 << 20;
 /// Fewest bytes worth a worker of their own in the static schedule (torch's

@@ -16,7 +16,7 @@ use std::arch::x86_64::{
 
 use smallvec::SmallVec;
 
-use super::parallel::{Shared, for_each_segment, par_for};
+use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
 /// Whether the CPU has these kernels' instructions (AVX-512 F, BW and VBMI)
@@ -153,9 +153,6 @@ pub(super) unsafe fn gather(dst: *mut u8, src: *const u8, n: usize, e: usize, s:
     unsafe { split_n(dst, 0, src, n, e, s, 1) }
 }
 
-/// Pieces of a slice's pixels per task: 16 Ki pixels.
-const PIECE: usize = 16 << 10;
-
 /// The transpose of `e`-byte elements over `a` and `b` ([`splits`]), batched
 /// over `batch`: each slice's `a.len` pixels of `b.len` channels to `b.len`
 /// planes `b.dst` bytes apart, in pieces split across threads.
@@ -173,13 +170,13 @@ pub(super) unsafe fn split(
     e: usize,
     bytes: usize,
 ) {
-    let per_slice = a.len.div_ceil(PIECE);
+    let per_slice = a.len.div_ceil(PIXELS_A_TASK);
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(batch, per_slice, t0, t1, |dof, so, first, n| {
-            let p0 = first * PIECE;
-            let p1 = ((first + n) * PIECE).min(a.len);
+            let p0 = first * PIXELS_A_TASK;
+            let p1 = ((first + n) * PIXELS_A_TASK).min(a.len);
             // SAFETY: pixels `p0..p1` of this slice, all their channels, are
             // elements of the plan; the CPU has the instructions (the
             // caller's contract).
