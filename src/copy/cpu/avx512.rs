@@ -84,9 +84,9 @@ pub(super) fn unpack_round<const P: usize>(
 /// rounds across lanes (a C prototype, 4096² f32: as fast from line-aligned
 /// rows, 1.07× from a 4112-wide matrix).
 ///
-/// `chunk_lines!(e, lo, hi, chunk)` is that group for one chunk, whose 16
-/// bytes of source row `k` (`k < 4·P`) `chunk(k)` loads: the `P` lines of
-/// destination rows `P·c .. P·c + P` for chunk `c` (a macro, not a function
+/// `chunk_lines!(e, lo, hi, chunk)` is that group for the chunk whose 16
+/// bytes of source row `k` (`k < 4·P`) `chunk(k)` loads: for chunk `c`, the
+/// `P` lines of destination rows `P·c .. P·c + P` (a macro, not a function
 /// taking the unpacks: LLVM then kept the rounds' registers on the stack or
 /// stopped inlining the unpacks). Unsafe as `chunk` is.
 macro_rules! chunk_lines {

@@ -127,7 +127,7 @@ impl Folded {
     }
 }
 
-/// Source bytes a task reads, about: tasks are a slice's columns in pieces.
+/// Bytes a task copies, about: tasks are pieces of a slice's outer side.
 const PIECE_BYTES: usize = 16 << 10;
 
 macro_rules! folded_micro {

@@ -570,11 +570,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // torch): 31 × 29 × 27 × 3 f32 permuted 3120 33.7 → 10.5 (20.9, 17.2),
     // u16 3201 33.1 → 10.6 (30.6, 21.3), 33 × 35 × 37 × 4 f64 2013 154 →
     // 34.1 (246, 71.8), 5 × 7 × 9 × 11 × 2 f64 43210 11.6 → 3.3 (6.3,
-    // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9); cases under the
-    // faster peer, of 138 a dtype: u16 7 → 0, f32 24 → 7, f64 35 → 34 (one of
-    // them: 17 × 19 × 23 × 2 f64 3201, whose row gathers take 4.7, folded
-    // 5.8). Not 1-byte elements, whose 64 × 64 micro tiles are too big for
-    // such sides (9 × 10 × 11 × 12 × 13 u8 03142 49.7 → 110).
+    // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9). Cases under the
+    // faster peer, of 138 a dtype, two runs each: u16 7–8 → 0, f32 29–32 →
+    // 12, f64 39–40 → 42 (gains and losses about even: 17 × 19 × 23 × 2 f64
+    // 3201 4.7 in row gathers, 5.2 folded). Not 1-byte elements, whose 64 ×
+    // 64 micro tiles are too big for such sides (9 × 10 × 11 × 12 × 13 u8
+    // 03142 49.7 → 110).
     #[cfg(target_arch = "x86_64")]
     if route == Route::Small
         && (b.len * e < LINE || a.len * e < LINE)
