@@ -367,6 +367,9 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[long + 3, 37], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[3, long + 16, 35], &[0, 2, 1], e, src_at, dst_at);
                     check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
+                    // Planes of five channels: folded tiles, streamed too where
+                    // a plane's row (a column's destination run) is a page.
+                    check_permute_at(&[7, long + 5, 5], &[2, 0, 1], e, src_at, dst_at);
                     check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
                     // Images of three channels, pixels to planes and back (byte
                     // shuffles for elements of 1, 2, 4 and 8 bytes, streamed

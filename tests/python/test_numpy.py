@@ -237,6 +237,22 @@ def test_permutes_of_narrow_unit_stride_sides_match_numpy(shape, dtype):
             np.testing.assert_array_equal(got, a.transpose(perm), err_msg=f"{shape} {perm}")
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "float32", "float64"])
+@pytest.mark.parametrize("shape", [(33, 35, 37, 4), (9, 10, 11, 12, 13), (61, 67, 59, 3)])
+def test_permutes_in_folded_tiles_match_numpy(shape, dtype):
+    """Every permutation of shapes whose sides fold into wider tiles (AVX-512
+    CPUs): 16 x 16 byte tiles, 8-byte elements with both sides a line or
+    longer (a 33 x 5180 transpose), copies of several MiB with a side of 3,
+    against NumPy's copy."""
+    import itertools
+
+    a = np.arange(int(np.prod(shape))).astype(dtype).reshape(shape)
+    t = devtensor.from_dlpack(a)
+    for perm in itertools.permutations(range(len(shape))):
+        got = np.from_dlpack(t.permute(*perm).contiguous())
+        np.testing.assert_array_equal(got, a.transpose(perm), err_msg=f"{shape} {perm}")
+
+
 def test_from_numpy_0d():
     a = np.array(7, dtype=np.int32)
     t = devtensor.from_dlpack(a)

@@ -1,27 +1,32 @@
-//! AVX-512 transposes of small copies whose tile sides are folded from two
-//! dims each: a tile's source rows are `a`'s rows of several slices of the
-//! batch dim that continues `a`'s destination runs, and its columns `b`'s
-//! elements of several slices of the one that continues `b`'s source runs.
-//! A permute whose source side is 2–4 elements (pixels, pairs) has no other
-//! tile wider than that: 31 × 29 × 27 × 3 f32 permuted 3120 is a 31 × 3
-//! transpose, 783 times, but one of 31 rows × 2349 columns folded. Rows and
-//! columns are then at offsets that a tile computes for its `64 / E` of
-//! each, and the micro tiles (of [`avx512`](super::avx512)'s 16-byte chunks
-//! for 2- and 4-byte elements, of whole rows for 8-byte ones) write each
-//! column's destination run straight from the source, the last chunk and the
-//! last rows masked: no staging, and no element-by-element edges but a last
-//! row block of a quarter tile or less. Tiles go along the columns.
+//! AVX-512 transposes whose tile sides are folded from two dims each: a
+//! tile's source rows are `a`'s rows of several slices of the batch dim
+//! that continues `a`'s destination runs, and its columns `b`'s elements of
+//! several slices of the one that continues `b`'s source runs. A permute
+//! whose source side is 2–4 elements (pixels, pairs) has no other tile wider
+//! than that: 31 × 29 × 27 × 3 f32 permuted 3120 is a 31 × 3 transpose, 783
+//! times, but one of 31 rows × 2349 columns folded. Rows and columns are
+//! then at offsets that a tile computes for its line of each (16 bytes for
+//! bytes), and the micro tiles (of [`avx512`](super::avx512)'s 16-byte
+//! chunks for 2- and 4-byte elements, of whole rows for 1- and 8-byte ones)
+//! write each column's destination run straight from the source, the last
+//! chunk and the last rows masked: no staging, and no element-by-element
+//! edges but a last row block of a quarter tile or less. Tiles go along the
+//! columns. Where no dim folds, the tiles are plain `a` × `b` ones (8-byte
+//! elements, which the other routes of small copies move in SSE2's 2 × 2
+//! tiles).
 
 use std::arch::x86_64::{
-    __m512i, _mm_loadu_si128, _mm_maskz_loadu_epi8, _mm512_castsi128_si512, _mm512_inserti32x4,
-    _mm512_mask_storeu_epi16, _mm512_mask_storeu_epi32, _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64,
-    _mm512_setzero_si512, _mm512_shuffle_i64x2, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
-    _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    __m128i, __m512i, _mm_loadu_si128, _mm_mask_storeu_epi8, _mm_maskz_loadu_epi8, _mm_unpackhi_epi8,
+    _mm_unpacklo_epi8, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_mask_storeu_epi16, _mm512_mask_storeu_epi32,
+    _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64, _mm512_setzero_si512, _mm512_shuffle_i64x2,
+    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32,
+    _mm512_unpacklo_epi64,
 };
 
 use smallvec::SmallVec;
 
 use super::avx512::{chunk_lines, unpack_round};
+use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
@@ -100,12 +105,13 @@ pub(super) struct Folded {
 }
 
 impl Folded {
-    /// The folds of a transpose of `e`-byte elements (2, 4 or 8). A
+    /// The folds of a transpose of `e`-byte elements (1, 2, 4 or 8). A
     /// batch dim that continues the runs of both sides goes to the shorter
-    /// side. `None` where neither side has a fold.
-    pub(super) fn find(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> Option<Folded> {
+    /// side. Where neither side has a fold, the plain `a` × `b` tiles if
+    /// `plain`, else `None`.
+    pub(super) fn find(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize, plain: bool) -> Option<Folded> {
         debug_assert!(a.dst == e as isize && b.src == e as isize);
-        if !matches!(e, 2 | 4 | 8) {
+        if !matches!(e, 1 | 2 | 4 | 8) {
             return None;
         }
         let (ra, rb) = ((a.len * e) as isize, (b.len * e) as isize);
@@ -113,7 +119,7 @@ impl Folded {
             .iter()
             .position(|c| c.src == rb && (c.dst != ra || b.len <= a.len));
         let ka = (0..batch.len()).find(|&k| batch[k].dst == ra && Some(k) != kb);
-        if ka.is_none() && kb.is_none() {
+        if ka.is_none() && kb.is_none() && !plain {
             return None;
         }
         Some(Folded {
@@ -124,6 +130,11 @@ impl Folded {
                 .map(|k| batch[k])
                 .collect(),
         })
+    }
+
+    /// The tile's rows and columns a slice.
+    pub(super) fn sides(&self) -> (usize, usize) {
+        (self.rows.len, self.cols.len)
     }
 }
 
@@ -194,10 +205,16 @@ macro_rules! folded_micro {
 
 macro_rules! folded_tiles {
     ($tiles:ident, $e:expr, $micro:ident) => {
+        folded_tiles!($tiles, $e, $micro, 64 / $e);
+    };
+    ($tiles:ident, $e:expr, $micro:ident, $n:expr) => {
         /// Indices `x0 .. x1` of the outer side of one slice (columns where
-        /// `cols_outer`, else rows), every index of the other, `64 / E` of
-        /// each a tile: the inner side's tiles in turn for each group of the
-        /// outer side's.
+        /// `cols_outer`, else rows), every index of the other, `N` of each a
+        /// tile: the inner side's tiles in turn for each group of the outer
+        /// side's, a line of its elements (four tiles of bytes, so that each
+        /// of the inner side's lines is read or written whole before the
+        /// next: 33 × 35 × 37 × 4 u8 permuted 3201 42.0 → 36.9 µs, 9 × 10 ×
+        /// 11 × 12 × 13 u8 14032 54.0 → 50.1, with rounds then not unrolled).
         ///
         /// # Safety
         ///
@@ -205,40 +222,48 @@ macro_rules! folded_tiles {
         /// [`Folded`] plan with these sides, `x0 < x1` indices of the outer.
         #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
         unsafe fn $tiles(dst: *mut u8, src: *const u8, rows: Side, cols: Side, cols_outer: bool, x0: usize, x1: usize) {
-            const N: usize = 64 / $e;
+            const N: usize = $n;
+            const G: usize = 64 / ($e * N);
             let (outer, inner) = if cols_outer { (cols, rows) } else { (rows, cols) };
             let step = inner.at(N);
-            for x in (x0..x1).step_by(N) {
-                let xo = outer.offsets::<N>(x, outer.at(x));
-                let nx = (x1 - x).min(N);
+            for xg in (x0..x1).step_by(N * G) {
+                let groups = (x1 - xg).div_ceil(N).min(G);
+                let xos: [[isize; N]; G] = std::array::from_fn(|g| {
+                    let x = xg + g * N;
+                    if g < groups { outer.offsets::<N>(x, outer.at(x)) } else { [0; N] }
+                });
                 let mut at = (0, 0);
                 for y in (0..inner.len).step_by(N) {
                     let yo = inner.offsets::<N>(y, at);
                     at = inner.advance(at, step);
                     let ny = (inner.len - y).min(N);
-                    let ((r, ro, nr), (j, co, nj)) = if cols_outer {
-                        ((y, &yo, ny), (x, &xo, nx))
-                    } else {
-                        ((x, &xo, nx), (y, &yo, ny))
-                    };
-                    // Row `r`'s destination and column `j`'s source in the slice.
-                    let (dst, src) = (dst.wrapping_add(r * $e), src.wrapping_add(j * $e));
-                    // A last row block of a quarter tile or less (of 17 or 33
-                    // rows) element by element: a micro tile costs as much for
-                    // one row as for all (Python, µs: 17 × 19 × 23 × 2 f64
-                    // permuted 1320 7.9 → 6.7, 2130 7.8 → 7.1, f32 2130 5.7 → 4.4).
-                    if nr * 4 <= N {
-                        for (k, &row) in ro.iter().enumerate().take(nr) {
-                            for (i, &col) in co.iter().enumerate().take(nj) {
-                                // SAFETY: element `(r + k, j + i)` of the slice.
-                                unsafe { std::ptr::copy_nonoverlapping(src.offset(row).add(i * $e), dst.offset(col).add(k * $e), $e) };
+                    for (g, xo) in xos.iter().enumerate().take(groups) {
+                        let x = xg + g * N;
+                        let nx = (x1 - x).min(N);
+                        let ((r, ro, nr), (j, co, nj)) = if cols_outer {
+                            ((y, &yo, ny), (x, xo, nx))
+                        } else {
+                            ((x, xo, nx), (y, &yo, ny))
+                        };
+                        // Row `r`'s destination and column `j`'s source in the slice.
+                        let (dst, src) = (dst.wrapping_add(r * $e), src.wrapping_add(j * $e));
+                        // A last row block of a quarter tile or less (of 17 or 33
+                        // rows) element by element: a micro tile costs as much for
+                        // one row as for all (Python, µs: 17 × 19 × 23 × 2 f64
+                        // permuted 1320 7.9 → 6.7, 2130 7.8 → 7.1, f32 2130 5.7 → 4.4).
+                        if nr * 4 <= N {
+                            for (k, &row) in ro.iter().enumerate().take(nr) {
+                                for (i, &col) in co.iter().enumerate().take(nj) {
+                                    // SAFETY: element `(r + k, j + i)` of the slice.
+                                    unsafe { std::ptr::copy_nonoverlapping(src.offset(row).add(i * $e), dst.offset(col).add(k * $e), $e) };
+                                }
                             }
+                            continue;
                         }
-                        continue;
+                        // SAFETY: rows `r ..` (offsets past the last repeat it) and
+                        // columns `j ..` of the slice, elements of the plan.
+                        unsafe { $micro(dst, co, nj, src, ro, nr) };
                     }
-                    // SAFETY: rows `r ..` (offsets past the last repeat it) and
-                    // columns `j ..` of the slice, elements of the plan.
-                    unsafe { $micro(dst, co, nj, src, ro, nr) };
                 }
             }
         }
@@ -260,9 +285,59 @@ folded_micro!(
     _mm512_mask_storeu_epi32
 );
 
+folded_tiles!(tiles1, 1, micro1, 16);
 folded_tiles!(tiles2, 2, micro2);
 folded_tiles!(tiles4, 4, micro4);
 folded_tiles!(tiles8, 8, micro8);
+
+/// The edge of a folded tile of `e`-byte elements: a line, but 16 bytes
+/// (an SSE register) for bytes, whose sides of a line (64 × 64) are too big
+/// for the short sides this route takes (9 × 10 × 11 × 12 × 13 u8 permuted
+/// 03142, 11 rows × 156 columns: 49.7 → 110 µs in such tiles).
+fn edge(e: usize) -> usize {
+    if e == 1 { 16 } else { 64 / e }
+}
+
+/// 16 × 16 bytes: a load a row (masked to `nj` bytes), four rounds of byte
+/// unpacks, a store a column (masked to `nr`). Each round interleaves
+/// register `i` with register `i + 8`, which rotates the bits of (row,
+/// byte) by one: after four, row and byte have changed places.
+///
+/// # Safety
+///
+/// The CPU has AVX-512 BW and VL; bytes `0 .. nj` of rows `src + rows[k]`
+/// readable for `k < 16`, bytes `0 .. nr` from `dst + cols[j]` writable for
+/// `j < nj` (no other byte is touched).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn micro1(dst: *mut u8, cols: &[isize; 16], nj: usize, src: *const u8, rows: &[isize; 16], nr: usize) {
+    let load_mask = ((1u32 << nj) - 1) as u16;
+    let store_mask = ((1u32 << nr) - 1) as u16;
+    // SAFETY: the caller's contract: `nj` bytes of each row, `nr` of each
+    // column (masked-off bytes are not accessed).
+    unsafe {
+        let x: [__m128i; 16] = std::array::from_fn(|k| _mm_maskz_loadu_epi8(load_mask, src.offset(rows[k]).cast()));
+        // Written out, not `from_fn` and not a loop over rounds, which LLVM
+        // kept on the stack.
+        #[inline(always)]
+        fn round(x: [__m128i; 16]) -> [__m128i; 16] {
+            macro_rules! pairs {
+                ($($k:literal)*) => {
+                    // SAFETY: SSE2, which every x86-64 CPU has.
+                    unsafe { [$(_mm_unpacklo_epi8(x[$k], x[$k + 8]), _mm_unpackhi_epi8(x[$k], x[$k + 8])),*] }
+                };
+            }
+            pairs!(0 1 2 3 4 5 6 7)
+        }
+        let x = round(round(round(round(x))));
+        // Constant bounds, so that `x` stays in registers.
+        for (j, (&col, v)) in cols.iter().zip(x).enumerate() {
+            if j < nj {
+                _mm_mask_storeu_epi8(dst.offset(col).cast(), store_mask, v);
+            }
+        }
+    }
+}
 
 /// 8 × 8 8-byte elements, as [`micro4`]'s tiles but from whole rows: a
 /// load a row (masked to `nj` elements), three shuffle rounds (pairs of
@@ -328,7 +403,7 @@ unsafe fn micro8(dst: *mut u8, cols: &[isize; 8], nj: usize, src: *const u8, row
 /// As [`execute`](super::execute) for the plan `f` was found in, with the
 /// `e` it was found for; [`enabled`].
 pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usize, bytes: usize) {
-    let n = 64 / e;
+    let n = edge(e);
     let (rows, cols) = (f.rows, f.cols);
     // Along the columns: each tile reads a line or two of each of its rows,
     // the next tile along them the rest. Python, µs, along the longer side →
@@ -339,7 +414,7 @@ pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usiz
     // that tasks can split the rows.
     let cols_outer = cols.len > n;
     let (outer, inner) = if cols_outer { (cols, rows) } else { (rows, cols) };
-    let piece = (PIECE_BYTES / (inner.len * e)).next_multiple_of(n).max(n);
+    let piece = (PIECE_BYTES / (inner.len * e)).next_multiple_of(LINE / e).max(LINE / e);
     let per_slice = outer.len.div_ceil(piece);
     let slices: usize = f.batch.iter().map(|d| d.len).product();
     let (d, s) = (Shared(dst), Shared(src));
@@ -351,6 +426,7 @@ pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usiz
             // the CPU has the instructions (the caller's contract).
             unsafe {
                 match e {
+                    1 => tiles1(dst, src, rows, cols, cols_outer, x0, x1),
                     2 => tiles2(dst, src, rows, cols, cols_outer, x0, x1),
                     4 => tiles4(dst, src, rows, cols, cols_outer, x0, x1),
                     _ => tiles8(dst, src, rows, cols, cols_outer, x0, x1),
@@ -380,14 +456,16 @@ mod tests {
             (31, 3, 1, 50, 1),  // columns outer, rows 16 + 15
             (19, 2, 17, 23, 1), // rows outer (323 × 46)
             (5, 2, 7, 11, 3),   // rows under a tile
-            (3, 4, 1, 1, 2),    // no fold: `find` says None
+            (3, 4, 1, 1, 2),    // no fold: `find` says None, or plain tiles
             (17, 3, 1, 1, 1),   // no fold
+            (33, 21, 1, 1, 2),  // no fold, columns outer
+            (9, 70, 1, 1, 1),   // no fold, a last row block of one row
             (7, 2, 1, 70, 2),   // one row block of 7
             (40, 1, 1, 9, 1),   // a one-element source side
             (17, 2, 1, 23, 2),  // a last row block of one row (4- and 8-byte elements)
             (65, 2, 1, 9, 1),   // rows outer, a last row block of one row
         ];
-        for e in [2usize, 4, 8] {
+        for e in [1usize, 2, 4, 8] {
             for &(a, b, fa, fb, n) in &cases {
                 let elems = n * fa * a * fb * b;
                 let src: Vec<u8> = (0..elems * e).map(|k| (k * 7 + k / 251) as u8).collect();
@@ -406,11 +484,13 @@ mod tests {
                 if n > 1 {
                     batch.push(dim(n, sz(fa * a * fb * b), sz(b * fb * fa * a)));
                 }
-                let Some(f) = Folded::find(da, db, &batch, e) else {
-                    assert!(fa == 1 && fb == 1, "e {e}, {a} {b} {fa} {fb}: no fold found");
-                    continue;
-                };
-                assert!(fa > 1 || fb > 1, "e {e}, {a} {b}: a fold of nothing");
+                let plain = fa == 1 && fb == 1;
+                assert_eq!(
+                    Folded::find(da, db, &batch, e, false).is_none(),
+                    plain,
+                    "e {e}, {a} {b} {fa} {fb}: a fold found where there is none, or none where there is one"
+                );
+                let f = Folded::find(da, db, &batch, e, true).expect("plain tiles where there is no fold");
                 for bytes in [elems * e, 4 << 20] {
                     let mut dst = vec![0xA5u8; elems * e + 64];
                     // SAFETY: the CPU has the instructions; both buffers hold the plan.

@@ -55,6 +55,10 @@ fn avx512_has_kernel(e: usize, sheared: bool) -> bool {
 /// Largest transpose (bytes) done in small, L1-sized tiles.
 const DIRECT_MAX_BYTES: usize = 2 << 20;
 
+/// A page: columns whose destination runs are this long take the folded
+/// tiles at any size (see [`transpose`]).
+const PAGE: usize = 4096;
+
 /// Bytes apart at which lines share an L1 set (64 sets of 64-byte lines: a
 /// 32 KiB 8-way or 48 KiB 12-way L1D). Destination rows a multiple of this
 /// apart put every line a small tile writes into one or two sets, which hold
@@ -563,24 +567,47 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         batch.sort_by_key(|d| d.src.unsigned_abs());
     }
-    // Small copies with a side shorter than a line, where the CPU has
-    // AVX-512: tiles folded from two dims a side ([`folded512`]), whose rows
-    // and columns reach the micro tiles, straight to the destination.
+    // Copies with a side shorter than a line, where the CPU has AVX-512:
+    // tiles folded from two dims a side ([`folded512`]), whose rows and
+    // columns reach the micro tiles, straight to the destination.
     // bench/cpu_permute_sweep.py, µs, the routes below → folded (NumPy,
     // torch): 31 × 29 × 27 × 3 f32 permuted 3120 33.7 → 10.5 (20.9, 17.2),
     // u16 3201 33.1 → 10.6 (30.6, 21.3), 33 × 35 × 37 × 4 f64 2013 154 →
     // 34.1 (246, 71.8), 5 × 7 × 9 × 11 × 2 f64 43210 11.6 → 3.3 (6.3,
-    // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9). Cases under the
-    // faster peer, of 138 a dtype, two runs each: u16 7–8 → 0, f32 29–32 →
-    // 12, f64 39–40 → 42 (gains and losses about even: 17 × 19 × 23 × 2 f64
-    // 3201 4.7 in row gathers, 5.2 folded). Not 1-byte elements, whose 64 ×
-    // 64 micro tiles are too big for such sides (9 × 10 × 11 × 12 × 13 u8
-    // 03142 49.7 → 110).
+    // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9); bytes in 16 × 16
+    // tiles: 33 × 35 × 37 × 4 u8 3201 68 → 11 (65, 34), 9 × 10 × 11 × 12 ×
+    // 13 u8 14032 72 → 22 (61, 41), 03142 42 → 25 (60, 40).
+    //
+    // Larger copies too, while the destination stays in the last-level
+    // cache, or where a column's destination run (the tile's rows) is a
+    // page or more: ordinary stores, where the other routes stream them.
+    // Python, µs, the best of two runs, others → folded: 61 × 67 × 59 × 3
+    // f64 (5.5 MiB) 1320 498 → 251 (NumPy 427, torch 290), 2031 375 → 231;
+    // 121 × 131 × 119 × 3 f32 (22 MiB) 3201 0.27× the time, 257 × 255 × 129
+    // × 2 u16 (32 MiB) 3201 0.09×. Of 120 permutes of 3.7 to 141 MiB (u8 to
+    // f64, 2–4 channels), 13 under the faster peer before, 1 after (0.96×),
+    // the worst loss 1.84× the time (u8 257 × 255 × 129 × 2 2130, still 5.1×
+    // torch's speed). Folding every such copy instead: 0 under, but 201 ×
+    // 301 × 203 × 3 u16 2130 at 0.23× the speed: with short runs far apart
+    // the streamed routes' prefetches and whole-line stores win.
+    //
+    // Small copies of 8-byte elements with both sides a line or longer, and
+    // of 16 or more columns, folded or not: the other small routes' SSE2
+    // tiles are 2 × 2 (33 × 35 × 37 × 4 f64 permuted 1230, a 33 × 5180
+    // transpose, 151 → 35, NumPy 67, torch 57; 9 × 10 × 11 × 12 × 13
+    // 43210 58 → 39). Not 2- and 4-byte elements, whose SSE2 tiles mostly
+    // win there (17 × 19 × 23 × 2 f32 1230 1.35×, 9 × 10 × 11 × 12 × 13 f32
+    // 40123 1.56× the time), nor fewer columns (9 × 10 × 11 × 12 × 13 f64
+    // 40123, 13 columns, 26 → 43), nor a narrow side with no fold (17 × 19
+    // × 23 × 2 f64 2310 4.6 → 5.4).
     #[cfg(target_arch = "x86_64")]
-    if route == Route::Small
-        && (b.len * e < LINE || a.len * e < LINE)
+    let narrow = b.len * e < LINE || a.len * e < LINE;
+    #[cfg(target_arch = "x86_64")]
+    if (narrow || (e == 8 && route == Route::Small))
         && folded512::enabled()
-        && let Some(f) = Folded::find(a, b, &batch, e)
+        && let Some(f) = Folded::find(a, b, &batch, e, !narrow)
+        && (narrow || f.sides().1 >= 16)
+        && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
         // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
         unsafe { folded512::transpose(&f, dst, src, e, plan.bytes()) };
