@@ -555,6 +555,25 @@ fn large_nd_permutes() {
     check_permute(&[300, 1200], &[1, 0], 8, 0);
 }
 
+/// Rows whose order differs between source and destination, in tiles of
+/// rows, at every short row size that has its own fixed-size copy (8, 12,
+/// 16, 24 and 32 bytes) and sizes between them, from 1-, 2-, 4- and 8-byte
+/// elements, aligned and not.
+#[test]
+fn row_tiles_of_short_rows() {
+    for e in [1usize, 2, 4, 8] {
+        for row in [1usize, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 40] {
+            if row * e > 320 {
+                continue;
+            }
+            for shift in [0, 3] {
+                check_permute(&[5, 7, 6, row], &[2, 0, 1, 3], e, shift);
+                check_permute(&[9, 31, 29, row], &[1, 2, 0, 3], e, shift);
+            }
+        }
+    }
+}
+
 #[test]
 fn unaligned_pointers() {
     for shift in [1, 3, 5] {
