@@ -576,7 +576,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 34.1 (246, 71.8), 5 × 7 × 9 × 11 × 2 f64 43210 11.6 → 3.3 (6.3,
     // 10.6), 17 × 19 × 23 × 2 f64 3210 8.9 → 5.7 (5.9); bytes in 16 × 16
     // tiles: 33 × 35 × 37 × 4 u8 3201 68 → 11 (65, 34), 9 × 10 × 11 × 12 ×
-    // 13 u8 14032 72 → 22 (61, 41), 03142 42 → 25 (60, 40).
+    // 13 u8 14032 72 → 22 (61, 41), 03142 42 → 25 (60, 40); plain where
+    // only the columns are narrow: 40123 (an 11880 × 13 transpose) 39 → 16
+    // (38, 24). Not narrow rows of bytes (17 × 19 × 23 × 2 u8 1230, 17 ×
+    // 874, the others' tiles at 0.9–1.1× the time).
     //
     // Larger copies too, while the destination stays in the last-level
     // cache, or where a column's destination run (the tile's rows) is a
@@ -605,7 +608,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     #[cfg(target_arch = "x86_64")]
     if (narrow || (e == 8 && route == Route::Small))
         && folded512::enabled()
-        && let Some(f) = Folded::find(a, b, &batch, e, !narrow)
+        && let Some(f) = Folded::find(a, b, &batch, e, !narrow || (e == 1 && a.len * e >= LINE))
         && (narrow || f.sides().1 >= 16)
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
