@@ -11,9 +11,9 @@
 //! write each column's destination run straight from the source, the last
 //! chunk and the last rows masked: no staging, and no element-by-element
 //! edges but a last row block of a quarter tile or less. Tiles go along the
-//! columns. Where no dim folds, the tiles are plain `a` × `b` ones (8-byte
-//! elements, which the other routes of small copies move in SSE2's 2 × 2
-//! tiles).
+//! columns. Where no dim folds, the tiles are plain `a` × `b` ones: for
+//! 8-byte elements, which the other routes of small copies move in SSE2's
+//! 2 × 2 tiles, and for bytes whose columns alone are narrow.
 
 use std::arch::x86_64::{
     __m128i, __m512i, _mm_loadu_si128, _mm_mask_storeu_epi8, _mm_maskz_loadu_epi8, _mm_unpackhi_epi8,
