@@ -52,13 +52,13 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
                 // Literal sizes inline to fixed-size copies; others stay dynamic.
                 let n = r1 - r0;
                 match row {
-                    4 => short_rows(dp, sp, ds, ss, n, 4, ahead),
-                    8 => short_rows(dp, sp, ds, ss, n, 8, ahead),
-                    16 => short_rows(dp, sp, ds, ss, n, 16, ahead),
-                    32 => short_rows(dp, sp, ds, ss, n, 32, ahead),
-                    64 => short_rows(dp, sp, ds, ss, n, 64, ahead),
-                    128 => short_rows(dp, sp, ds, ss, n, 128, ahead),
-                    other => short_rows(dp, sp, ds, ss, n, other as usize, ahead),
+                    4 => short_rows(dp, sp, ds, ss, n, 4, ahead, false),
+                    8 => short_rows(dp, sp, ds, ss, n, 8, ahead, false),
+                    16 => short_rows(dp, sp, ds, ss, n, 16, ahead, false),
+                    32 => short_rows(dp, sp, ds, ss, n, 32, ahead, false),
+                    64 => short_rows(dp, sp, ds, ss, n, 64, ahead, false),
+                    128 => short_rows(dp, sp, ds, ss, n, 128, ahead, false),
+                    other => short_rows(dp, sp, ds, ss, n, other as usize, ahead, false),
                 }
             }
         });
@@ -92,14 +92,16 @@ const SHORT_ROW_MAX: isize = 256;
 const SHORT_ROW_PREFETCH: usize = 4;
 
 /// Copies `count` rows of `row` bytes, `ds`/`ss` bytes apart, prefetching
-/// the source row `ahead` rows on (none when 0). Always inlined, so a
-/// literal `row` makes the per-row copy a fixed-size one.
+/// the source row `ahead` rows on (none when 0), streamed where `nt` (rows
+/// of 256 bytes or more, see [`copy_run`]). Always inlined, so a literal
+/// `row` makes the per-row copy a fixed-size one.
 ///
 /// # Safety
 ///
 /// Every row `i < count` at `dst + i·ds` / `src + i·ss` is in bounds, and
-/// no destination row overlaps a source row.
+/// no destination row overlaps a source row; with `nt`, as [`copy_run`].
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // two operands, their strides, the shape, the prefetch and store kinds
 unsafe fn short_rows(
     mut dst: *mut u8,
     mut src: *const u8,
@@ -108,6 +110,7 @@ unsafe fn short_rows(
     count: usize,
     row: usize,
     ahead: usize,
+    nt: bool,
 ) {
     for i in 0..count {
         if ahead > 0 && i + ahead < count {
@@ -117,26 +120,10 @@ unsafe fn short_rows(
             }
         }
         // SAFETY: the caller's contract, row by row.
-        unsafe {
-            copy_run(dst, src, row, false);
-            dst = dst.offset(ds);
-            src = src.offset(ss);
-        }
-    }
-}
-
-/// Copies `count` runs of `run` bytes, `ds` and `ss` bytes apart. Always
-/// inlined, so that a literal `run` makes each a fixed-size copy.
-///
-/// # Safety
-///
-/// Every run `dst + j·ds`, `src + j·ss` (`j < count`) as
-/// `ptr::copy_nonoverlapping(src, dst, run)`; with `nt`, as [`copy_run`].
-#[inline(always)]
-unsafe fn runs_of(dst: *mut u8, src: *const u8, count: usize, run: usize, ds: isize, ss: isize, nt: bool) {
-    for j in 0..count as isize {
-        // SAFETY: run `j` (the caller's contract).
-        unsafe { copy_run(dst.offset(j * ds), src.offset(j * ss), run, nt) }
+        unsafe { copy_run(dst, src, row, nt) };
+        // Wrapping: past the last row the pointers may leave the operands.
+        dst = dst.wrapping_offset(ds);
+        src = src.wrapping_offset(ss);
     }
 }
 
@@ -208,12 +195,12 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
                         // permuted 2013 (24-byte rows) 29.5 → 14.8 (torch
                         // 17.0), 100 × 100 × 3 f64 102 19.9 → 9.1 (14.2).
                         match row_bytes {
-                            8 => runs_of(dst, src, nj, 8, bd, bsrc, false),
-                            12 => runs_of(dst, src, nj, 12, bd, bsrc, false),
-                            16 => runs_of(dst, src, nj, 16, bd, bsrc, false),
-                            24 => runs_of(dst, src, nj, 24, bd, bsrc, false),
-                            32 => runs_of(dst, src, nj, 32, bd, bsrc, false),
-                            other => runs_of(dst, src, nj, other, bd, bsrc, nt),
+                            8 => short_rows(dst, src, bd, bsrc, nj, 8, 0, false),
+                            12 => short_rows(dst, src, bd, bsrc, nj, 12, 0, false),
+                            16 => short_rows(dst, src, bd, bsrc, nj, 16, 0, false),
+                            24 => short_rows(dst, src, bd, bsrc, nj, 24, 0, false),
+                            32 => short_rows(dst, src, bd, bsrc, nj, 32, 0, false),
+                            other => short_rows(dst, src, bd, bsrc, nj, other, 0, nt),
                         }
                     }
                 }
