@@ -1,10 +1,11 @@
-//! Interleaved channels to planes with AVX-512 VBMI byte permutes: the
-//! transposes whose source rows are 2, 3 or 4 elements of 1, 2, 4 or 8 bytes
-//! (pixels of `s` channels, `n` of them, to `s` planes of `n`), and the
-//! gather of every 2nd, 3rd or 4th element into a contiguous row (one such
-//! plane alone). Each step writes 64 bytes of a plane from the `64·s`
-//! source bytes they come from, and masked loads and stores take a row's
-//! last piece, so rows of any length are whole vectors. These rows are often
+//! Interleaved channels to planes with AVX-512 VBMI two-register permutes:
+//! the transposes whose source rows are 2, 3 or 4 elements of 1, 2, 4 or 8
+//! bytes (pixels of `s` channels, `n` of them, to `s` planes of `n`), and
+//! the gather of every 2nd, 3rd or 4th element into a contiguous row (one
+//! such plane alone). Each step writes 64 bytes of every plane from the
+//! `64·s` source bytes they come from, and masked loads and stores take a
+//! row's ends, so rows of any length are whole vectors; long planes are
+//! written in whole lines (see [`ALIGNED_PLANES_MIN`]). These rows are often
 //! short (a permuted 31 × 29 × 27 × 2 tensor is 899 slices of 27 pixels of
 //! two channels), where element-by-element tails and per-row calls cost
 //! more than the copy: NumPy and torch copy them one element at a time, at
