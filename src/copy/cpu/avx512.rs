@@ -14,11 +14,11 @@
 
 use std::arch::x86_64::{
     __m512i, _mm_loadu_si128, _mm512_add_epi32, _mm512_add_epi64, _mm512_broadcast_i32x4, _mm512_castsi128_si512,
-    _mm512_inserti32x4, _mm512_loadu_si512, _mm512_permutex2var_epi8, _mm512_permutex2var_epi32,
-    _mm512_permutex2var_epi64, _mm512_set_epi32, _mm512_set_epi64, _mm512_set1_epi32, _mm512_set1_epi64,
-    _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_stream_si512, _mm512_unpackhi_epi8, _mm512_unpackhi_epi16,
-    _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32,
-    _mm512_unpacklo_epi64,
+    _mm512_inserti32x4, _mm512_loadu_si512, _mm512_permutex2var_epi8, _mm512_permutex2var_epi16,
+    _mm512_permutex2var_epi32, _mm512_permutex2var_epi64, _mm512_set_epi32, _mm512_set_epi64, _mm512_set1_epi32,
+    _mm512_set1_epi64, _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_stream_si512, _mm512_unpackhi_epi8,
+    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16,
+    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -53,6 +53,42 @@ fn detected() -> bool {
 pub(super) fn set_allowed(allowed: bool) {
     let on = allowed && detected();
     STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+}
+
+/// Elements of `(lo, hi)` picked by `index`, for `E`-byte elements of 2, 4
+/// or 8 bytes (one µop for 4 and 8). Inlined always, not a target-feature
+/// function: LLVM then inlined less around its callers (split512's load
+/// closures went out of line, their vectors through the stack).
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F and BW.
+#[inline(always)]
+pub(super) unsafe fn permute_wide<const E: usize>(lo: __m512i, index: __m512i, hi: __m512i) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match E {
+            2 => _mm512_permutex2var_epi16(lo, index, hi),
+            4 => _mm512_permutex2var_epi32(lo, index, hi),
+            _ => _mm512_permutex2var_epi64(lo, index, hi),
+        }
+    }
+}
+
+/// For each `k[c]`, the index of a two-register permute that shifts by
+/// `k[c]` elements: result element `j` is element `j + k[c]` of `(lo, hi)`.
+/// Plain bytes built in a loop: a closure returning a vector (`from_fn`)
+/// was left out of line in the target-feature functions that call this.
+#[inline(always)]
+pub(super) fn shift_indices<const E: usize, const C: usize>(k: [usize; C]) -> [__m512i; C] {
+    let mut t = [[0u8; 64]; C];
+    for (table, k) in t.iter_mut().zip(k) {
+        for j in 0..64 / E {
+            table[j * E] = (j + k) as u8;
+        }
+    }
+    // SAFETY: `C` tables of 64 plain bytes, as `C` vectors.
+    unsafe { std::mem::transmute_copy(&t) }
 }
 
 /// One round of the perfect-shuffle network: `t[2k] = lo(x[k], x[k + P/2])`,

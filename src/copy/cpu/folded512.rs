@@ -16,16 +16,16 @@
 //! 2 × 2 tiles, and for bytes whose columns alone are narrow.
 
 use std::arch::x86_64::{
-    __m128i, __m512i, _mm_loadu_si128, _mm_mask_storeu_epi8, _mm_maskz_loadu_epi8, _mm_unpackhi_epi8,
-    _mm_unpacklo_epi8, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_mask_storeu_epi16, _mm512_mask_storeu_epi32,
-    _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64, _mm512_setzero_si512, _mm512_shuffle_i64x2,
-    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32,
-    _mm512_unpacklo_epi64,
+    __m128i, __m512i, _mm_mask_storeu_epi8, _mm_maskz_loadu_epi8, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
+    _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_mask_storeu_epi8, _mm512_mask_storeu_epi16,
+    _mm512_mask_storeu_epi32, _mm512_mask_storeu_epi64, _mm512_maskz_loadu_epi64, _mm512_setzero_si512,
+    _mm512_shuffle_i64x2, _mm512_storeu_si512, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64,
+    _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 
 use smallvec::SmallVec;
 
-use super::avx512::{chunk_lines, unpack_round};
+use super::avx512::{chunk_lines, permute_wide, shift_indices, unpack_round};
 use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
@@ -141,10 +141,33 @@ impl Folded {
 /// Bytes a task copies, about: tasks are pieces of a slice's outer side.
 const PIECE_BYTES: usize = 16 << 10;
 
+/// Columns `0 .. 16 / E` (a 16-byte chunk, masked to `nj`) of `64 / E`
+/// rows: column `j`'s elements in `[j]`.
+macro_rules! chunk_tile {
+    ($name:ident, $e:expr, $lo:ident, $hi:ident) => {
+        /// # Safety
+        ///
+        /// The CPU has AVX-512 F, BW and VL; elements `0 .. nj` of rows `src +
+        /// rows[k]` readable for `k < 64 / E` (no other byte is read).
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        #[inline]
+        unsafe fn $name(src: *const u8, rows: &[isize; 64 / $e], nj: usize) -> [__m512i; 16 / $e] {
+            let bytes = (((1u32 << (nj * $e)) - 1) & 0xFFFF) as u16;
+            // SAFETY: `nj` elements of row `k` (the caller's contract), masked.
+            let chunk = |k: usize| unsafe { _mm_maskz_loadu_epi8(bytes, src.offset(rows[k]).cast()) };
+            chunk_lines!($e, $lo, $hi, chunk)
+        }
+    };
+}
+
+chunk_tile!(chunk2, 2, _mm512_unpacklo_epi16, _mm512_unpackhi_epi16);
+chunk_tile!(chunk4, 4, _mm512_unpacklo_epi32, _mm512_unpackhi_epi32);
+
 macro_rules! folded_micro {
-    ($micro:ident, $e:expr, $lo:ident, $hi:ident, $store:ident) => {
+    ($micro:ident, $e:expr, $chunk:ident, $store:ident) => {
         /// `nr × nj` elements (`nr, nj ≤ 64 / E`): element `j` of source row
-        /// `k` (`src + rows[k] + j·E`) to `dst + cols[j] + k·E`.
+        /// `k` (`src + rows[k] + j·E`) to `dst + cols[j] + k·E`, a 16-byte
+        /// chunk of each row at a time.
         ///
         /// # Safety
         ///
@@ -164,40 +187,28 @@ macro_rules! folded_micro {
         ) {
             const P: usize = 16 / $e;
             let mask = if nr >= 64 / $e { u64::MAX } else { (1u64 << nr) - 1 };
-            // SAFETY: column `j < nj`: `nr` elements from its destination
-            // (the caller's contract), masked.
-            let put = |j: usize, v: __m512i| unsafe { $store(dst.offset(cols[j]).cast(), mask as _, v) };
-            // SAFETY: chunk `c` of whole columns: bytes `16·c .. 16·c + 16 ≤
-            // nj·E` of each row (the caller's contract).
-            let whole = |c: usize| unsafe {
-                let chunk = |k: usize| _mm_loadu_si128(src.offset(rows[k]).add(16 * c).cast());
-                let x = chunk_lines!($e, $lo, $hi, chunk);
-                for (q, v) in x.into_iter().enumerate() {
-                    put(P * c + q, v);
-                }
-            };
-            if nj == 64 / $e {
-                // Constant bounds: unrolled.
-                for c in 0..4 {
-                    whole(c);
-                }
-                return;
-            }
-            for c in 0..nj / P {
-                whole(c);
-            }
-            let (c, left) = (nj / P, nj % P);
-            if left > 0 {
-                // SAFETY: the `left` columns of the last chunk, their bytes of
-                // each row (the caller's contract), the loads masked to them.
-                unsafe {
-                    let bytes = (1u16 << (left * $e)) - 1;
-                    let chunk = |k: usize| _mm_maskz_loadu_epi8(bytes, src.offset(rows[k]).add(16 * c).cast());
-                    let x = chunk_lines!($e, $lo, $hi, chunk);
-                    for (q, v) in x.into_iter().enumerate().take(left) {
-                        put(P * c + q, v);
+            // Written out for whole tiles, whose constant bounds LLVM unrolls
+            // (not a closure: LLVM left such closures out of line).
+            macro_rules! chunks {
+                ($count:expr, $nj:expr) => {
+                    for c in 0..$count {
+                        // SAFETY: the columns `P·c ..` below `nj` of each row
+                        // (the caller's contract), the loads masked to them.
+                        let x = unsafe { $chunk(src.add(16 * c), rows, ($nj - P * c).min(P)) };
+                        for (q, v) in x.into_iter().enumerate() {
+                            if P * c + q < $nj {
+                                // SAFETY: `nr` elements of column `P·c + q < nj`
+                                // (the caller's contract), masked.
+                                unsafe { $store(dst.offset(cols[P * c + q]).cast(), mask as _, v) };
+                            }
+                        }
                     }
-                }
+                };
+            }
+            if nj == 64 / $e {
+                chunks!(4, 64 / $e);
+            } else {
+                chunks!(nj.div_ceil(P), nj);
             }
         }
     };
@@ -270,20 +281,8 @@ macro_rules! folded_tiles {
     };
 }
 
-folded_micro!(
-    micro2,
-    2,
-    _mm512_unpacklo_epi16,
-    _mm512_unpackhi_epi16,
-    _mm512_mask_storeu_epi16
-);
-folded_micro!(
-    micro4,
-    4,
-    _mm512_unpacklo_epi32,
-    _mm512_unpackhi_epi32,
-    _mm512_mask_storeu_epi32
-);
+folded_micro!(micro2, 2, chunk2, _mm512_mask_storeu_epi16);
+folded_micro!(micro4, 4, chunk4, _mm512_mask_storeu_epi32);
 
 folded_tiles!(tiles1, 1, micro1, 16);
 folded_tiles!(tiles2, 2, micro2);
@@ -341,59 +340,169 @@ unsafe fn micro1(dst: *mut u8, cols: &[isize; 16], nj: usize, src: *const u8, ro
 
 /// 8 × 8 8-byte elements, as [`micro4`]'s tiles but from whole rows: a
 /// load a row (masked to `nj` elements), three shuffle rounds (pairs of
-/// rows, then 128-bit lanes twice), a store a column (masked to `nr`). The
-/// chunks of [`micro4`] hold two 8-byte elements each, and their loads and
-/// inserts cost more than these rounds (Python, µs: 17 × 19 × 23 × 2 f64
-/// permuted 3201 7.0 → 5.8, 3210 6.8 → 5.7).
+/// rows, then 128-bit lanes twice): column `j`'s elements of the 8 rows in
+/// `[j]`. The chunks of [`micro4`] hold two 8-byte elements each, and their
+/// loads and inserts cost more than these rounds (Python, µs: 17 × 19 × 23
+/// × 2 f64 permuted 3201 7.0 → 5.8, 3210 6.8 → 5.7).
 ///
 /// # Safety
 ///
 /// The CPU has AVX-512 F, BW and VL; elements `0 .. nj` of rows `src +
-/// rows[k]` readable for `k < 8`, elements `0 .. nr` from `dst + cols[j]`
-/// writable for `j < nj` (no other byte is touched).
+/// rows[k]` readable for `k < 8` (no other byte is read).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn tile8(src: *const u8, rows: &[isize; 8], nj: usize) -> [__m512i; 8] {
+    let load_mask = ((1u16 << nj) - 1) as u8;
+    // SAFETY: the caller's contract: `nj` elements of each row (masked-off
+    // elements are not accessed).
+    let r: [__m512i; 8] =
+        std::array::from_fn(|k| unsafe { _mm512_maskz_loadu_epi64(load_mask, src.offset(rows[k]).cast()) });
+    // Lane `L` of `t[2m]` holds elements `2L` of rows `2m, 2m + 1`; of
+    // `t[2m + 1]`, elements `2L + 1`.
+    let t: [__m512i; 8] = std::array::from_fn(|k| {
+        let (a, b) = (r[k & !1], r[k | 1]);
+        if k % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    // Rows 0–3 (`u[0..4]`) and 4–7 (`u[4..8]`): `u[0]` is lanes 0 and 2
+    // of `t[0]`, then of `t[2]` (elements 0 and 4 of rows 0–3), `u[1]`
+    // lanes 1 and 3 (elements 2 and 6), `u[2]` and `u[3]` the same of
+    // `t[1]` and `t[3]` (elements 1 and 5, 3 and 7). Column `j` is then
+    // the lanes of `u[g]` and `u[g + 4]` that hold its elements.
+    let u: [__m512i; 8] = std::array::from_fn(|k| {
+        let base = (k / 4) * 4 + (k / 2) % 2;
+        let (a, b) = (t[base], t[base + 2]);
+        if k % 2 == 0 {
+            _mm512_shuffle_i64x2::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_i64x2::<0xDD>(a, b)
+        }
+    });
+    std::array::from_fn(|j| {
+        let g = [0, 2, 1, 3][j % 4];
+        if j < 4 {
+            _mm512_shuffle_i64x2::<0x88>(u[g], u[g + 4])
+        } else {
+            _mm512_shuffle_i64x2::<0xDD>(u[g], u[g + 4])
+        }
+    })
+}
+
+/// A [`tile8`], column `j` stored to `dst + cols[j]` (masked to `nr`).
+///
+/// # Safety
+///
+/// As [`tile8`]'s; elements `0 .. nr` from `dst + cols[j]` writable for `j <
+/// nj` (no other byte is touched).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[inline]
 unsafe fn micro8(dst: *mut u8, cols: &[isize; 8], nj: usize, src: *const u8, rows: &[isize; 8], nr: usize) {
-    let (load_mask, store_mask) = (((1u16 << nj) - 1) as u8, ((1u16 << nr) - 1) as u8);
-    // SAFETY: the caller's contract: `nj` elements of each row, `nr` of each
-    // column (masked-off elements are not accessed).
-    unsafe {
-        let r: [__m512i; 8] = std::array::from_fn(|k| _mm512_maskz_loadu_epi64(load_mask, src.offset(rows[k]).cast()));
-        // Lane `L` of `t[2m]` holds elements `2L` of rows `2m, 2m + 1`; of
-        // `t[2m + 1]`, elements `2L + 1`.
-        let t: [__m512i; 8] = std::array::from_fn(|k| {
-            let (a, b) = (r[k & !1], r[k | 1]);
-            if k % 2 == 0 {
-                _mm512_unpacklo_epi64(a, b)
-            } else {
-                _mm512_unpackhi_epi64(a, b)
-            }
-        });
-        // Rows 0–3 (`u[0..4]`) and 4–7 (`u[4..8]`): `u[0]` is lanes 0 and 2
-        // of `t[0]`, then of `t[2]` (elements 0 and 4 of rows 0–3), `u[1]`
-        // lanes 1 and 3 (elements 2 and 6), `u[2]` and `u[3]` the same of
-        // `t[1]` and `t[3]` (elements 1 and 5, 3 and 7). Column `j` is then
-        // the lanes of `u[g]` and `u[g + 4]` that hold its elements.
-        let u: [__m512i; 8] = std::array::from_fn(|k| {
-            let base = (k / 4) * 4 + (k / 2) % 2;
-            let (a, b) = (t[base], t[base + 2]);
-            if k % 2 == 0 {
-                _mm512_shuffle_i64x2::<0x88>(a, b)
-            } else {
-                _mm512_shuffle_i64x2::<0xDD>(a, b)
-            }
-        });
-        for (j, &col) in cols.iter().enumerate().take(nj) {
-            let g = [0, 2, 1, 3][j % 4];
-            let v = if j < 4 {
-                _mm512_shuffle_i64x2::<0x88>(u[g], u[g + 4])
-            } else {
-                _mm512_shuffle_i64x2::<0xDD>(u[g], u[g + 4])
-            };
-            _mm512_mask_storeu_epi64(dst.offset(col).cast(), store_mask, v);
-        }
+    let store_mask = ((1u16 << nr) - 1) as u8;
+    // SAFETY: the caller's contract.
+    let x = unsafe { tile8(src, rows, nj) };
+    for (&col, v) in cols.iter().zip(x).take(nj) {
+        // SAFETY: `nr` elements of column `j` (the caller's contract), masked.
+        unsafe { _mm512_mask_storeu_epi64(dst.offset(col).cast(), store_mask, v) };
     }
 }
+
+/// Destination runs at least this long (bytes) are written in whole lines
+/// by the `lines` walks: they add a permute a store and two masked stores
+/// a run, which a run of a few lines does not win back.
+const LINE_RUNS_MIN: usize = 512;
+
+macro_rules! folded_lines {
+    ($name:ident, $e:expr, $cols:expr, $tile:ident) => {
+        /// The folded tiles' walk for rows `r0 .. r1` and columns `c0 .. c1`
+        /// (every column's destination run written from its row `r0` on),
+        /// storing whole lines: a 64-byte store across two lines takes about
+        /// twice an aligned one's time, and where the runs' length is not a
+        /// multiple of a line, a tile's columns are runs at several
+        /// alignments (323 × 46 f64 transposed: 2584-byte runs, 8
+        /// alignments). `$cols` columns at a time (a tile's, or a 16-byte
+        /// chunk's) go down every row; each keeps its last tile's vector and
+        /// joins it with the next one's (a two-register permute) into the
+        /// line that ends inside the next. Its elements before its first
+        /// line and after its last are masked stores.
+        ///
+        /// # Safety
+        ///
+        /// The CPU has AVX-512 F, BW and VL; `dst` and `src` a slice of a
+        /// [`Folded`] plan with these sides, `r0 < r1` and `c0 < c1` indices
+        /// of them; `dst` and the columns' destination offsets multiples of
+        /// the element size.
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+        unsafe fn $name(dst: *mut u8, src: *const u8, rows: Side, cols: Side, (r0, r1): (usize, usize), (c0, c1): (usize, usize)) {
+            const E: usize = $e;
+            const R: usize = 64 / E;
+            const C: usize = $cols;
+            // Every tile's row offsets (the last row's again up to a whole
+            // tile), once for all columns; on the stack up to 1024 rows.
+            let tiles = (r1 - r0).div_ceil(R);
+            let mut offsets: SmallVec<[[isize; R]; 1024 / R]> = SmallVec::with_capacity(tiles);
+            let (step, mut at) = (rows.at(R), rows.at(r0));
+            for t in 0..tiles {
+                offsets.push(rows.offsets::<R>(r0 + t * R, at));
+                at = rows.advance(at, step);
+            }
+            // The run's bytes, and the bytes of it from `at` on, masked.
+            let len = (r1 - r0) * E;
+            let below = |at: usize| if len - at >= 64 { u64::MAX } else { (1u64 << (len - at)) - 1 };
+            for c in (c0..c1).step_by(C) {
+                let nj = (c1 - c).min(C);
+                let co = cols.offsets::<C>(c, cols.at(c));
+                let (dst, src) = (dst.wrapping_add(r0 * E), src.wrapping_add(c * E));
+                // Column `j`'s run, its bytes before its first line, and the
+                // permute that joins two of its vectors into a line.
+                let run: [*mut u8; C] = std::array::from_fn(|j| dst.wrapping_offset(co[j]));
+                let head: [usize; C] = std::array::from_fn(|j| (run[j] as usize).wrapping_neg() % LINE);
+                let join = shift_indices::<E, C>(head.map(|h| h / E));
+                // SAFETY: bytes `at ..` of run `j` below `len` (the caller's
+                // contract), masked; whole where that is a line.
+                let put = |j: usize, at: usize, v: __m512i| unsafe {
+                    let p = run[j].add(at);
+                    if at + 64 <= len { _mm512_storeu_si512(p.cast(), v) } else { _mm512_mask_storeu_epi8(p.cast(), below(at), v) }
+                };
+                let mut y = 0;
+                let mut last = [_mm512_setzero_si512(); C];
+                for ro in &offsets {
+                    // SAFETY: rows `r0 + y / E ..` (offsets past the last repeat
+                    // it) and columns `c ..` of the slice.
+                    let next = unsafe { $tile(src, ro, nj) };
+                    for j in 0..C {
+                        if j >= nj {
+                            continue;
+                        }
+                        if y == 0 {
+                            // SAFETY: the run's bytes before its first line
+                            // (and before `len`), masked.
+                            unsafe { _mm512_mask_storeu_epi8(run[j].cast(), (1u64 << head[j].min(len)) - 1, next[j]) };
+                        } else {
+                            // SAFETY: the CPU has AVX-512 F and BW (the caller's contract).
+                            put(j, y - 64 + head[j], unsafe { permute_wide::<E>(last[j], join[j], next[j]) });
+                        }
+                    }
+                    last = next;
+                    y += 64;
+                }
+                // The lines that end past the last tile.
+                for j in 0..nj {
+                    if y - 64 + head[j] < len {
+                        // SAFETY: as above.
+                        put(j, y - 64 + head[j], unsafe { permute_wide::<E>(last[j], join[j], last[j]) });
+                    }
+                }
+            }
+        }
+    };
+}
+
+folded_lines!(lines2, 2, 8, chunk2);
+folded_lines!(lines4, 4, 4, chunk4);
+folded_lines!(lines8, 8, 8, tile8);
 
 /// The folded transpose of `e`-byte elements: each slice of `f.batch` in
 /// pieces of columns, split across threads.
@@ -417,14 +526,30 @@ pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usiz
     let piece = (PIECE_BYTES / (inner.len * e)).next_multiple_of(LINE / e).max(LINE / e);
     let per_slice = outer.len.div_ceil(piece);
     let slices: usize = f.batch.iter().map(|d| d.len).product();
+    // Whole lines where the runs are long and every element is aligned.
+    let lines = e >= 2 && rows.len * e >= LINE_RUNS_MIN && ((cols.inner | cols.outer) as usize).is_multiple_of(e);
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(&f.batch, per_slice, t0, t1, |dof, so, first, count| {
             let (x0, x1) = (first * piece, ((first + count) * piece).min(outer.len));
             let (dst, src) = (d.get().wrapping_offset(dof), s.get().wrapping_offset(so));
             // SAFETY: a slice of the plan, indices `x0..x1` of its outer side;
-            // the CPU has the instructions (the caller's contract).
+            // the CPU has the instructions (the caller's contract); for
+            // `tiles8_lines`, every destination offset a multiple of 8.
             unsafe {
+                if lines && (dst as usize).is_multiple_of(e) {
+                    let (r, c) = if cols_outer {
+                        ((0, rows.len), (x0, x1))
+                    } else {
+                        ((x0, x1), (0, cols.len))
+                    };
+                    match e {
+                        2 => lines2(dst, src, rows, cols, r, c),
+                        4 => lines4(dst, src, rows, cols, r, c),
+                        _ => lines8(dst, src, rows, cols, r, c),
+                    }
+                    return;
+                }
                 match e {
                     1 => tiles1(dst, src, rows, cols, cols_outer, x0, x1),
                     2 => tiles2(dst, src, rows, cols, cols_outer, x0, x1),
@@ -464,6 +589,11 @@ mod tests {
             (40, 1, 1, 9, 1),   // a one-element source side
             (17, 2, 1, 23, 2),  // a last row block of one row (4- and 8-byte elements)
             (65, 2, 1, 9, 1),   // rows outer, a last row block of one row
+            (323, 46, 1, 1, 1), // runs in whole lines (8-byte), columns outer, 8 alignments
+            (71, 5, 3, 1, 2),   // runs in whole lines (folded rows), rows outer
+            (64, 13, 1, 1, 1),  // runs of one alignment, 8 elements a line
+            (66, 9, 1, 1, 1),   // runs in whole lines, a last tile of 2 rows
+            (1700, 5, 1, 1, 1), // runs in whole lines, rows outer in several pieces
         ];
         for e in [1usize, 2, 4, 8] {
             for &(a, b, fa, fb, n) in &cases {
@@ -491,8 +621,18 @@ mod tests {
                     "e {e}, {a} {b} {fa} {fb}: a fold found where there is none, or none where there is one"
                 );
                 let f = Folded::find(da, db, &batch, e, true).expect("plain tiles where there is no fold");
-                for bytes in [elems * e, 4 << 20] {
-                    let mut dst = vec![0xA5u8; elems * e + 64];
+                // Destinations at a line, an element past one, 40 bytes past
+                // one, and one byte past one (off the elements' alignment).
+                for (bytes, off) in [
+                    (elems * e, 0),
+                    (4 << 20, 0),
+                    (elems * e, e),
+                    (4 << 20, 40),
+                    (elems * e, 1),
+                ] {
+                    let mut buf = vec![0xA5u8; elems * e + 192];
+                    let lead = buf.as_ptr().align_offset(LINE) + off;
+                    let dst = &mut buf[lead..];
                     // SAFETY: the CPU has the instructions; both buffers hold the plan.
                     unsafe { transpose(&f, dst.as_mut_ptr(), src.as_ptr(), e, bytes) };
                     for (k, (((ni, fi), ai), (fj, bj))) in (0..n)
@@ -508,7 +648,14 @@ mod tests {
                             "e {e}, {a} {b} {fa} {fb} {n}: element ({ni} {fi} {ai} {fj} {bj})"
                         );
                     }
-                    assert!(dst[elems * e..].iter().all(|&x| x == 0xA5), "e {e}: wrote past");
+                    assert!(
+                        dst[elems * e..].iter().all(|&x| x == 0xA5),
+                        "e {e}, offset {off}: wrote past"
+                    );
+                    assert!(
+                        buf[..lead].iter().all(|&x| x == 0xA5),
+                        "e {e}, offset {off}: wrote before"
+                    );
                 }
             }
         }

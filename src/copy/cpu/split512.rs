@@ -14,12 +14,12 @@
 use std::arch::x86_64::{
     __m512i, _mm512_loadu_si512, _mm512_mask_blend_epi8, _mm512_mask_blend_epi16, _mm512_mask_blend_epi32,
     _mm512_mask_blend_epi64, _mm512_mask_storeu_epi8, _mm512_maskz_loadu_epi8, _mm512_permutex2var_epi8,
-    _mm512_permutex2var_epi16, _mm512_permutex2var_epi32, _mm512_permutex2var_epi64, _mm512_setzero_si512,
-    _mm512_storeu_si512,
+    _mm512_setzero_si512, _mm512_storeu_si512,
 };
 
 use smallvec::SmallVec;
 
+use super::avx512::{permute_wide, shift_indices};
 use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
@@ -103,11 +103,11 @@ fn lanes(at: usize, len: usize) -> u64 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
 fn permute<const E: usize>(lo: __m512i, index: __m512i, hi: __m512i) -> __m512i {
-    match E {
-        1 => _mm512_permutex2var_epi8(lo, index, hi),
-        2 => _mm512_permutex2var_epi16(lo, index, hi),
-        4 => _mm512_permutex2var_epi32(lo, index, hi),
-        _ => _mm512_permutex2var_epi64(lo, index, hi),
+    if E == 1 {
+        _mm512_permutex2var_epi8(lo, index, hi)
+    } else {
+        // SAFETY: the CPU has AVX-512 F and BW (this function's features).
+        unsafe { permute_wide::<E>(lo, index, hi) }
     }
 }
 
@@ -194,18 +194,6 @@ unsafe fn permuted<const E: usize, const S: usize, const C: usize>(
         }
         out
     }
-}
-
-/// The index of a two-register permute that shifts by `k` elements: result
-/// element `j` is element `j + k` of `(lo, hi)`.
-#[inline(always)]
-fn shift_index<const E: usize>(k: usize) -> __m512i {
-    let mut t = [0u8; 64];
-    for j in 0..64 / E {
-        t[j * E] = (j + k) as u8;
-    }
-    // SAFETY: 64 plain bytes.
-    unsafe { std::mem::transmute(t) }
 }
 
 /// One call of [`split_k`]: `n` pixels from `src` (`read` bytes readable)
@@ -343,7 +331,7 @@ unsafe fn split_k<const E: usize, const S: usize, const C: usize>(
         // step's vector is joined with the previous one's (a permute) into the
         // line that ends `r[c]` bytes into it, so that every store is a line.
         let r: [usize; C] = std::array::from_fn(|c| p.at(c, 0).align_offset(64).min(out));
-        let shift: [__m512i; C] = std::array::from_fn(|c| shift_index::<E>(r[c] / E));
+        let shift = shift_indices::<E, C>(r.map(|r| r / E));
         let mut prev = p.step(0, p.whole(0));
         for c in 0..C {
             p.store(c, 0, r[c], prev[c]);
