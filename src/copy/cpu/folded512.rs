@@ -11,7 +11,10 @@
 //! write each column's destination run straight from the source, the last
 //! chunk and the last rows masked: no staging, and no element-by-element
 //! edges but a last row block of a quarter tile or less. Tiles go along the
-//! columns. Where no dim folds, the tiles are plain `a` × `b` ones: for
+//! columns. Destination runs of 512 bytes or more (2-, 4- and 8-byte
+//! elements) are written in whole lines instead, each column's tiles joined
+//! by a permute ([`lines8`]): a store across two lines costs twice an
+//! aligned one. Where no dim folds, the tiles are plain `a` × `b` ones: for
 //! 8-byte elements, which the other routes of small copies move in SSE2's
 //! 2 × 2 tiles, and for bytes whose columns alone are narrow.
 
@@ -411,7 +414,8 @@ unsafe fn micro8(dst: *mut u8, cols: &[isize; 8], nj: usize, src: *const u8, row
 
 /// Destination runs at least this long (bytes) are written in whole lines
 /// by the `lines` walks: they add a permute a store and two masked stores
-/// a run, which a run of a few lines does not win back.
+/// a run, which a run of a few lines does not win back (as split512's
+/// planes: its `ALIGNED_PLANES_MIN`).
 const LINE_RUNS_MIN: usize = 512;
 
 macro_rules! folded_lines {
@@ -534,8 +538,9 @@ pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usiz
             let (x0, x1) = (first * piece, ((first + count) * piece).min(outer.len));
             let (dst, src) = (d.get().wrapping_offset(dof), s.get().wrapping_offset(so));
             // SAFETY: a slice of the plan, indices `x0..x1` of its outer side;
-            // the CPU has the instructions (the caller's contract); for
-            // `tiles8_lines`, every destination offset a multiple of 8.
+            // the CPU has the instructions (the caller's contract); for the
+            // `lines` walks, `dst` and the columns' offsets (`lines`) multiples
+            // of the element size.
             unsafe {
                 if lines && (dst as usize).is_multiple_of(e) {
                     let (r, c) = if cols_outer {
