@@ -415,8 +415,14 @@ unsafe fn micro8(dst: *mut u8, cols: &[isize; 8], nj: usize, src: *const u8, row
 /// Destination runs at least this long (bytes) are written in whole lines
 /// by the `lines` walks: they add a permute a store and two masked stores
 /// a run, which a run of a few lines does not win back (as split512's
-/// planes: its `ALIGNED_PLANES_MIN`).
-const LINE_RUNS_MIN: usize = 512;
+/// planes: its `ALIGNED_PLANES_MIN`). Half that for 8-byte elements, whose
+/// tiles take more shuffles a store. Python, µs, 512 → 256: 46 × 323 f64
+/// transposed (368-byte runs) 8.1 → 6.4, 33 × 323 6.6 → 5.6, but 100 × 100
+/// × 3 f32 permuted 210 (400-byte runs) 8.6–10.2 → 10.5–11.1; 256 → 128
+/// for 8-byte elements: 17 × 323 f64 3.2 → 4.2.
+fn line_runs_min(e: usize) -> usize {
+    if e == 8 { 256 } else { 512 }
+}
 
 macro_rules! folded_lines {
     ($name:ident, $e:expr, $cols:expr, $tile:ident) => {
@@ -531,7 +537,7 @@ pub(super) unsafe fn transpose(f: &Folded, dst: *mut u8, src: *const u8, e: usiz
     let per_slice = outer.len.div_ceil(piece);
     let slices: usize = f.batch.iter().map(|d| d.len).product();
     // Whole lines where the runs are long and every element is aligned.
-    let lines = e >= 2 && rows.len * e >= LINE_RUNS_MIN && ((cols.inner | cols.outer) as usize).is_multiple_of(e);
+    let lines = e >= 2 && rows.len * e >= line_runs_min(e) && ((cols.inner | cols.outer) as usize).is_multiple_of(e);
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(&f.batch, per_slice, t0, t1, |dof, so, first, count| {
