@@ -56,9 +56,8 @@ pub(super) fn set_allowed(allowed: bool) {
 }
 
 /// Elements of `(lo, hi)` picked by `index`, for `E`-byte elements of 2, 4
-/// or 8 bytes (one µop for 4 and 8). Inlined always, not a target-feature
-/// function: LLVM then inlined less around its callers (split512's load
-/// closures went out of line, their vectors through the stack).
+/// or 8 bytes (one µop for 4 and 8). Always inlined, as `unpack_round`: it
+/// runs in the hot loops of its callers, which carry the target features.
 ///
 /// # Safety
 ///
