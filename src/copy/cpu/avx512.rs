@@ -55,6 +55,16 @@ pub(super) fn set_allowed(allowed: bool) {
     STATE.store(if on { 2 } else { 1 }, Ordering::Relaxed);
 }
 
+/// The bytes of a 64-byte vector `at` bytes into a range of `len`.
+#[inline(always)]
+pub(super) fn lanes(at: usize, len: usize) -> u64 {
+    match len.saturating_sub(at) {
+        0 => 0,
+        v if v >= 64 => !0,
+        v => (1u64 << v) - 1,
+    }
+}
+
 /// Elements of `(lo, hi)` picked by `index`, for `E`-byte elements of 2, 4
 /// or 8 bytes (one µop for 4 and 8). Always inlined, as `unpack_round`: it
 /// runs in the hot loops of its callers, which carry the target features.

@@ -28,7 +28,7 @@ use std::arch::x86_64::{
 
 use smallvec::SmallVec;
 
-use super::avx512::{chunk_lines, permute_wide, shift_indices, unpack_round};
+use super::avx512::{chunk_lines, lanes, permute_wide, shift_indices, unpack_round};
 use super::blocks::LINE;
 use super::parallel::{Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
@@ -458,9 +458,8 @@ macro_rules! folded_lines {
                 offsets.push(rows.offsets::<R>(r0 + t * R, at));
                 at = rows.advance(at, step);
             }
-            // The run's bytes, and the bytes of it from `at` on, masked.
+            // The run's bytes.
             let len = (r1 - r0) * E;
-            let below = |at: usize| if len - at >= 64 { u64::MAX } else { (1u64 << (len - at)) - 1 };
             for c in (c0..c1).step_by(C) {
                 let nj = (c1 - c).min(C);
                 let co = cols.offsets::<C>(c, cols.at(c));
@@ -474,7 +473,7 @@ macro_rules! folded_lines {
                 // contract), masked; whole where that is a line.
                 let put = |j: usize, at: usize, v: __m512i| unsafe {
                     let p = run[j].add(at);
-                    if at + 64 <= len { _mm512_storeu_si512(p.cast(), v) } else { _mm512_mask_storeu_epi8(p.cast(), below(at), v) }
+                    if at + 64 <= len { _mm512_storeu_si512(p.cast(), v) } else { _mm512_mask_storeu_epi8(p.cast(), lanes(at, len), v) }
                 };
                 let mut y = 0;
                 let mut last = [_mm512_setzero_si512(); C];
@@ -489,7 +488,7 @@ macro_rules! folded_lines {
                         if y == 0 {
                             // SAFETY: the run's bytes before its first line
                             // (and before `len`), masked.
-                            unsafe { _mm512_mask_storeu_epi8(run[j].cast(), (1u64 << head[j].min(len)) - 1, next[j]) };
+                            unsafe { _mm512_mask_storeu_epi8(run[j].cast(), lanes(0, head[j].min(len)), next[j]) };
                         } else {
                             // SAFETY: the CPU has AVX-512 F and BW (the caller's contract).
                             put(j, y - 64 + head[j], unsafe { permute_wide::<E>(last[j], join[j], next[j]) });

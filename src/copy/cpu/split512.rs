@@ -19,7 +19,7 @@ use std::arch::x86_64::{
 
 use smallvec::SmallVec;
 
-use super::avx512::{permute_wide, shift_indices};
+use super::avx512::{lanes, permute_wide, shift_indices};
 use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
@@ -88,16 +88,6 @@ const STEPS: [[[Step; 4]; 3]; 4] = {
     }
     t
 };
-
-/// The bytes of a 64-byte vector `at` bytes into a range of `len`.
-#[inline(always)]
-fn lanes(at: usize, len: usize) -> u64 {
-    match len.saturating_sub(at) {
-        0 => 0,
-        v if v >= 64 => !0,
-        v => (1u64 << v) - 1,
-    }
-}
 
 /// Elements of `(lo, hi)` picked by `index` (`E`-byte elements).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
