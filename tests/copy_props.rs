@@ -406,11 +406,16 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[37, 85, 3], &[2, 1, 0], e, src_at, dst_at);
                     check_permute_at(&[37, 85, 5], &[2, 1, 0], e, src_at, dst_at);
                     // Rows whose order differs on the two sides, in tiles of
-                    // rows: AVX2 copies of 32-byte pieces and 128-byte blocks
-                    // (not streamed) with a last piece overlapping the one
-                    // before, or `copy_run`.
+                    // rows walked in destination order (small copies): AVX-512
+                    // copies of 64-byte vectors, four at a time, with a last
+                    // one overlapping the one before (or masked, under 64
+                    // bytes), AVX2 ones of 32-byte pieces and 128-byte blocks
+                    // (not streamed), or `copy_run`; rows of whole vectors too.
                     for row in [24, 40, 96, 200, 300] {
                         check_permute_at(&[3, 7, 5, row / e + 1], &[0, 2, 1, 3], e, src_at, dst_at);
+                    }
+                    for row in [64, 256, 320] {
+                        check_permute_at(&[3, 7, 5, row / e], &[0, 2, 1, 3], e, src_at, dst_at);
                     }
                     if stream == Some(1) {
                         // Runs of at least 1 KiB on both sides, streamed: staged
@@ -572,6 +577,29 @@ fn row_tiles_of_short_rows() {
             }
         }
     }
+}
+
+/// Row tiles of copies larger than half of any L2 (8 MiB) walk their rows in
+/// source order; with each kernel, streamed and not, rows of 41, 256 and 301
+/// bytes, aligned and not.
+#[test]
+fn row_tiles_of_large_copies() {
+    for (avx2, avx512) in [(true, true), (true, false), (false, false)] {
+        set_avx2_allowed(avx2);
+        set_avx512_allowed(avx512);
+        for stream in [Some(1), Some(usize::MAX)] {
+            set_stream_threshold(stream);
+            for (rows, row) in [(200_000usize, 41usize), (32_768, 256), (28_000, 301)] {
+                let a = 128;
+                for (src_at, dst_at) in [(0, 0), (1, 3)] {
+                    check_permute_at(&[a, rows / a + 1, row], &[1, 0, 2], 1, src_at, dst_at);
+                }
+            }
+        }
+    }
+    set_stream_threshold(None);
+    set_avx2_allowed(true);
+    set_avx512_allowed(true);
 }
 
 #[test]

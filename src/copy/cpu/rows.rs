@@ -5,6 +5,7 @@
 use smallvec::SmallVec;
 
 use super::blocks::LINE;
+use super::caches::l2_bytes;
 use super::parallel::{Shared, for_each_segment, par_for};
 use super::runs::{Cache, copy_run, prefetch, runs_stream_threshold, store_fence};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
@@ -159,16 +160,33 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     let per_slice = nbi * nbj;
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (d, s) = (Shared(dst), Shared(src));
-    // Rows in cache, 32 bytes or longer: 32-byte loads and stores (AVX2),
-    // a tile row at a time, where `copy_run` moves 16 bytes at a time (or
-    // calls memcpy). Python, into a reused output, the median of 30 paired
-    // calls in one process: B × S × H × D → B × H × S × D, f16 2 × 333 × 16
-    // × 64 1.18×, 4 × 77 × 12 × 64 1.28×, 1 × 256 × 8 × 64 1.22×, 2 × 333 ×
-    // 16 × 32 1.52×; f32 4 × 77 × 12 × 64 1.06×, 2 × 333 × 16 × 128 1.09×.
-    // Streamed copies keep `copy_run`'s streaming stores.
-    #[cfg(target_arch = "x86_64")]
-    let wide = !nt && row_bytes >= 32 && super::avx2::enabled();
+    // A tile walks its rows in destination order (runs of `a` rows written
+    // whole, one per `b` row, read from rows `a.src` apart) where the source
+    // stays in cache (up to half a core's L2, so both operands fit) or rows
+    // are short (source order writes them a partial line each); otherwise in
+    // source order, whose reads the hardware prefetchers follow while the
+    // store buffer absorbs the scattered stores. One thread, Python, into a
+    // reused output, µs, source → destination order: B × S × H × D → B × H ×
+    // S × D f16 1 × 197 × 12 × 64 12.7 → 8.7 (torch 10.5), 1 × 128 × 8 × 32
+    // 2.9 → 2.6, f32 1 × 64 × 8 × 64 5.0 → 4.1 (torch 5.0); 61 × 67 × 59 × 3
+    // u8 1023 41.4 → 34.0; 24-byte rows: 31 × 29 × 27 × 3 f64 2013 32.9 →
+    // 22.9, 60 × 60 × 60 × 3 (5 MiB, two cores) 361 → 218, 100 × 100 × 3 f64
+    // 102 16.9 → 10.0. Larger wide rows lost (two cores: 8 × 512 × 16 × 64
+    // f16 318 → 358, 100 × 200 × 300 u8 102 284 → 334).
+    let dst_order = row_bytes < 32 || plan.bytes() <= l2_bytes() / 2;
     let (ad, asrc, bd, bsrc) = (a.dst, a.src, b.dst, b.src);
+    // Rows in cache, 32 bytes or longer: 64-byte loads and stores (AVX-512)
+    // or 32-byte ones (AVX2), where `copy_run` moves 16 bytes at a time (or
+    // calls memcpy). AVX2 against `copy_run`, Python, into a reused output,
+    // the median of 30 paired calls in one process: B × S × H × D → B × H ×
+    // S × D, f16 2 × 333 × 16 × 64 1.18×, 4 × 77 × 12 × 64 1.28×, 1 × 256 ×
+    // 8 × 64 1.22×, 2 × 333 × 16 × 32 1.52×; f32 4 × 77 × 12 × 64 1.06×, 2 ×
+    // 333 × 16 × 128 1.09×. AVX-512 against AVX2, one thread, destination
+    // order, µs: f16 1 × 197 × 12 × 64 12.9 → 8.9, f32 4 × 77 × 12 × 64 54.0
+    // → 42.5, 61 × 67 × 59 × 3 u8 1023 43.7 → 35.2; 2 × 333 × 16 × 32 f16
+    // (64-byte rows) and larger copies even. Streamed copies keep
+    // `copy_run`'s streaming stores.
+    let kernel = RowKernel::pick(row_bytes, nt);
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
         // Locals, not the captured values: LLVM reloads those after every
         // store, which may alias them.
@@ -177,35 +195,90 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
             for t in first..first + n {
                 let (i0, j0) = (t / nbj * bi, t % nbj * bj);
                 let (ni, nj) = (bi.min(a.len - i0), bj.min(b.len - j0));
-                for i in i0..i0 + ni {
-                    let j = j0 as isize;
-                    let (di, si) = (dof + i as isize * ad + j * bd, so + i as isize * asrc + j * bsrc);
-                    // SAFETY: rows (i, j0..j0 + nj) of the plan, in bounds on
-                    // both sides; the CPU has AVX2 where `wide`.
+                // (count, dst stride, src stride) of the runs, and of the rows
+                // that start one each.
+                let (outer, runs) = if dst_order {
+                    ((nj, bd, bsrc), (ni, ad, asrc))
+                } else {
+                    ((ni, ad, asrc), (nj, bd, bsrc))
+                };
+                let (d0, s0) = (
+                    dof + i0 as isize * ad + j0 as isize * bd,
+                    so + i0 as isize * asrc + j0 as isize * bsrc,
+                );
+                for o in 0..outer.0 as isize {
+                    // SAFETY: one run of rows of the tile (i0..i0 + ni, j0..j0
+                    // + nj), in bounds on both sides.
                     unsafe {
-                        let (dst, src) = (dp.offset(di), sp.offset(si));
-                        #[cfg(target_arch = "x86_64")]
-                        if wide {
-                            super::avx2::copy_runs(dst, src, nj, row_bytes, bd, bsrc);
-                            continue;
-                        }
-                        // Literal sizes of short rows inline to fixed moves
-                        // (`copy_run` streams 256 bytes or more only). With
-                        // the locals above, Python, µs: 31 × 29 × 27 × 3 f64
-                        // permuted 2013 (24-byte rows) 29.5 → 14.8 (torch
-                        // 17.0), 100 × 100 × 3 f64 102 19.9 → 9.1 (14.2).
-                        match row_bytes {
-                            8 => short_rows(dst, src, bd, bsrc, nj, 8, 0, false),
-                            12 => short_rows(dst, src, bd, bsrc, nj, 12, 0, false),
-                            16 => short_rows(dst, src, bd, bsrc, nj, 16, 0, false),
-                            24 => short_rows(dst, src, bd, bsrc, nj, 24, 0, false),
-                            32 => short_rows(dst, src, bd, bsrc, nj, 32, 0, false),
-                            other => short_rows(dst, src, bd, bsrc, nj, other, 0, nt),
-                        }
+                        let (dst, src) = (dp.offset(d0 + o * outer.1), sp.offset(s0 + o * outer.2));
+                        kernel.copy(dst, src, runs.0, row_bytes, runs.1, runs.2, nt);
                     }
                 }
             }
         });
         store_fence(nt);
     });
+}
+
+/// How [`rows_tiled`] copies a run of rows.
+#[derive(Clone, Copy)]
+enum RowKernel {
+    /// [`super::avx512::copy_runs`]: rows of 32 bytes or more, in cache, where
+    /// the CPU has AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    /// [`super::avx2::copy_runs`]: the same where it has AVX2 only.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// [`short_rows`], literal sizes inlined: short rows, streamed copies, and
+    /// CPUs without AVX2.
+    Rows,
+}
+
+impl RowKernel {
+    fn pick(row_bytes: usize, nt: bool) -> RowKernel {
+        #[cfg(target_arch = "x86_64")]
+        if !nt && row_bytes >= 32 {
+            if super::avx512::enabled() {
+                return RowKernel::Avx512;
+            }
+            if super::avx2::enabled() {
+                return RowKernel::Avx2;
+            }
+        }
+        let _ = (row_bytes, nt);
+        RowKernel::Rows
+    }
+
+    /// Copies `count` rows of `row` bytes, `ds` and `ss` bytes apart.
+    ///
+    /// # Safety
+    ///
+    /// As [`short_rows`] (the CPU has the kernel's instructions: [`Self::pick`]).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // two operands, their strides, the shape and the store kind
+    unsafe fn copy(self, dst: *mut u8, src: *const u8, count: usize, row: usize, ds: isize, ss: isize, nt: bool) {
+        // SAFETY: the caller's contract; `pick` chose the kernel for this CPU.
+        unsafe {
+            match self {
+                #[cfg(target_arch = "x86_64")]
+                RowKernel::Avx512 => super::avx512::copy_runs(dst, src, count, row, ds, ss),
+                #[cfg(target_arch = "x86_64")]
+                RowKernel::Avx2 => super::avx2::copy_runs(dst, src, count, row, ds, ss),
+                // Literal sizes of short rows inline to fixed moves (`copy_run`
+                // streams 256 bytes or more only). With `rows_tiled`'s locals
+                // for the operands, Python, µs: 31 × 29 × 27 × 3 f64 permuted 2013 (24-byte rows)
+                // 29.5 → 14.8 (torch 17.0), 100 × 100 × 3 f64 102 19.9 → 9.1
+                // (14.2).
+                RowKernel::Rows => match row {
+                    8 => short_rows(dst, src, ds, ss, count, 8, 0, false),
+                    12 => short_rows(dst, src, ds, ss, count, 12, 0, false),
+                    16 => short_rows(dst, src, ds, ss, count, 16, 0, false),
+                    24 => short_rows(dst, src, ds, ss, count, 24, 0, false),
+                    32 => short_rows(dst, src, ds, ss, count, 32, 0, false),
+                    other => short_rows(dst, src, ds, ss, count, other, 0, nt),
+                },
+            }
+        }
+    }
 }
