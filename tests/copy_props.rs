@@ -579,9 +579,10 @@ fn row_tiles_of_short_rows() {
     }
 }
 
-/// Row tiles of copies larger than half of any L2 (8 MiB) walk their rows in
-/// source order; with each kernel, streamed and not, rows of 41, 256 and 301
-/// bytes, aligned and not.
+/// Row tiles of copies larger than half of any L2 (8 MiB): rows of 256 and
+/// 301 bytes walked in source order, of 41 bytes (under a line) in
+/// destination order; through AVX2 copies or `copy_run`, streamed and not,
+/// aligned and not.
 #[test]
 fn row_tiles_of_large_copies() {
     for (avx2, avx512) in [(true, true), (true, false), (false, false)] {

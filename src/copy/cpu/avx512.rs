@@ -13,12 +13,13 @@
 //! streamed runs ([`stream_lines`]).
 
 use std::arch::x86_64::{
-    __m512i, _mm_loadu_si128, _mm512_add_epi32, _mm512_add_epi64, _mm512_broadcast_i32x4, _mm512_castsi128_si512,
-    _mm512_inserti32x4, _mm512_loadu_si512, _mm512_mask_storeu_epi8, _mm512_maskz_loadu_epi8, _mm512_permutex2var_epi8,
-    _mm512_permutex2var_epi16, _mm512_permutex2var_epi32, _mm512_permutex2var_epi64, _mm512_set_epi32,
-    _mm512_set_epi64, _mm512_set1_epi32, _mm512_set1_epi64, _mm512_setzero_si512, _mm512_shuffle_epi8,
-    _mm512_storeu_si512, _mm512_stream_si512, _mm512_unpackhi_epi8, _mm512_unpackhi_epi16, _mm512_unpackhi_epi32,
-    _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
+    __m512i, _mm_loadu_si128, _mm256_loadu_si256, _mm256_storeu_si256, _mm512_add_epi32, _mm512_add_epi64,
+    _mm512_broadcast_i32x4, _mm512_castsi128_si512, _mm512_inserti32x4, _mm512_loadu_si512, _mm512_mask_storeu_epi8,
+    _mm512_maskz_loadu_epi8, _mm512_permutex2var_epi8, _mm512_permutex2var_epi16, _mm512_permutex2var_epi32,
+    _mm512_permutex2var_epi64, _mm512_set_epi32, _mm512_set_epi64, _mm512_set1_epi32, _mm512_set1_epi64,
+    _mm512_setzero_si512, _mm512_shuffle_epi8, _mm512_storeu_si512, _mm512_stream_si512, _mm512_unpackhi_epi8,
+    _mm512_unpackhi_epi16, _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi8, _mm512_unpacklo_epi16,
+    _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -515,8 +516,9 @@ pub(super) unsafe fn stream_lines(dst: *mut u8, src: *const u8, n: usize) -> usi
 
 /// Copies `count` runs of `run` bytes, `ds` and `ss` bytes apart, in 64-byte
 /// vectors, up to four loaded before any is stored. A run's last partial
-/// vector overlaps the one before it (a masked load and store in runs under
-/// 64 bytes), half the moves of [`super::avx2::copy_runs`]'s 32-byte ones.
+/// vector overlaps the one before it (two 32-byte halves in runs of 32 to 63
+/// bytes, a masked load and store in shorter ones), half the moves of
+/// [`super::avx2::copy_runs`]'s 32-byte ones.
 ///
 /// # Safety
 ///
@@ -538,9 +540,15 @@ pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: 
                 }
                 i += 4 * LINE;
             }
-            if run < LINE {
+            if run < LINE / 2 {
                 let m = lanes(0, run);
                 _mm512_mask_storeu_epi8(d.cast(), m, _mm512_maskz_loadu_epi8(m, s.cast()));
+            } else if run < LINE {
+                // Two 32-byte halves, overlapping (masked moves cost more).
+                let at = run - LINE / 2;
+                let (lo, hi) = (_mm256_loadu_si256(s.cast()), _mm256_loadu_si256(s.add(at).cast()));
+                _mm256_storeu_si256(d.cast(), lo);
+                _mm256_storeu_si256(d.add(at).cast(), hi);
             } else if i < run {
                 // The rest: up to three whole vectors and the overlapping last.
                 let at = run - LINE;

@@ -163,17 +163,21 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     // A tile walks its rows in destination order (runs of `a` rows written
     // whole, one per `b` row, read from rows `a.src` apart) where the source
     // stays in cache (up to half a core's L2, so both operands fit) or rows
-    // are short (source order writes them a partial line each); otherwise in
-    // source order, whose reads the hardware prefetchers follow while the
-    // store buffer absorbs the scattered stores. One thread, Python, into a
-    // reused output, µs, source → destination order: B × S × H × D → B × H ×
-    // S × D f16 1 × 197 × 12 × 64 12.7 → 8.7 (torch 10.5), 1 × 128 × 8 × 32
-    // 2.9 → 2.6, f32 1 × 64 × 8 × 64 5.0 → 4.1 (torch 5.0); 61 × 67 × 59 × 3
-    // u8 1023 41.4 → 34.0; 24-byte rows: 31 × 29 × 27 × 3 f64 2013 32.9 →
-    // 22.9, 60 × 60 × 60 × 3 (5 MiB, two cores) 361 → 218, 100 × 100 × 3 f64
-    // 102 16.9 → 10.0. Larger wide rows lost (two cores: 8 × 512 × 16 × 64
-    // f16 318 → 358, 100 × 200 × 300 u8 102 284 → 334).
-    let dst_order = row_bytes < 32 || plan.bytes() <= l2_bytes() / 2;
+    // are shorter than a line (source order writes each a partial line);
+    // otherwise in source order, whose reads the hardware prefetchers follow
+    // while the store buffer absorbs the scattered stores. One thread,
+    // Python, into a reused output, µs, source → destination order:
+    // - B × S × H × D → B × H × S × D: f16 1 × 197 × 12 × 64 12.7 → 8.7
+    //   (torch 10.5), 1 × 128 × 8 × 32 2.9 → 2.6, f32 1 × 64 × 8 × 64 5.0 →
+    //   4.1 (torch 5.0); 61 × 67 × 59 × 3 u8 1023 41.4 → 34.0;
+    // - short rows: 31 × 29 × 27 × 3 f64 2013 (24 bytes) 32.9 → 22.9, 100 ×
+    //   100 × 3 f64 102 16.9 → 10.0; 33 × 35 × 37 × 4 f64 1203 (32 bytes,
+    //   2.9 MiB) 149 → 90, × 6 (48 bytes) 202 → 169;
+    // - larger copies of longer rows lost: × 8 (64 bytes) 215 → 235, × 16
+    //   479 → 510; two cores, 8 × 512 × 16 × 64 f16 318 → 358, 100 × 200 ×
+    //   300 u8 102 284 → 334.
+    let in_cache = plan.bytes() <= l2_bytes() / 2;
+    let dst_order = row_bytes < LINE || in_cache;
     let (ad, asrc, bd, bsrc) = (a.dst, a.src, b.dst, b.src);
     // Rows in cache, 32 bytes or longer: 64-byte loads and stores (AVX-512)
     // or 32-byte ones (AVX2), where `copy_run` moves 16 bytes at a time (or
@@ -181,12 +185,14 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     // the median of 30 paired calls in one process: B × S × H × D → B × H ×
     // S × D, f16 2 × 333 × 16 × 64 1.18×, 4 × 77 × 12 × 64 1.28×, 1 × 256 ×
     // 8 × 64 1.22×, 2 × 333 × 16 × 32 1.52×; f32 4 × 77 × 12 × 64 1.06×, 2 ×
-    // 333 × 16 × 128 1.09×. AVX-512 against AVX2, one thread, destination
-    // order, µs: f16 1 × 197 × 12 × 64 12.9 → 8.9, f32 4 × 77 × 12 × 64 54.0
-    // → 42.5, 61 × 67 × 59 × 3 u8 1023 43.7 → 35.2; 2 × 333 × 16 × 32 f16
-    // (64-byte rows) and larger copies even. Streamed copies keep
+    // 333 × 16 × 128 1.09×. AVX-512 against AVX2 in cache, one thread,
+    // destination order, µs: f16 1 × 197 × 12 × 64 12.9 → 8.9, f32 4 × 77 ×
+    // 12 × 64 54.0 → 42.5, 61 × 67 × 59 × 3 u8 1023 43.7 → 35.2; 2 × 333 ×
+    // 16 × 32 f16 (64-byte rows) even. Out of cache its line-splitting loads
+    // and stores lost (61 × 67 × 59 × 3 f32 1023, 708-byte rows: 214 → 241,
+    // 225 → 241 with the stores line-aligned). Streamed copies keep
     // `copy_run`'s streaming stores.
-    let kernel = RowKernel::pick(row_bytes, nt);
+    let kernel = RowKernel::pick(row_bytes, in_cache, nt);
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
         // Locals, not the captured values: LLVM reloads those after every
         // store, which may alias them.
@@ -223,11 +229,12 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
 /// How [`rows_tiled`] copies a run of rows.
 #[derive(Clone, Copy)]
 enum RowKernel {
-    /// [`super::avx512::copy_runs`]: rows of 32 bytes or more, in cache, where
-    /// the CPU has AVX-512.
+    /// [`super::avx512::copy_runs`]: rows of 32 bytes or more of copies in
+    /// cache, where the CPU has AVX-512.
     #[cfg(target_arch = "x86_64")]
     Avx512,
-    /// [`super::avx2::copy_runs`]: the same where it has AVX2 only.
+    /// [`super::avx2::copy_runs`]: other rows of 32 bytes or more, not
+    /// streamed, where the CPU has AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
     /// [`short_rows`], literal sizes inlined: short rows, streamed copies, and
@@ -236,17 +243,17 @@ enum RowKernel {
 }
 
 impl RowKernel {
-    fn pick(row_bytes: usize, nt: bool) -> RowKernel {
+    fn pick(row_bytes: usize, in_cache: bool, nt: bool) -> RowKernel {
         #[cfg(target_arch = "x86_64")]
         if !nt && row_bytes >= 32 {
-            if super::avx512::enabled() {
+            if in_cache && super::avx512::enabled() {
                 return RowKernel::Avx512;
             }
             if super::avx2::enabled() {
                 return RowKernel::Avx2;
             }
         }
-        let _ = (row_bytes, nt);
+        let _ = (row_bytes, in_cache, nt);
         RowKernel::Rows
     }
 
