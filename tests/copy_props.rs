@@ -603,6 +603,29 @@ fn row_tiles_of_large_copies() {
     set_avx512_allowed(true);
 }
 
+/// Transposes past the small-copy size (2 MiB) of 4- and 8-byte elements
+/// with destination runs under 1 KiB (few long source rows): folded tiles
+/// where the CPU has AVX-512, staged ones elsewhere; streamed and not, with
+/// every kernel, aligned, off a line, and off the elements' alignment.
+#[test]
+fn large_transposes_of_few_long_rows() {
+    for (avx2, avx512) in [(true, true), (false, false)] {
+        set_avx2_allowed(avx2);
+        set_avx512_allowed(avx512);
+        for stream in [Some(1), Some(usize::MAX)] {
+            set_stream_threshold(stream);
+            for (src_at, dst_at) in [(0, 0), (16, 40), (1, 3)] {
+                check_permute_at(&[61, 5003], &[1, 0], 8, src_at, dst_at);
+                check_permute_at(&[100, 6001], &[1, 0], 4, src_at, dst_at);
+                check_permute_at(&[61, 67, 59, 3], &[0, 2, 3, 1], 8, src_at, dst_at);
+            }
+        }
+    }
+    set_stream_threshold(None);
+    set_avx2_allowed(true);
+    set_avx512_allowed(true);
+}
+
 #[test]
 fn unaligned_pointers() {
     for shift in [1, 3, 5] {

@@ -603,10 +603,20 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 40123 1.56× the time), nor fewer columns (9 × 10 × 11 × 12 × 13 f64
     // 40123, 13 columns, 26 → 43), nor a narrow side with no fold (17 × 19
     // × 23 × 2 f64 2310 4.6 → 5.4).
+    //
+    // Large ones of 4- and 8-byte elements that would be staged (destination
+    // runs under 1 KiB, which the staged tiles transpose with SSE2's 2 × 2
+    // or 4 × 4 micro tiles): few source rows, very long, transposed. Python,
+    // µs, staged → folded (NumPy, torch), one thread: 61 × 11859 f64 747 →
+    // 481 (431, 1034), 200 × 10000 f32 1381 → 714 (1128), 61 × 5000 f64 313
+    // → 190 (191), 300 × 300 × 30 f32 210 1382 → 951; two cores: 61 × 67 ×
+    // 59 × 3 f64 0231 431 → 270 (433, 264), 1230 425 → 270 (439, 293), 2310
+    // 410 → 327 (708, 363), 30 × 30000 f32 320 → 162 (384). Not 1- and
+    // 2-byte ones (200 × 30000 u16 1674 → 2222).
     #[cfg(target_arch = "x86_64")]
     let narrow = b.len * e < LINE || a.len * e < LINE;
     #[cfg(target_arch = "x86_64")]
-    if (narrow || (e == 8 && route == Route::Small))
+    if (narrow || (e >= 4 && route == Route::Staged) || (e == 8 && route == Route::Small))
         && folded512::enabled()
         && let Some(f) = Folded::find(a, b, &batch, e, !narrow || (e == 1 && a.len * e >= LINE))
         && (narrow || f.sides().1 >= 16)
