@@ -10,7 +10,8 @@
 //! pieces, and those kernels go through an L1 staging tile instead (a second
 //! load and store of every byte). A whole-line store leaves nothing open:
 //! tiles go straight from the source to memory. Also the whole-line copy of
-//! streamed runs ([`stream_lines`]).
+//! streamed runs ([`stream_lines`]) and the row copies of row tiles in cache
+//! ([`copy_runs`]).
 
 use std::arch::x86_64::{
     __m512i, _mm_loadu_si128, _mm256_loadu_si256, _mm256_storeu_si256, _mm512_add_epi32, _mm512_add_epi64,
@@ -526,14 +527,14 @@ pub(super) unsafe fn stream_lines(dst: *mut u8, src: *const u8, n: usize) -> usi
 /// j·ss` (`j < count`) as `ptr::copy_nonoverlapping(src, dst, run)`.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: usize, ds: isize, ss: isize) {
-    let whole = run / LINE * LINE;
     let (mut d, mut s) = (dst, src);
     for _ in 0..count {
         // SAFETY: every access lies inside the run's `run` bytes (the caller's
-        // contract); `at` is `run - 64` where the run has 64 bytes or more.
+        // contract): blocks end at or before `run`, and where the run has 64
+        // bytes or more the rest's vectors start before `at = run - 64`.
         unsafe {
             let mut i = 0;
-            while i + 4 * LINE <= whole {
+            while i + 4 * LINE <= run {
                 let v = [0, 1, 2, 3].map(|k| _mm512_loadu_si512(s.add(i + k * LINE).cast()));
                 for (k, v) in v.into_iter().enumerate() {
                     _mm512_storeu_si512(d.add(i + k * LINE).cast(), v);
@@ -553,7 +554,7 @@ pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: 
                 // The rest: up to three whole vectors and the overlapping last.
                 let at = run - LINE;
                 let last = _mm512_loadu_si512(s.add(at).cast());
-                while i < whole.min(at) {
+                while i < at {
                     _mm512_storeu_si512(d.add(i).cast(), _mm512_loadu_si512(s.add(i).cast()));
                     i += LINE;
                 }

@@ -274,9 +274,9 @@ impl RowKernel {
                 RowKernel::Avx2 => super::avx2::copy_runs(dst, src, count, row, ds, ss),
                 // Literal sizes of short rows inline to fixed moves (`copy_run`
                 // streams 256 bytes or more only). With `rows_tiled`'s locals
-                // for the operands, Python, µs: 31 × 29 × 27 × 3 f64 permuted 2013 (24-byte rows)
-                // 29.5 → 14.8 (torch 17.0), 100 × 100 × 3 f64 102 19.9 → 9.1
-                // (14.2).
+                // for the operands, Python, µs: 31 × 29 × 27 × 3 f64 permuted
+                // 2013 (24-byte rows) 29.5 → 14.8 (torch 17.0), 100 × 100 × 3
+                // f64 102 19.9 → 9.1 (14.2).
                 RowKernel::Rows => match row {
                     8 => short_rows(dst, src, ds, ss, count, 8, 0, false),
                     12 => short_rows(dst, src, ds, ss, count, 12, 0, false),
