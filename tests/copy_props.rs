@@ -585,17 +585,25 @@ fn row_tiles_of_short_rows() {
 /// aligned and not.
 #[test]
 fn row_tiles_of_large_copies() {
+    with_each_kernel_and_stream(|| {
+        for (rows, row) in [(200_000usize, 41usize), (32_768, 256), (28_000, 301)] {
+            let a = 128;
+            for (src_at, dst_at) in [(0, 0), (1, 3)] {
+                check_permute_at(&[a, rows / a + 1, row], &[1, 0, 2], 1, src_at, dst_at);
+            }
+        }
+    });
+}
+
+/// Runs `check` with each kernel set (AVX-512, AVX2 only, neither), streamed
+/// and not, then restores the defaults.
+fn with_each_kernel_and_stream(check: impl Fn()) {
     for (avx2, avx512) in [(true, true), (true, false), (false, false)] {
         set_avx2_allowed(avx2);
         set_avx512_allowed(avx512);
         for stream in [Some(1), Some(usize::MAX)] {
             set_stream_threshold(stream);
-            for (rows, row) in [(200_000usize, 41usize), (32_768, 256), (28_000, 301)] {
-                let a = 128;
-                for (src_at, dst_at) in [(0, 0), (1, 3)] {
-                    check_permute_at(&[a, rows / a + 1, row], &[1, 0, 2], 1, src_at, dst_at);
-                }
-            }
+            check();
         }
     }
     set_stream_threshold(None);
@@ -609,21 +617,13 @@ fn row_tiles_of_large_copies() {
 /// every kernel, aligned, off a line, and off the elements' alignment.
 #[test]
 fn large_transposes_of_few_long_rows() {
-    for (avx2, avx512) in [(true, true), (false, false)] {
-        set_avx2_allowed(avx2);
-        set_avx512_allowed(avx512);
-        for stream in [Some(1), Some(usize::MAX)] {
-            set_stream_threshold(stream);
-            for (src_at, dst_at) in [(0, 0), (16, 40), (1, 3)] {
-                check_permute_at(&[61, 5003], &[1, 0], 8, src_at, dst_at);
-                check_permute_at(&[100, 6001], &[1, 0], 4, src_at, dst_at);
-                check_permute_at(&[61, 67, 59, 3], &[0, 2, 3, 1], 8, src_at, dst_at);
-            }
+    with_each_kernel_and_stream(|| {
+        for (src_at, dst_at) in [(0, 0), (16, 40), (1, 3)] {
+            check_permute_at(&[61, 5003], &[1, 0], 8, src_at, dst_at);
+            check_permute_at(&[100, 6001], &[1, 0], 4, src_at, dst_at);
+            check_permute_at(&[61, 67, 59, 3], &[0, 2, 3, 1], 8, src_at, dst_at);
         }
-    }
-    set_stream_threshold(None);
-    set_avx2_allowed(true);
-    set_avx512_allowed(true);
+    });
 }
 
 #[test]
