@@ -16,7 +16,8 @@
 //! by a permute ([`lines8`]): a store across two lines costs twice an
 //! aligned one. Where no dim folds, the tiles are plain `a` × `b` ones: for
 //! 8-byte elements, which the other routes of small copies move in SSE2's
-//! 2 × 2 tiles, and for bytes whose columns alone are narrow.
+//! 2 × 2 tiles, for 4- and 8-byte ones of large copies that would be staged
+//! (in SSE2's tiles too), and for bytes whose columns alone are narrow.
 
 use std::arch::x86_64::{
     __m128i, __m512i, _mm_mask_storeu_epi8, _mm_maskz_loadu_epi8, _mm_unpackhi_epi8, _mm_unpacklo_epi8,
