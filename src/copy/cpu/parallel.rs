@@ -1,5 +1,7 @@
 //! The parallel loop: [`par_for`] splits a flat index space across the copy
-//! pool, and [`for_each_segment`] walks one task's piece of it row by row.
+//! pool (whose threads, a copy done, watch for the next one a while before
+//! they sleep: [`Handoff`]), and [`for_each_segment`] walks one task's piece
+//! of it row by row.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -34,6 +36,17 @@ const PAR_SHARE_MIN_BYTES: usize = 128 << 10;
 /// 2 MiB of 4 KiB rows 92–95 → 137–138, 4 MiB clone 125–129 → 168. Also how
 /// long it leaves a static share to its pool thread before taking it itself.
 const FINISH_SPIN: Duration = Duration::from_micros(200);
+
+/// How long a pool thread, its part of a copy done, watches for the next
+/// copy before it goes back to rayon to sleep ([`Handoff`]), as OpenMP's
+/// threads spin between parallel regions. Waking a sleeping thread costs
+/// tens of µs on a VM, much of a copy of a MiB or less: one thread started
+/// that late on a copy called back to back ran it at 0.7× torch's speed.
+/// Python, two cores, from NumPy arrays, one process alternating (µs),
+/// sleeping → watching: 9 × 10 × 11 × 12 × 13 f64 permuted 14032 97 → 75
+/// (torch 100), 100 × 100 × 40 f32 210 71 → 54, 300² complex128
+/// transposed 52 → 48, 61 × 67 × 59 × 3 u8 1023 30.5 → 28.0 (torch 28.9).
+const HANDOFF_SPIN: Duration = Duration::from_micros(100);
 
 /// Spins until `done()` holds or `cap` has passed.
 fn spin_until(done: impl Fn() -> bool, cap: Duration) {
@@ -233,6 +246,10 @@ struct Job {
     handed: Instant,
     first: AtomicU64,
     closed: AtomicBool,
+    /// Pool thread i runs range i + 1 only (`Job::run`'s `preferred`).
+    preferred: bool,
+    /// Its number in the order jobs were handed out ([`Handoff`]).
+    epoch: u64,
     /// The first panic of the body, resumed on the caller's thread.
     panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
@@ -269,28 +286,19 @@ impl Job {
             handed: Instant::now(),
             first: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
+            preferred,
+            epoch: Handoff::next_epoch(),
             panic: std::sync::Mutex::new(None),
         });
+        let pool_id = pool as *const rayon::ThreadPool as usize;
+        // Threads still watching after their last copy join through the
+        // handoff; the broadcast wakes the others (and runs on the watching
+        // ones later, finding the job done).
+        Handoff::post(pool_id, &job);
         let shared = job.clone();
         pool.spawn_broadcast(move |ctx| {
-            shared.active.fetch_add(1, Ordering::SeqCst);
-            let late = shared.handed.elapsed().as_nanos() as u64;
-            let _ = shared
-                .first
-                .compare_exchange(u64::MAX, late, Ordering::Relaxed, Ordering::Relaxed);
-            if !shared.closed.load(Ordering::SeqCst) {
-                // With preferred ranges a pool thread runs its own only (another
-                // thread's is its cache's); late ones are the caller's to take.
-                let mine = ctx.index() + 1;
-                if !preferred {
-                    while let Some(k) = shared.claim() {
-                        shared.run_range(k);
-                    }
-                } else if mine < n && !shared.claimed[mine].swap(true, Ordering::AcqRel) {
-                    shared.run_range(mine);
-                }
-            }
-            shared.active.fetch_sub(1, Ordering::SeqCst);
+            shared.join(ctx.index());
+            Handoff::watch(pool_id, ctx.index(), shared.epoch);
         });
         job.run_range(0);
         if preferred {
@@ -302,6 +310,7 @@ impl Job {
         // Only ranges running on other threads are left.
         wait_until(|| job.done.load(Ordering::Acquire) == n);
         job.closed.store(true, Ordering::SeqCst);
+        Handoff::withdraw(&job);
         let first = job.first.load(Ordering::Relaxed);
         let late = if preferred { grace.min(POOL_LATE) } else { POOL_LATE };
         let start = (first != u64::MAX).then(|| Duration::from_nanos(first));
@@ -311,6 +320,29 @@ impl Job {
         if let Some(payload) = panic {
             std::panic::resume_unwind(payload);
         }
+    }
+
+    /// A pool thread (`index` in its pool) joins: it runs what it may claim,
+    /// unless the caller has closed the job.
+    fn join(&self, index: usize) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        let late = self.handed.elapsed().as_nanos() as u64;
+        let _ = self
+            .first
+            .compare_exchange(u64::MAX, late, Ordering::Relaxed, Ordering::Relaxed);
+        if !self.closed.load(Ordering::SeqCst) {
+            // With preferred ranges a pool thread runs its own only (another
+            // thread's is its cache's); late ones are the caller's to take.
+            let (mine, n) = (index + 1, self.claimed.len());
+            if !self.preferred {
+                while let Some(k) = self.claim() {
+                    self.run_range(k);
+                }
+            } else if mine < n && !self.claimed[mine].swap(true, Ordering::AcqRel) {
+                self.run_range(mine);
+            }
+        }
+        self.active.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Claims a range no thread has yet, if any is left.
@@ -340,6 +372,80 @@ impl Job {
                 .get_or_insert(payload);
         }
         self.done.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// The latest job handed out, where pool threads that have just finished
+/// one look for the next ([`HANDOFF_SPIN`]) instead of waiting to be woken.
+/// Locks are only tried, never waited for: a lock held by a thread that a
+/// `fork()` left behind (the child has none of the parent's threads) turns
+/// the handoff off in that child instead of hanging it, and copies still
+/// reach its fresh pool's threads through the broadcast.
+struct Handoff;
+
+/// The job, and the address of the pool it was handed to (a thread joins
+/// only its own pool's).
+static POSTED: std::sync::Mutex<Option<(usize, std::sync::Arc<Job>)>> = std::sync::Mutex::new(None);
+/// Jobs made so far (each job's `epoch` is its number).
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Jobs posted so far (written with the lock held, after the job).
+static POSTS: AtomicU64 = AtomicU64::new(0);
+/// Jobs pool threads have joined through the handoff (for tests).
+static HANDED_OFF: AtomicU64 = AtomicU64::new(0);
+
+impl Handoff {
+    fn next_epoch() -> u64 {
+        EPOCH.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Makes `job` the one watching threads of pool `pool_id` join.
+    fn post(pool_id: usize, job: &std::sync::Arc<Job>) {
+        if let Ok(mut slot) = POSTED.try_lock() {
+            *slot = Some((pool_id, job.clone()));
+            POSTS.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Drops `job` from the handoff, if it is still there.
+    fn withdraw(job: &std::sync::Arc<Job>) {
+        if let Ok(mut slot) = POSTED.try_lock()
+            && slot.as_ref().is_some_and(|(_, j)| std::sync::Arc::ptr_eq(j, job))
+        {
+            *slot = None;
+        }
+    }
+
+    /// Pool thread `index` of pool `pool_id`, done with job `epoch`, joins
+    /// each later job of its pool handed out within [`HANDOFF_SPIN`] of the
+    /// last one it ran. Only after the latest job: the broadcasts of jobs it
+    /// joined here run later and find a newer one posted.
+    fn watch(pool_id: usize, index: usize, epoch: u64) {
+        let mut seen = epoch;
+        if EPOCH.load(Ordering::SeqCst) != seen {
+            return;
+        }
+        // Posts looked at: the slot is locked again only after another.
+        let mut looked = POSTS.load(Ordering::SeqCst);
+        let mut since = Instant::now();
+        while since.elapsed() < HANDOFF_SPIN {
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+            if POSTS.load(Ordering::SeqCst) == looked {
+                continue;
+            }
+            let Ok(slot) = POSTED.try_lock() else { continue };
+            looked = POSTS.load(Ordering::SeqCst);
+            let job = match slot.as_ref() {
+                Some((p, job)) if *p == pool_id && job.epoch > seen => job.clone(),
+                _ => continue,
+            };
+            drop(slot);
+            seen = job.epoch;
+            HANDED_OFF.fetch_add(1, Ordering::Relaxed);
+            job.join(index);
+            since = Instant::now();
+        }
     }
 }
 
@@ -404,13 +510,14 @@ pub(super) fn for_each_segment(
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::atomic::Ordering;
     use std::sync::mpsc::channel;
     use std::thread::ThreadId;
     use std::time::{Duration, Instant};
 
     use super::{
-        BACKOFF, Backoff, FINISH_SPIN, LATE_STREAK, LATE_STREAK_MAX, POOL_LATE, UNTIL, balanced, spin_until,
-        static_share_count, static_shares,
+        BACKOFF, Backoff, FINISH_SPIN, HANDED_OFF, LATE_STREAK, LATE_STREAK_MAX, POOL_LATE, UNTIL, balanced,
+        spin_until, static_share_count, static_shares,
     };
 
     /// Which thread visited each index of `0..total`, once per index.
@@ -451,6 +558,32 @@ mod tests {
             for bytes in [1 << 20, 4 << 20, 64 << 20] {
                 visits(total, |f| balanced(&pool, workers, total, bytes, f));
             }
+        }
+    }
+
+    #[test]
+    fn a_pool_thread_that_has_just_copied_joins_the_next_copy_of_its_own_pool_without_a_wake_up() {
+        let [a, b] = [0, 1].map(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
+        let thread_of = |p: &rayon::ThreadPool| p.install(|| std::thread::current().id());
+        let (ta, tb) = (thread_of(&a), thread_of(&b));
+        // Back-to-back copies on one pool: its thread, still watching after
+        // one, joins the next through the handoff (some of 200, should the
+        // VM hold a thread off its core past the watch).
+        let before = HANDED_OFF.load(Ordering::Relaxed);
+        for _ in 0..200 {
+            let by = visits(64, |f| static_shares(&a, 2, 64, Duration::from_secs(10), f));
+            assert!(by[32..].iter().all(|&t| t == ta));
+        }
+        assert!(HANDED_OFF.load(Ordering::Relaxed) > before, "no copy was handed off");
+        // Another pool's copy right after one of `a`: `a`'s watching thread
+        // leaves it alone, and each share stays on its own pool's thread.
+        for _ in 0..50 {
+            visits(64, |f| static_shares(&a, 2, 64, Duration::from_secs(10), f));
+            let by = visits(64, |f| static_shares(&b, 2, 64, Duration::from_secs(10), f));
+            assert!(
+                by[32..].iter().all(|&t| t == tb),
+                "pool b's share ran on another thread"
+            );
         }
     }
 
@@ -498,7 +631,6 @@ mod tests {
     #[test]
     #[serial_test::serial(copy_backoff)]
     fn a_late_pool_sends_copies_to_the_caller_alone_for_a_while() {
-        use std::sync::atomic::Ordering;
         UNTIL.store(0, Ordering::SeqCst);
         LATE_STREAK.store(0, Ordering::SeqCst);
         let late = |start, waited, limit| {
