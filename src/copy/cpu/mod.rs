@@ -24,7 +24,7 @@
 //! and for clones too on some CPUs: `runs::runs_stream_threshold`): those are
 //! written with non-temporal (streaming) stores over whole cache lines, which
 //! skips the read-for-ownership of every destination line (see
-//! [`set_stream_threshold`]). Work from 1 MiB on is split
+//! [`set_stream_threshold`]). Work from 256 KiB on is split
 //! across rayon over a flat index space — rows × row elements, or batch × tiles
 //! — so a short outer dimension still feeds every thread.
 //!

@@ -297,8 +297,11 @@ impl Job {
         Handoff::post(pool_id, &job);
         let shared = job.clone();
         pool.spawn_broadcast(move |ctx| {
-            shared.join(ctx.index());
-            Handoff::watch(pool_id, ctx.index(), shared.epoch);
+            // Not after a job already over: a thread that joined jobs through
+            // the handoff finds their broadcasts queued behind it.
+            if shared.join(ctx.index()) {
+                Handoff::watch(pool_id, ctx.index(), shared.epoch);
+            }
         });
         job.run_range(0);
         if preferred {
@@ -323,14 +326,15 @@ impl Job {
     }
 
     /// A pool thread (`index` in its pool) joins: it runs what it may claim,
-    /// unless the caller has closed the job.
-    fn join(&self, index: usize) {
+    /// unless the caller has closed the job. Whether it was still open.
+    fn join(&self, index: usize) -> bool {
         self.active.fetch_add(1, Ordering::SeqCst);
         let late = self.handed.elapsed().as_nanos() as u64;
         let _ = self
             .first
             .compare_exchange(u64::MAX, late, Ordering::Relaxed, Ordering::Relaxed);
-        if !self.closed.load(Ordering::SeqCst) {
+        let open = !self.closed.load(Ordering::SeqCst);
+        if open {
             // With preferred ranges a pool thread runs its own only (another
             // thread's is its cache's); late ones are the caller's to take.
             let (mine, n) = (index + 1, self.claimed.len());
@@ -343,6 +347,7 @@ impl Job {
             }
         }
         self.active.fetch_sub(1, Ordering::SeqCst);
+        open
     }
 
     /// Claims a range no thread has yet, if any is left.
@@ -390,8 +395,9 @@ static POSTED: std::sync::Mutex<Option<(usize, std::sync::Arc<Job>)>> = std::syn
 static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Jobs posted so far (written with the lock held, after the job).
 static POSTS: AtomicU64 = AtomicU64::new(0);
-/// Jobs pool threads have joined through the handoff (for tests).
-static HANDED_OFF: AtomicU64 = AtomicU64::new(0);
+/// Jobs pool threads have joined through the handoff, by pool.
+#[cfg(test)]
+static HANDED_OFF: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
 impl Handoff {
     fn next_epoch() -> u64 {
@@ -416,14 +422,10 @@ impl Handoff {
     }
 
     /// Pool thread `index` of pool `pool_id`, done with job `epoch`, joins
-    /// each later job of its pool handed out within [`HANDOFF_SPIN`] of the
-    /// last one it ran. Only after the latest job: the broadcasts of jobs it
-    /// joined here run later and find a newer one posted.
+    /// each later job of its pool posted within [`HANDOFF_SPIN`] of the last
+    /// one it joined.
     fn watch(pool_id: usize, index: usize, epoch: u64) {
         let mut seen = epoch;
-        if EPOCH.load(Ordering::SeqCst) != seen {
-            return;
-        }
         // Posts looked at: the slot is locked again only after another.
         let mut looked = POSTS.load(Ordering::SeqCst);
         let mut since = Instant::now();
@@ -442,8 +444,9 @@ impl Handoff {
             };
             drop(slot);
             seen = job.epoch;
-            HANDED_OFF.fetch_add(1, Ordering::Relaxed);
-            job.join(index);
+            #[cfg(test)]
+            HANDED_OFF.lock().unwrap_or_else(|e| e.into_inner()).push(pool_id);
+            let _ = job.join(index);
             since = Instant::now();
         }
     }
@@ -567,14 +570,19 @@ mod tests {
         let thread_of = |p: &rayon::ThreadPool| p.install(|| std::thread::current().id());
         let (ta, tb) = (thread_of(&a), thread_of(&b));
         // Back-to-back copies on one pool: its thread, still watching after
-        // one, joins the next through the handoff (some of 200, should the
-        // VM hold a thread off its core past the watch).
-        let before = HANDED_OFF.load(Ordering::Relaxed);
-        for _ in 0..200 {
+        // one, joins the next through the handoff (not every time, should
+        // the machine hold a thread off its core past the watch: for up to
+        // 10 s of copies, until one is).
+        let handed_off_to = |p: &rayon::ThreadPool| {
+            let id = p as *const rayon::ThreadPool as usize;
+            HANDED_OFF.lock().unwrap().iter().filter(|&&q| q == id).count()
+        };
+        let t = Instant::now();
+        while handed_off_to(&a) == 0 && t.elapsed() < Duration::from_secs(10) {
             let by = visits(64, |f| static_shares(&a, 2, 64, Duration::from_secs(10), f));
             assert!(by[32..].iter().all(|&t| t == ta));
         }
-        assert!(HANDED_OFF.load(Ordering::Relaxed) > before, "no copy was handed off");
+        assert!(handed_off_to(&a) > 0, "no copy was handed off");
         // Another pool's copy right after one of `a`: `a`'s watching thread
         // leaves it alone, and each share stays on its own pool's thread.
         for _ in 0..50 {
