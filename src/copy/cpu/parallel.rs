@@ -42,10 +42,12 @@ const FINISH_SPIN: Duration = Duration::from_micros(200);
 /// threads spin between parallel regions. Waking a sleeping thread costs
 /// tens of µs on a VM, much of a copy of a MiB or less: one thread started
 /// that late on a copy called back to back ran it at 0.7× torch's speed.
-/// Python, two cores, from NumPy arrays, one process alternating (µs),
-/// sleeping → watching: 9 × 10 × 11 × 12 × 13 f64 permuted 14032 97 → 75
-/// (torch 100), 100 × 100 × 40 f32 210 71 → 54, 300² complex128
-/// transposed 52 → 48, 61 × 67 × 59 × 3 u8 1023 30.5 → 28.0 (torch 28.9).
+/// Python, two cores, from NumPy arrays, both builds in one process (µs),
+/// sleeping → watching (torch): 9 × 10 × 11 × 12 × 13 f64 permuted 14032
+/// 100 → 72 (73), 61 × 67 × 59 × 3 u8 1023 32.4 → 27.3 (26.6), 64 × 64 ×
+/// 64 × 4 f32 2103 258 → 196 (780), 16 columns of an 8192² f32 matrix 65.0
+/// → 38.5 (44.1); 4096² f32 transposed 3649 → 3048. Copies alternated call
+/// by call with torch's: 0.93–1.04× the time a pair.
 const HANDOFF_SPIN: Duration = Duration::from_micros(100);
 
 /// Spins until `done()` holds or `cap` has passed.
@@ -248,7 +250,7 @@ struct Job {
     closed: AtomicBool,
     /// Pool thread i runs range i + 1 only (`Job::run`'s `preferred`).
     preferred: bool,
-    /// Its number in the order jobs were handed out ([`Handoff`]).
+    /// Its number in the order jobs were made ([`Handoff`]).
     epoch: u64,
     /// The first panic of the body, resumed on the caller's thread.
     panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
