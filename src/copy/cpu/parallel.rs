@@ -250,8 +250,6 @@ struct Job {
     closed: AtomicBool,
     /// Pool thread i runs range i + 1 only (`Job::run`'s `preferred`).
     preferred: bool,
-    /// Its number in the order jobs were made ([`Handoff`]).
-    epoch: u64,
     /// The first panic of the body, resumed on the caller's thread.
     panic: std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>,
 }
@@ -289,7 +287,6 @@ impl Job {
             first: AtomicU64::new(u64::MAX),
             closed: AtomicBool::new(false),
             preferred,
-            epoch: Handoff::next_epoch(),
             panic: std::sync::Mutex::new(None),
         });
         let pool_id = pool as *const rayon::ThreadPool as usize;
@@ -302,7 +299,7 @@ impl Job {
             // Not after a job already over: a thread that joined jobs through
             // the handoff finds their broadcasts queued behind it.
             if shared.join(ctx.index()) {
-                Handoff::watch(pool_id, ctx.index(), shared.epoch);
+                Handoff::watch(pool_id, ctx.index(), shared.clone());
             }
         });
         job.run_range(0);
@@ -393,8 +390,6 @@ struct Handoff;
 /// The job, and the address of the pool it was handed to (a thread joins
 /// only its own pool's).
 static POSTED: std::sync::Mutex<Option<(usize, std::sync::Arc<Job>)>> = std::sync::Mutex::new(None);
-/// Jobs made so far (each job's `epoch` is its number).
-static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Jobs posted so far (written with the lock held, after the job).
 static POSTS: AtomicU64 = AtomicU64::new(0);
 /// Jobs pool threads have joined through the handoff, by pool.
@@ -402,10 +397,6 @@ static POSTS: AtomicU64 = AtomicU64::new(0);
 static HANDED_OFF: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
 impl Handoff {
-    fn next_epoch() -> u64 {
-        EPOCH.fetch_add(1, Ordering::SeqCst) + 1
-    }
-
     /// Makes `job` the one watching threads of pool `pool_id` join.
     fn post(pool_id: usize, job: &std::sync::Arc<Job>) {
         if let Ok(mut slot) = POSTED.try_lock() {
@@ -423,32 +414,31 @@ impl Handoff {
         }
     }
 
-    /// Pool thread `index` of pool `pool_id`, done with job `epoch`, joins
+    /// Pool thread `index` of pool `pool_id`, done with job `last`, joins
     /// each later job of its pool posted within [`HANDOFF_SPIN`] of the last
-    /// one it joined.
-    fn watch(pool_id: usize, index: usize, epoch: u64) {
-        let mut seen = epoch;
-        // Posts looked at: the slot is locked again only after another.
-        let mut looked = POSTS.load(Ordering::SeqCst);
+    /// one it joined (the slot only ever moves on to newer jobs).
+    fn watch(pool_id: usize, index: usize, mut last: std::sync::Arc<Job>) {
+        // Posts looked at (none yet): the slot is locked again only after another.
+        let mut looked = None;
         let mut since = Instant::now();
         while since.elapsed() < HANDOFF_SPIN {
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
-            if POSTS.load(Ordering::SeqCst) == looked {
+            if looked == Some(POSTS.load(Ordering::SeqCst)) {
                 continue;
             }
             let Ok(slot) = POSTED.try_lock() else { continue };
-            looked = POSTS.load(Ordering::SeqCst);
+            looked = Some(POSTS.load(Ordering::SeqCst));
             let job = match slot.as_ref() {
-                Some((p, job)) if *p == pool_id && job.epoch > seen => job.clone(),
+                Some((p, job)) if *p == pool_id && !std::sync::Arc::ptr_eq(job, &last) => job.clone(),
                 _ => continue,
             };
             drop(slot);
-            seen = job.epoch;
             #[cfg(test)]
             HANDED_OFF.lock().unwrap_or_else(|e| e.into_inner()).push(pool_id);
             let _ = job.join(index);
+            last = job;
             since = Instant::now();
         }
     }
