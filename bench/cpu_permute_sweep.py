@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Every permutation of small, odd-shaped 3-D and 4-D tensors (and four of each 5-D one),
 in four dtypes: devtensor's `.contiguous()` against NumPy's `.copy()` and torch's
-`.contiguous()`, in this process, each timed as the best of five loops.
+`.contiguous()`, in this process, each timed as the best of five loops, the three
+taking turns.
 
 The patterns of `cpu_copy_peers.py` are chosen by hand; this sweep is not, and finds the
 kinds a hand-picked list misses: short unit-stride sides of 2-4 elements moved anywhere,
@@ -29,22 +30,32 @@ SHAPES = [
 PERMS_5D = [(4, 3, 2, 1, 0), (0, 3, 1, 4, 2), (4, 0, 1, 2, 3), (1, 4, 0, 3, 2)]
 
 
-def best_loop(fn, target=0.02):
-    """Seconds per call: the best of five loops of about target/5 s each."""
+def loop_count(fn, target):
+    """Calls a loop of about `target` seconds takes."""
     n = 1
     while True:
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
-        if time.perf_counter() - t0 > target / 5:
-            break
+        if time.perf_counter() - t0 > target:
+            return n
         n *= 4
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
+
+
+def best_of_rounds(fns, target=0.004, rounds=5):
+    """Seconds per call of each of `fns`: the best of `rounds` loops of about
+    `target` s each, the functions taking turns loop by loop, so that load on
+    the machine that comes and goes hits all of them alike (timed one after
+    the other, 29 x 27 x 3 f32 permuted 021 read 1.68 us in a sweep, twice
+    what it took timed in turns with its peers)."""
+    counts = [loop_count(fn, target) for fn in fns]
+    best = [float("inf")] * len(fns)
+    for _ in range(rounds):
+        for k, (fn, n) in enumerate(zip(fns, counts)):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[k] = min(best[k], (time.perf_counter() - t0) / n)
     return best
 
 
@@ -71,9 +82,9 @@ def main():
         out = d.contiguous()
         if not np.array_equal(np.from_dlpack(out), a.transpose(perm)):
             raise SystemExit(f"wrong result: {dt} {shape} {perm}")
-        dev = best_loop(lambda: d.contiguous())
-        tor = best_loop(lambda: t.contiguous())
-        nump = best_loop(lambda: a.transpose(perm).copy())
+        dev, tor, nump = best_of_rounds(
+            [lambda: d.contiguous(), lambda: t.contiguous(), lambda: a.transpose(perm).copy()]
+        )
         rows.append({"ratio": min(tor, nump) / dev, "dtype": dt, "shape": "x".join(map(str, shape)),
                      "perm": "".join(map(str, perm)), "devtensor_us": dev * 1e6, "torch_us": tor * 1e6,
                      "numpy_us": nump * 1e6})

@@ -532,6 +532,28 @@ fn large_transposes() {
     check_permute(&[200, 301], &[1, 0], 12, 0);
 }
 
+/// 16-byte elements (complex128) in the small tiles of their own, 64
+/// destination elements × 8 source elements: whole tiles, partial ones on
+/// either side, one tile, several, and batches of them, from and to
+/// addresses 16 bytes past a line and not.
+#[test]
+fn wide_element_small_tiles() {
+    for (shape, perm) in [
+        (&[100usize, 100][..], &[1usize, 0][..]),
+        (&[150, 150], &[1, 0]),
+        (&[130, 67], &[1, 0]),
+        (&[30, 500], &[1, 0]),
+        (&[500, 30], &[1, 0]),
+        (&[64, 8], &[1, 0]),
+        (&[7, 65, 9], &[0, 2, 1]),
+        (&[3, 100, 100], &[2, 1, 0]),
+    ] {
+        for (src_at, dst_at) in [(0, 0), (16, 16), (16, 48), (32, 0)] {
+            check_permute_at(shape, perm, 16, src_at, dst_at);
+        }
+    }
+}
+
 #[test]
 fn large_nd_permutes() {
     check_permute(&[16, 100, 130], &[0, 2, 1], 4, 0); // batched transpose

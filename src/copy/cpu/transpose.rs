@@ -113,6 +113,27 @@ fn small_tile_lines_per_set(db: isize, rows: usize, row_bytes: usize) -> usize {
 const SMALL_DST_RUN: usize = 256;
 const SMALL_SRC_RUN: usize = 64;
 
+/// The small tiles of 16-byte elements (complex128): 64 elements (1 KiB) of
+/// each destination row × 8 of each source row, not 16 × 4, whose tiles of
+/// 64 moves each wrote four rows' partial lines. Python, one process, the
+/// choices in turn batch by batch, best of nine; destination runs 256 →
+/// 1024 bytes: 100² transposed 0.70× the time, 150² 0.78×, 500 × 30 0.76×,
+/// 30 × 500 0.89×, 200² to 360² 0.87–0.97× (2048 bytes: 0.73–0.77× on the
+/// small ones, but 1.01–1.25× from 200²); then source runs 64 → 128 bytes,
+/// one thread: 100² 0.95×, 130² 0.94×, 150² 0.96×, 200² 0.85×, 300² 0.93×, 30
+/// × 500 0.89× (256 bytes: 0.84–1.04×).
+const SMALL_RUNS_16: (usize, usize) = (1024, 128);
+
+/// The small tiles' (destination run, source run) in bytes for `e`-byte
+/// elements.
+fn small_runs(e: usize) -> (usize, usize) {
+    if e == 16 {
+        SMALL_RUNS_16
+    } else {
+        (SMALL_DST_RUN, SMALL_SRC_RUN)
+    }
+}
+
 /// Source bytes of a small tile whose destination side is shorter than the
 /// small tiles' destination runs (a short `a`, as in many small matrices of a
 /// few rows transposed): that side is taken whole, and the source runs grow
@@ -702,7 +723,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // fill the tile; so is a short destination side of a small tile, whose
     // source side then grows to [`SMALL_SHORT_DST_SRC_BYTES`].
     let (tile_dst, tile_src, tile_max) = match route {
-        Route::Small => (SMALL_DST_RUN, SMALL_SRC_RUN, STAGE),
+        Route::Small => {
+            let (dst_run, src_run) = small_runs(e);
+            (dst_run, src_run, STAGE)
+        }
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
@@ -751,16 +775,27 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         lead(src as usize, b.len)
     };
     let rows = Blocks::new(b.len, bj, src_lead);
-    let per_slice = cols.count() * rows.count();
+    let row_blocks = rows.count();
+    let per_slice = cols.count() * row_blocks;
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
         with_stage(stage_bytes, |buf| {
             for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
+                // Tile t is (column block t / row_blocks, row block t %
+                // row_blocks), stepped to rather than divided out for each
+                // tile (three divisions a tile, whose work can be as little as
+                // 64 elements).
+                let (mut ci, mut ri) = (first / row_blocks, first % row_blocks);
                 for t in first..first + n {
-                    let (i0, ni) = cols.get(t / rows.count());
-                    let (j0, nj) = rows.get(t % rows.count());
+                    let (i0, ni) = cols.get(ci);
+                    let (j0, nj) = rows.get(ri);
+                    (ci, ri) = if ri + 1 == row_blocks {
+                        (ci + 1, 0)
+                    } else {
+                        (ci, ri + 1)
+                    };
                     let tb = ni * e; // staging row stride
                     // The next tile's source (same source rows, further along
                     // them), prefetched while this one is written out; not
@@ -770,8 +805,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                     // without; 512² f64 34–36 → 44–50; 1400 × 700 f32, 3.7
                     // MiB, 17–22 → 24–35).
                     let next = (route == Route::Prefetched && nt && t + 1 < first + n).then(|| {
-                        let (i1, ni1) = cols.get((t + 1) / rows.count());
-                        let (j1, nj1) = rows.get((t + 1) % rows.count());
+                        let (i1, ni1) = cols.get(ci);
+                        let (j1, nj1) = rows.get(ri);
                         let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
                         let runs = d.get().wrapping_offset(dof + (i1 * e) as isize + j1 as isize * db);
                         (
