@@ -11,11 +11,12 @@ Prints GB/s (read + write) and the ratio of devtensor to the faster peer.
 
 Besides the CLI's matrix, the kinds where a peer once won, at several sizes
 (`peer_patterns`): large contiguous clones, small permutes (call and dispatch
-overhead), narrow column slices of a large matrix, and 2-D flips; permutes of
-1–4 MiB in cache whose destination rows are 4 KiB apart or whose unit-stride side
-is a pair or a pixel of three; tall, narrow matrices transposed; permutes of odd
-shapes (prime dims, short unit-stride sides); and small ones whose unit-stride side
-of 2–4 elements moves anywhere (`cpu_permute_sweep.py` times every permutation).
+overhead), narrow column slices of a large matrix, 2-D flips, complex128
+transposes; permutes of 1–4 MiB in cache whose destination rows are 4 KiB apart
+or whose unit-stride side is a pair or a pixel of three; tall, narrow matrices
+transposed; permutes of odd shapes (prime dims, short unit-stride sides); and small
+ones whose unit-stride side of 2–4 elements moves anywhere (`cpu_permute_sweep.py`
+times every permutation).
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -80,6 +81,9 @@ def peer_patterns(quick):
         v.append(pattern(f"flip2d_both_f32_{m}x{m}", 4, m * m, [m, m], [-m, -1], m * m - 1))
         v.append(pattern(f"flip2d_rows_f32_{m}x{m}", 4, m * m, [m, m], [-m, 1], (m - 1) * m))
         v.append(pattern(f"flip2d_cols_f32_{m}x{m}", 4, m * m, [m, m], [m, -1], m - 1))
+    # complex128 (16-byte elements) transposed: in L1 and L2, and streamed.
+    for m in ([100, 300] if quick else [64, 100, 150, 300, 1000, 2048]):
+        v.append(permute(f"transpose2d_c128_{m}x{m}", 16, [m, m], [1, 0]))
     # In cache, 1-4 MiB: destination rows 4 KiB apart (their lines share L1 sets),
     # and unit-stride sides of 2 or 3 elements (pairs, pixels) moved outermost.
     v.append(permute("cached_permute3d_210_f32_96x96x96", 4, [96, 96, 96], [2, 1, 0]))
