@@ -554,6 +554,27 @@ fn wide_element_small_tiles() {
     }
 }
 
+/// In-cache transposes large enough for the copy pool (256 KiB to 2 MiB),
+/// whose small tiles go to the threads row block by row block: partial
+/// blocks at the ends of both sides, rows that start on lines and rows
+/// that do not, batches.
+#[test]
+fn pooled_small_tiles() {
+    for (shape, perm, e) in [
+        (&[600usize, 601][..], &[1usize, 0][..], 1usize),
+        (&[512, 512], &[1, 0], 2),
+        (&[301, 299], &[1, 0], 4),
+        (&[200, 300], &[1, 0], 8),
+        (&[150, 151], &[1, 0], 16),
+        (&[3, 200, 300], &[0, 2, 1], 4),
+        (&[64, 64, 65], &[2, 1, 0], 4),
+    ] {
+        for (src_at, dst_at) in [(0, 0), (16, 48)] {
+            check_permute_at(shape, perm, e, src_at, dst_at);
+        }
+    }
+}
+
 #[test]
 fn large_nd_permutes() {
     check_permute(&[16, 100, 130], &[0, 2, 1], 4, 0); // batched transpose
