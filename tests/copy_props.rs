@@ -554,10 +554,10 @@ fn wide_element_small_tiles() {
     }
 }
 
-/// In-cache transposes large enough for the copy pool (256 KiB to 2 MiB),
-/// whose small tiles go to the threads row block by row block: partial
-/// blocks at the ends of both sides, rows that start on lines and rows
-/// that do not, batches.
+/// Transposes large enough for the copy pool (256 KiB to 2 MiB, and to 4
+/// MiB for 8- and 16-byte elements), whose small tiles go to the threads
+/// row block by row block: partial blocks at the ends of both sides, rows
+/// that start on lines and rows that do not, batches.
 #[test]
 fn pooled_small_tiles() {
     for (shape, perm, e) in [
@@ -568,6 +568,8 @@ fn pooled_small_tiles() {
         (&[150, 151], &[1, 0], 16),
         (&[3, 200, 300], &[0, 2, 1], 4),
         (&[64, 64, 65], &[2, 1, 0], 4),
+        (&[600, 650], &[1, 0], 8),
+        (&[500, 499], &[1, 0], 16),
     ] {
         for (src_at, dst_at) in [(0, 0), (16, 48)] {
             check_permute_at(shape, perm, e, src_at, dst_at);
