@@ -794,15 +794,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let per_slice = col_blocks * row_blocks;
     // Small tiles of a copy split across threads go row block by row block
     // (destination rows outer), so that each thread's share is whole
-    // destination rows. Column block by column block, the shares split the
-    // destination rows, and the lines where they met in each row went back
-    // and forth between the cores. Python, two cores, one process, both
-    // builds (µs, best of nine), column → row blocks outer: 600² u8
-    // transposed 49.4 → 23.2, 1000² 125 → 64, 300² f32 31.6 → 16.4, 300 ×
-    // 500 48.6 → 24.8, 150² complex128 19.9 → 11.1 (NumPy 11.6), 64³ f32
-    // permuted 210 80.8 → 38.8, 33 × 35 × 37 × 4 f64 1302 93.0 → 51.1; 400²
-    // f32 18.1 → 18.9. Copies on one thread keep column blocks outer (row
-    // blocks outer there: 300² f32 1.08× the time, 400² 1.10×).
+    // destination rows, but for the row block where two shares meet. Column
+    // block by column block, the shares split every destination row, and
+    // the lines where they met in each row went back and forth between the
+    // cores. Python, two cores, one process, both builds (µs, best of
+    // nine), column → row blocks outer: 600² u8 transposed 49.4 → 23.2,
+    // 1000² 125 → 64, 300² f32 31.6 → 16.4, 300 × 500 48.6 → 24.8, 150²
+    // complex128 19.9 → 11.1 (NumPy 11.6), 64³ f32 permuted 210 80.8 →
+    // 38.8, 33 × 35 × 37 × 4 f64 1302 93.0 → 51.1; 400² f32 18.1 → 18.9.
+    // Copies on one thread keep column blocks outer (row blocks outer there:
+    // 300² f32 1.08× the time, 400² 1.10×).
     let rows_outer = route == Route::Small && plan.bytes() >= PAR_MIN_BYTES;
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
