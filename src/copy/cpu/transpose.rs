@@ -123,14 +123,14 @@ const SMALL_DST_RUN: usize = 256;
 const SMALL_SRC_RUN: usize = 64;
 
 /// The small tiles of 16-byte elements (complex128): 64 elements (1 KiB) of
-/// each destination row × 8 of each source row, not 16 × 4, whose tiles of
-/// 64 moves each wrote four rows' partial lines. Python, one process, the
-/// choices in turn batch by batch, best of nine; destination runs 256 →
-/// 1024 bytes: 100² transposed 0.70× the time, 150² 0.78×, 500 × 30 0.76×,
-/// 30 × 500 0.89×, 200² to 360² 0.87–0.97× (2048 bytes: 0.73–0.77× on the
-/// small ones, but 1.01–1.25× from 200²); then source runs 64 → 128 bytes,
-/// one thread: 100² 0.95×, 130² 0.94×, 150² 0.96×, 200² 0.85×, 300² 0.93×, 30
-/// × 500 0.89× (256 bytes: 0.84–1.04×).
+/// each destination row × 8 of each source row, not 16 × 4 (a tile's setup
+/// and walk for every 64 moves). Python, one process, the choices in turn
+/// batch by batch, best of nine; destination runs 256 → 1024 bytes: 100²
+/// transposed 0.70× the time, 150² 0.78×, 500 × 30 0.76×, 30 × 500 0.89×,
+/// 200² to 360² 0.87–0.97× (2048 bytes: 0.73–0.77× on the small ones, but
+/// 1.01–1.25× from 200²); then source runs 64 → 128 bytes, one thread: 100²
+/// 0.95×, 130² 0.94×, 150² 0.96×, 200² 0.85×, 300² 0.93×, 30 × 500 0.89×
+/// (256 bytes: 0.84–1.04×).
 const SMALL_RUNS_16: (usize, usize) = (1024, 128);
 
 /// The small tiles' (destination run, source run) in bytes for `e`-byte
