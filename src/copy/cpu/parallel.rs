@@ -80,7 +80,8 @@ impl<P: Copy> Shared<P> {
 }
 
 /// Runs `f(lo, hi)` over a partition of `0..total`, in parallel when `bytes` is
-/// large enough.
+/// large enough. A copy kept on one thread is one call, `f(0, total)`; a
+/// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     // Small work never touches rayon (whose first use spawns the pool), nor
     // does any while the pool is backed off.
@@ -657,6 +658,40 @@ mod tests {
         late(None, FINISH_SPIN, FINISH_SPIN);
         assert!(Backoff::active());
         UNTIL.store(0, Ordering::SeqCst);
+    }
+
+    /// The calls `par_for` makes for a copy of `total` indices and `bytes`.
+    fn calls(total: usize, bytes: usize) -> Vec<(usize, usize)> {
+        let seen = Mutex::new(Vec::new());
+        super::par_for(total, bytes, |lo, hi| seen.lock().unwrap().push((lo, hi)));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort_unstable();
+        seen
+    }
+
+    #[test]
+    #[serial_test::serial(copy_backoff)]
+    fn a_copy_kept_on_one_thread_is_one_whole_call_and_a_split_one_only_parts() {
+        // The contract the transposes' tile order relies on: every call of a
+        // copy can tell whether the copy was split.
+        let (total, big) = (1000, 64 << 20);
+        assert_eq!(calls(total, super::PAR_MIN_BYTES - 1), [(0, total)]);
+        // Backed off: large copies run serially too.
+        UNTIL.store(u64::MAX, Ordering::SeqCst);
+        assert_eq!(calls(total, big), [(0, total)]);
+        UNTIL.store(0, Ordering::SeqCst);
+        // Split where there is a pool of two or more (unless other tests' copies
+        // have just made it back off), and then the parts tile the range.
+        let split = calls(total, big);
+        if split.len() > 1 {
+            assert!(split.iter().all(|&(lo, hi)| hi - lo < total), "{split:?}");
+            assert!(split.windows(2).all(|w| w[0].1 == w[1].0), "{split:?}");
+            assert_eq!((split[0].0, split[split.len() - 1].1), (0, total));
+        } else {
+            assert_eq!(split, [(0, total)]);
+        }
+        UNTIL.store(0, Ordering::SeqCst);
+        LATE_STREAK.store(0, Ordering::SeqCst);
     }
 
     #[test]
