@@ -114,8 +114,10 @@ fn small_tile_lines_per_set(db: isize, rows: usize, row_bytes: usize) -> usize {
     let g = if step == 0 { sets } else { 1 << step.trailing_zeros() };
     let rows_per_start = rows.div_ceil(sets / g);
     // A row's lines cover `row_bytes / LINE` consecutive sets, which rows of
-    // that many neighbouring starts overlap.
-    rows_per_start * row_bytes.div_ceil(LINE).div_ceil(g).min(sets / g)
+    // that many neighbouring starts overlap; a row of a span or less has one
+    // line in a set, so there are no more than the rows (1 KiB rows of
+    // complex128, eight a tile, 64 bytes apart: 8, not 16).
+    (rows_per_start * row_bytes.div_ceil(LINE).div_ceil(g).min(sets / g)).min(rows)
 }
 
 /// The small tiles: destination runs × source runs (bytes), L1-resident.
@@ -167,7 +169,7 @@ fn small_src_len(a_bytes: usize, e: usize) -> usize {
     if a_bytes < SMALL_DST_RUN {
         SMALL_SHORT_DST_SRC_BYTES / a_bytes.max(1)
     } else {
-        SMALL_SRC_RUN / e
+        small_runs(e).1 / e
     }
 }
 
@@ -542,10 +544,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     };
     let small = !nt && plan.bytes() <= direct_max;
     // Small copies whose tile's destination rows crowd L1 sets take the
-    // large routes (the tile: `small_src_len` rows of up to 256 bytes).
+    // large routes (the tile: `small_src_len` rows of at most a small tile's
+    // destination run).
     let rows_share_sets = || {
         let rows = small_src_len(a.len * e, e).clamp(1, b.len.max(1));
-        b.dst % L1_SET_SPAN == 0 || small_tile_lines_per_set(b.dst, rows, (a.len * e).min(SMALL_DST_RUN)) > L1_WAYS
+        let row_bytes = (a.len * e).min(small_runs(e).0);
+        b.dst % L1_SET_SPAN == 0 || small_tile_lines_per_set(b.dst, rows, row_bytes) > L1_WAYS
     };
     let min_src_run = if nt {
         PREFETCHED_MIN_SRC_RUN_STREAMED
@@ -1658,5 +1662,37 @@ mod tests {
         assert_eq!(small_tile_lines_per_set(128, 64, 64), 2);
         // Rows that do not start on a line.
         assert_eq!(small_tile_lines_per_set(1000, 64, 256), 0);
+        // Eight complex128 rows of 1 KiB, 1600 bytes apart (100² transposed):
+        // no set holds more than the eight rows.
+        assert_eq!(small_tile_lines_per_set(1600, 8, 1024), 8);
+    }
+
+    /// The most lines of the tile in one of the 64 sets, counted line by line.
+    fn lines_per_set_counted(db: isize, rows: usize, row_bytes: usize) -> usize {
+        let mut count = [0usize; 64];
+        for r in 0..rows as isize {
+            let first = (r * db).div_euclid(64);
+            let lines = row_bytes.div_ceil(64).min(64) as isize;
+            for l in 0..lines {
+                count[(first + l).rem_euclid(64) as usize] += 1;
+            }
+        }
+        count.into_iter().max().unwrap_or(0)
+    }
+
+    #[test]
+    fn small_tile_lines_per_l1_set_never_undercounts() {
+        for db in (-64 * 130..=64 * 130).step_by(64).filter(|&d| d != 0) {
+            for rows in [1, 2, 4, 8, 16, 32, 64, 256] {
+                for row_bytes in [16, 64, 128, 256, 1024] {
+                    let bound = small_tile_lines_per_set(db, rows, row_bytes);
+                    let counted = lines_per_set_counted(db, rows, row_bytes);
+                    assert!(
+                        bound >= counted && bound <= rows,
+                        "{db} {rows} {row_bytes}: {bound} < {counted}"
+                    );
+                }
+            }
+        }
     }
 }
