@@ -480,6 +480,23 @@ macro_rules! folded_lines {
                     if at + 64 <= len { _mm512_storeu_si512(p.cast(), v) } else { _mm512_mask_storeu_epi8(p.cast(), lanes(at, len), v) }
                 };
                 let mut y = 0;
+                if head.iter().take(nj).all(|&h| h == 0) {
+                    // Every run starts on a line (a transpose of a multiple of
+                    // a line into an output of its own): each tile's vector is
+                    // a line of its run as it is, no permute to join two.
+                    // Python, one thread, one process, best of 31 (µs), f64
+                    // transposed: 32² 0.73 → 0.58 (NumPy 0.62), 32 × 81 1.31 →
+                    // 1.19 (1.34).
+                    for ro in &offsets {
+                        // SAFETY: as below.
+                        let next = unsafe { $tile(src, ro, nj) };
+                        for (j, &v) in next.iter().enumerate().take(nj) {
+                            put(j, y, v);
+                        }
+                        y += 64;
+                    }
+                    continue;
+                }
                 let mut last = [_mm512_setzero_si512(); C];
                 for ro in &offsets {
                     // SAFETY: rows `r0 + y / E ..` (offsets past the last repeat
