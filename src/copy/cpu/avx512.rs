@@ -90,10 +90,10 @@ pub(super) unsafe fn permute_wide<const E: usize>(lo: __m512i, index: __m512i, h
 /// For each `k[c]`, the index of a two-register permute that shifts by
 /// `k[c]` elements (`E` bytes of 1, 2, 4 or 8, `k[c] < 64 / E`): result
 /// element `j` is element `j + k[c]` of `(lo, hi)`. An add to the elements'
-/// indices each: built byte by byte in a loop (LLVM
-/// made it 64 byte inserts a vector), the tables took a third of a folded 32²
-/// f64 transpose's lines walk. Safe to call from functions with AVX-512 F
-/// and BW enabled, which inline it.
+/// indices each: built byte by byte in a loop (LLVM made it 64 byte inserts
+/// a vector), the tables took a third of a folded 32² f64 transpose's lines
+/// walk. Safe to call from functions with AVX-512 F and BW enabled, which
+/// inline it.
 #[target_feature(enable = "avx512f,avx512bw")]
 #[inline]
 pub(super) fn shift_indices<const E: usize, const C: usize>(k: [usize; C]) -> [__m512i; C] {

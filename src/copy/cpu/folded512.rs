@@ -488,7 +488,8 @@ macro_rules! folded_lines {
                     // transposed: 32² 0.73 → 0.58 (NumPy 0.62), 32 × 81 1.31 →
                     // 1.19 (1.34).
                     for ro in &offsets {
-                        // SAFETY: as below.
+                        // SAFETY: rows `r0 + y / E ..` (offsets past the last
+                        // repeat it) and columns `c ..` of the slice.
                         let next = unsafe { $tile(src, ro, nj) };
                         for (j, &v) in next.iter().enumerate().take(nj) {
                             put(j, y, v);
