@@ -27,7 +27,7 @@ use std::arch::x86_64::{
     _mm512_unpacklo_epi16, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
 };
 
-use smallvec::SmallVec;
+use smallvec::{Array, SmallVec};
 
 use super::avx512::{chunk_lines, lanes, permute_wide, shift_indices, unpack_round};
 use super::blocks::LINE;
@@ -94,6 +94,26 @@ impl Side {
     fn advance(self, (q, r): (usize, usize), step: (usize, usize)) -> (usize, usize) {
         let (q, r) = (q + step.0, r + step.1);
         if r >= self.n { (q + 1, r - self.n) } else { (q, r) }
+    }
+
+    /// Pushes onto `tiles` the offsets of indices `from .. to`, `K` a tile,
+    /// tile by tile (as [`offsets`](Self::offsets): past `len`, the last one
+    /// again). It fills a vector in place rather than returning one: a
+    /// `SmallVec` returned by a call is moved whole, its inline bytes too (8
+    /// KiB here), and an iterator into `extend` was not inlined (600 × 20 f64
+    /// transposed 1.11× the time).
+    #[inline(always)]
+    fn push_tile_offsets<const K: usize, A: Array<Item = [isize; K]>>(
+        self,
+        tiles: &mut SmallVec<A>,
+        from: usize,
+        to: usize,
+    ) {
+        let (step, mut at) = (self.at(K), self.at(from));
+        for x in (from..to).step_by(K) {
+            tiles.push(self.offsets::<K>(x, at));
+            at = self.advance(at, step);
+        }
     }
 }
 
@@ -248,14 +268,14 @@ macro_rules! folded_tiles {
             // 29 × 81 f64 transposed 1.55 → 1.26, NumPy 1.27; 17 × 19 × 23 ×
             // 2 f64 permuted 0321 8.52 → 8.07, 8.33; 31 × 29 × 27 × 3 1320
             // 38.6 → 33.8, 33.8); bytes lost (33 × 35 × 37 × 4 u8 3201 1.58×
-            // the time, 9 × 10 × 11 × 12 × 13 14032 1.21×).
+            // the time, 9 × 10 × 11 × 12 × 13 14032 1.21×). `CACHED > 0`
+            // leaves the cache out of the other sizes' code (with it there,
+            // 33 × 35 × 37 × 4 u8 3201 took 1.09× the time).
             const CACHED: usize = $cached;
-            let cached = inner.len.div_ceil(N) <= CACHED;
+            let cached = CACHED > 0 && inner.len.div_ceil(N) <= CACHED;
             let mut yos: SmallVec<[[isize; N]; CACHED]> = SmallVec::new();
-            let mut at = (0, 0);
-            for y in (0..if cached { inner.len } else { 0 }).step_by(N) {
-                yos.push(inner.offsets::<N>(y, at));
-                at = inner.advance(at, step);
+            if cached {
+                inner.push_tile_offsets(&mut yos, 0, inner.len);
             }
             for xg in (x0..x1).step_by(N * G) {
                 let groups = (x1 - xg).div_ceil(N).min(G);
@@ -473,17 +493,12 @@ macro_rules! folded_lines {
             const R: usize = 64 / E;
             const C: usize = $cols;
             // Every tile's row offsets (the last row's again up to a whole
-            // tile), once for all columns; on the stack up to 1024 rows. Made
-            // empty and grown, not `with_capacity`: its return, either inline or
-            // on the heap, was moved whole into place, 8 KiB of uninitialised
-            // inline bytes copied on every call (a tenth of a 32² f64 transpose).
-            let tiles = (r1 - r0).div_ceil(R);
+            // tile), once for all columns; on the stack up to 1024 rows, made
+            // empty and filled in place (a `with_capacity` returned here
+            // copied 8 KiB of uninitialised inline bytes on every call, a
+            // tenth of a 32² f64 transpose).
             let mut offsets: SmallVec<[[isize; R]; 1024 / R]> = SmallVec::new();
-            let (step, mut at) = (rows.at(R), rows.at(r0));
-            for t in 0..tiles {
-                offsets.push(rows.offsets::<R>(r0 + t * R, at));
-                at = rows.advance(at, step);
-            }
+            rows.push_tile_offsets(&mut offsets, r0, r1);
             // The run's bytes.
             let len = (r1 - r0) * E;
             for c in (c0..c1).step_by(C) {
