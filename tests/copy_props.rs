@@ -367,6 +367,11 @@ fn transposes_every_alignment_and_kernel() {
                     check_permute_at(&[long + 3, 37], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[3, long + 16, 35], &[0, 2, 1], e, src_at, dst_at);
                     check_permute_at(&[67, 131], &[1, 0], e, src_at, dst_at);
+                    // Source rows of a few elements with no dim to fold:
+                    // 2-byte elements in plain 8 × 8 folded tiles, partial
+                    // on both sides.
+                    check_permute_at(&[1003, 7], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[12, 30, 6], &[0, 2, 1], e, src_at, dst_at);
                     // Planes of five channels: folded tiles, streamed too where
                     // a plane's row (a column's destination run) is a page.
                     check_permute_at(&[7, long + 5, 5], &[2, 0, 1], e, src_at, dst_at);

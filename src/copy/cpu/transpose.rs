@@ -618,7 +618,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 13 u8 14032 72 → 22 (61, 41), 03142 42 → 25 (60, 40); plain where
     // only the columns are narrow: 40123 (an 11880 × 13 transpose) 39 → 16
     // (38, 24). Not narrow rows of bytes (17 × 19 × 23 × 2 u8 1230, 17 ×
-    // 874, the others' tiles at 0.9–1.1× the time).
+    // 874, the others' tiles at 0.9–1.1× the time). Plain also where 2-byte
+    // elements' source rows are under 8 long, which [`folded512`] takes in 8
+    // × 8 tiles (one thread, µs, NumPy): 1000 × 7 u16 transposed 2.98 →
+    // 2.12 (2.65), 500 × 7 1.78 → 1.21 (1.47), 5000 × 7 17.6 → 11.0
+    // (14.7), 40 × 30 × 6 permuted 021 8.1 → 5.8; rows of 13 or more lost
+    // (1000 × 15 1.19×, 13 × 2000 2.98× the time), as did short destination
+    // rows (7 × 1000 1.36×).
     //
     // Larger copies too, while the destination stays in the last-level
     // cache, or where a column's destination run (the tile's rows) is a
@@ -657,7 +663,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     #[cfg(target_arch = "x86_64")]
     if (narrow || (e >= 4 && route == Route::Staged) || (e == 8 && route == Route::Small))
         && folded512::enabled()
-        && let Some(f) = Folded::find(a, b, &batch, e, !narrow || (e == 1 && a.len * e >= LINE))
+        && let Some(f) = Folded::find(
+            a,
+            b,
+            &batch,
+            e,
+            !narrow || (e == 1 && a.len * e >= LINE) || (e == 2 && b.len < 8),
+        )
         && (narrow || f.sides().1 >= 16)
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
