@@ -372,6 +372,11 @@ fn transposes_every_alignment_and_kernel() {
                     // on both sides.
                     check_permute_at(&[1003, 7], &[1, 0], e, src_at, dst_at);
                     check_permute_at(&[12, 30, 6], &[0, 2, 1], e, src_at, dst_at);
+                    // Pixels of 5 to 8 channels to planes (AVX-512 VBMI
+                    // permutes from up to four register pairs).
+                    check_permute_at(&[2, 37, 7], &[0, 2, 1], e, src_at, dst_at);
+                    check_permute_at(&[300, 8], &[1, 0], e, src_at, dst_at);
+                    check_permute_at(&[3, 130, 5], &[0, 2, 1], e, src_at, dst_at);
                     // Planes of five channels: folded tiles, streamed too where
                     // a plane's row (a column's destination run) is a page.
                     check_permute_at(&[7, long + 5, 5], &[2, 0, 1], e, src_at, dst_at);

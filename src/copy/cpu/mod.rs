@@ -31,7 +31,7 @@
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
 //! `transpose` (`channels`: images of three channels, pixels to planes and back;
-//! `split512`: pixels of 2–4 channels to planes; `folded512`: transposes with a
+//! `split512`: pixels of 2–8 channels to planes; `folded512`: transposes with a
 //! narrow side, whose tile sides are folded from two dims each), `fill`; `elem` (element types, their
 //! micro-transposes), `avx2` (the AVX2 ones), `avx512` (the whole-line AVX-512 ones)
 //! and `stage` (scratch) are what they share.

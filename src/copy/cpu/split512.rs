@@ -1,5 +1,5 @@
 //! Interleaved channels to planes with AVX-512 VBMI two-register permutes:
-//! the transposes whose source rows are 2, 3 or 4 elements of 1, 2, 4 or 8
+//! the transposes whose source rows are 2 to 8 elements of 1, 2, 4 or 8
 //! bytes (pixels of `s` channels, `n` of them, to `s` planes of `n`), and
 //! the gather of every 2nd, 3rd or 4th element into a contiguous row (one
 //! such plane alone). Each step writes 64 bytes of every plane from the
@@ -30,53 +30,65 @@ pub(super) fn enabled() -> bool {
     super::avx512::enabled() && std::is_x86_feature_detected!("avx512vbmi")
 }
 
+/// Pixels of at most this many channels: a step's `64·s` source bytes are
+/// four register pairs at most, each output vector up to four permutes
+/// and three blends. From 5 channels on, the tiles that took them before
+/// lost to NumPy's element loop (one thread, µs, both builds in one
+/// process, tiles → split, NumPy): 40 × 30 × 6 u8 permuted 021 10.5 → 2.4
+/// (4.6), f32 4.0 → 1.9 (3.2); 100 × 20 × 7 u8 021 12.6 → 3.6 (5.9); 64 ×
+/// 64 × 5 u16 021 9.6 → 2.2 (10.6); 1000 × 5 f64 transposed 2.8 → 1.6
+/// (2.1); 100 × 100 × 8 f64 021 58.0 → 28.7 (37.1).
+const MAX_PIXEL: usize = 8;
+
 /// Whether a transpose over (`a`: unit destination stride, `b`: unit source
-/// stride) of `e`-byte elements is one of [`split`]'s: `b` of 2 to 4
-/// elements, `a` stepping one such row (pixels, channels).
+/// stride) of `e`-byte elements is one of [`split`]'s: `b` of 2 to
+/// [`MAX_PIXEL`] elements, `a` stepping one such row (pixels, channels).
 pub(super) fn splits(a: PlanDim, b: PlanDim, e: usize) -> bool {
-    matches!(e, 1 | 2 | 4 | 8) && (2..=4).contains(&b.len) && a.src == (b.len * e) as isize && b.src == e as isize
+    matches!(e, 1 | 2 | 4 | 8)
+        && (2..=MAX_PIXEL).contains(&b.len)
+        && a.src == (b.len * e) as isize
+        && b.src == e as isize
 }
 
 /// A step's permute for channel `c` of pixels of `s` elements of `e` bytes:
 /// element `j` of the 64 bytes written comes from element `p = j·s + c` of
 /// the `64·s` bytes read; `index` holds `p` modulo `128 / e` (the
 /// two-register permute's range) as element `j` of an `e`-byte-element
-/// vector, and bit `j` of `upper` says `p ≥ 128 / e` (taken from the third
-/// and fourth registers). Element-wide permutes (`vpermt2q`, `vpermt2d`:
-/// one µop) where `e` allows, rather than `vpermt2b` (three).
+/// vector, and bit `j` of `pair[q]` says `p` is in register pair `q`
+/// (registers `2q` and `2q + 1`, `p / (128 / e) = q`). Element-wide
+/// permutes (`vpermt2q`, `vpermt2d`: one µop) where `e` allows, rather than
+/// `vpermt2b` (three).
 #[derive(Clone, Copy)]
 struct Step {
     index: [u8; 64],
-    upper: u64,
+    pair: [u64; MAX_PIXEL / 2],
 }
 
 const fn step(e: usize, s: usize, c: usize) -> Step {
     let mut index = [0u8; 64];
-    let mut upper = 0u64;
+    let mut pair = [0u64; MAX_PIXEL / 2];
     let per_pair = 128 / e;
     let mut j = 0;
     while j < 64 / e {
         let p = j * s + c;
         // Little-endian: the element's low byte; the index is under 128.
         index[j * e] = (p % per_pair) as u8;
-        if p >= per_pair {
-            upper |= 1 << j;
-        }
+        pair[p / per_pair] |= 1 << j;
         j += 1;
     }
-    Step { index, upper }
+    Step { index, pair }
 }
 
 /// `STEPS[log2 e][s - 2][c]`, channels `c < s`.
-const STEPS: [[[Step; 4]; 3]; 4] = {
+static STEPS: [[[Step; MAX_PIXEL]; MAX_PIXEL - 1]; 4] = {
     let mut t = [[[Step {
         index: [0; 64],
-        upper: 0,
-    }; 4]; 3]; 4];
+        pair: [0; MAX_PIXEL / 2],
+    }; MAX_PIXEL]; MAX_PIXEL - 1]; 4];
     let mut k = 0;
     while k < 4 {
         let mut s = 2;
-        while s <= 4 {
+        while s <= MAX_PIXEL {
             let mut c = 0;
             while c < s {
                 t[k][s - 2][c] = step(1 << k, s, c);
@@ -101,15 +113,15 @@ fn permute<const E: usize>(lo: __m512i, index: __m512i, hi: __m512i) -> __m512i 
     }
 }
 
-/// `b`'s elements where `upper`'s bit is set, `a`'s elsewhere.
+/// `b`'s elements where `mask`'s bit is set, `a`'s elsewhere.
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 #[inline]
-fn blend<const E: usize>(upper: u64, a: __m512i, b: __m512i) -> __m512i {
+fn blend<const E: usize>(mask: u64, a: __m512i, b: __m512i) -> __m512i {
     match E {
-        1 => _mm512_mask_blend_epi8(upper, a, b),
-        2 => _mm512_mask_blend_epi16(upper as u32, a, b),
-        4 => _mm512_mask_blend_epi32(upper as u16, a, b),
-        _ => _mm512_mask_blend_epi64(upper as u8, a, b),
+        1 => _mm512_mask_blend_epi8(mask, a, b),
+        2 => _mm512_mask_blend_epi16(mask as u32, a, b),
+        4 => _mm512_mask_blend_epi32(mask as u16, a, b),
+        _ => _mm512_mask_blend_epi64(mask as u8, a, b),
     }
 }
 
@@ -125,13 +137,14 @@ const ALIGNED_PLANES_MIN: usize = 512;
 ///
 /// # Safety
 ///
-/// [`enabled`]; `e` 1, 2, 4 or 8, `s` 2 to 4, `channels` 1 or `s`; bytes `0
+/// [`enabled`]; `e` 1, 2, 4 or 8, `s` 2 to [`MAX_PIXEL`], `channels` 1 or
+/// `s`; bytes `0
 /// .. n·e` of each plane writable, bytes `0 .. (n − 1)·s·e + channels·e` of
 /// `src` readable. No other byte is touched: the last pieces' loads and
 /// stores are masked (masked-off bytes are not accessed and do not fault).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 unsafe fn split_n(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, s: usize, channels: usize) {
-    debug_assert!(matches!(e, 1 | 2 | 4 | 8) && (2..=4).contains(&s) && (channels == 1 || channels == s));
+    debug_assert!(matches!(e, 1 | 2 | 4 | 8) && (2..=MAX_PIXEL).contains(&s) && (channels == 1 || channels == s));
     // One instance a shape: the loop's loads, permutes and stores are then
     // straight-line code (a general loop spent about a cycle an element on
     // its branches and masks, as much as NumPy's element loop).
@@ -148,7 +161,12 @@ unsafe fn split_n(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize
             }
         };
     }
-    pick!(1, 2; 1, 3; 1, 4; 2, 2; 2, 3; 2, 4; 4, 2; 4, 3; 4, 4; 8, 2; 8, 3; 8, 4)
+    pick!(
+        1, 2; 1, 3; 1, 4; 1, 5; 1, 6; 1, 7; 1, 8;
+        2, 2; 2, 3; 2, 4; 2, 5; 2, 6; 2, 7; 2, 8;
+        4, 2; 4, 3; 4, 4; 4, 5; 4, 6; 4, 7; 4, 8;
+        8, 2; 8, 3; 8, 4; 8, 5; 8, 6; 8, 7; 8, 8
+    )
 }
 
 /// The permuted vectors of channels `0 .. C` for one step: the 64 bytes of
@@ -160,26 +178,26 @@ unsafe fn split_n(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize
 /// The CPU has AVX-512 VBMI.
 #[inline(always)]
 unsafe fn permuted<const E: usize, const S: usize, const C: usize>(
-    steps: &[Step; 4],
+    steps: &[Step; MAX_PIXEL],
     index: &[__m512i; C],
     load: impl Fn(usize) -> __m512i,
 ) -> [__m512i; C] {
-    let (r0, r1) = (load(0), load(1));
-    let (r2, r3) = match S {
-        2 => (r0, r1),
-        3 => {
-            let r2 = load(2);
-            (r2, r2)
-        }
-        _ => (load(2), load(3)),
-    };
     // SAFETY: the CPU has AVX-512 VBMI (the caller's contract).
     unsafe {
+        // The `S` source registers, the last again after it where `S` is odd
+        // (its pair's upper half, which no element is picked from).
+        let mut r = [_mm512_setzero_si512(); MAX_PIXEL];
+        for (k, v) in r.iter_mut().enumerate().take(S) {
+            *v = load(k);
+        }
+        if S % 2 == 1 {
+            r[S] = r[S - 1];
+        }
         let mut out = [_mm512_setzero_si512(); C];
         for (c, v) in out.iter_mut().enumerate() {
-            *v = permute::<E>(r0, index[c], r1);
-            if S > 2 {
-                *v = blend::<E>(steps[c].upper, *v, permute::<E>(r2, index[c], r3));
+            *v = permute::<E>(r[0], index[c], r[1]);
+            for q in 1..S.div_ceil(2) {
+                *v = blend::<E>(steps[c].pair[q], *v, permute::<E>(r[2 * q], index[c], r[2 * q + 1]));
             }
         }
         out
@@ -191,7 +209,7 @@ unsafe fn permuted<const E: usize, const S: usize, const C: usize>(
 /// (Methods rather than closures: LLVM left closures that return vectors
 /// out of line, their vectors passed through the stack.)
 struct Planes<'a, const E: usize, const S: usize, const C: usize> {
-    steps: &'a [Step; 4],
+    steps: &'a [Step; MAX_PIXEL],
     index: [__m512i; C],
     src: *const u8,
     read: usize,
@@ -327,20 +345,25 @@ unsafe fn split_k<const E: usize, const S: usize, const C: usize>(
             p.store(c, 0, r[c], prev[c]);
         }
         let mut o = 64;
-        let mut join = |v: [__m512i; C], o: usize| {
-            for c in 0..C {
-                let at = o - 64 + r[c];
-                p.store(c, at, (at + 64).min(out), permute::<E>(prev[c], shift[c], v[c]));
-            }
-            prev = v;
-        };
+        // A macro, not a closure: LLVM left the closure out of line, its
+        // vectors passed through the stack (a quarter of 100 × 100 × 8 f64
+        // permuted 021's time).
+        macro_rules! join {
+            ($whole:expr) => {
+                let v = p.step(o, $whole);
+                for c in 0..C {
+                    let at = o - 64 + r[c];
+                    p.store(c, at, (at + 64).min(out), permute::<E>(prev[c], shift[c], v[c]));
+                }
+                prev = v;
+                o += 64;
+            };
+        }
         while p.whole(o) {
-            join(p.step(o, true), o);
-            o += 64;
+            join!(true);
         }
         while o < out {
-            join(p.step(o, false), o);
-            o += 64;
+            join!(false);
         }
         // The bytes after each plane's last line.
         let last = o - 64;
@@ -426,7 +449,7 @@ mod tests {
             return;
         }
         for e in [1usize, 2, 4, 8] {
-            for s in 2..=4 {
+            for s in 2..=MAX_PIXEL {
                 for channels in [1, s] {
                     for (n, at) in (1..=70)
                         .chain([127, 128, 129, 200, 257, 512, 520, 700, 1029])

@@ -517,7 +517,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // that behind sequential prefetching (1024² f32 on two cores, one run:
     // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
     let nt = nt || plan.bytes() >= stream_threshold() / 8;
-    // Pixels of 2 to 4 channels to planes, in cache: whole vectors for
+    // Pixels of 2 to 8 channels to planes, in cache: whole vectors for
     // slices of any length (bench/cpu_permute_sweep.py's 31 × 29 × 27 × 2 u8
     // 3102: 53.9 → 9.1 µs, NumPy 13.9). Streamed copies keep the routes
     // below, whose stores stream.
