@@ -993,6 +993,31 @@ fn narrow_columns_of_wide_rows() {
     }
 }
 
+/// One channel of pixels of 2 to 8 elements (`x[:, 1]` of an `n × s`
+/// matrix): gathers of every `s`-th element, AVX-512 VBMI permutes where the
+/// CPU has them (to the 8th for 1- and 2-byte elements), with a last
+/// partial vector, at odd addresses.
+#[test]
+fn one_channel_of_pixels() {
+    for e in [1usize, 2, 4, 8] {
+        for s in 2..=8usize {
+            for (n, shift) in [3001usize, 70001]
+                .into_iter()
+                .flat_map(|n| [0usize, 1, 5].map(|shift| (n, shift)))
+            {
+                let src = pattern(n * s * e + shift, (s * e) as u64);
+                let mut got = vec![0u8; n * e];
+                let mut want = got.clone();
+                let off = shift + e;
+                reference(&mut want, 0, &[1], &src, off, &[s as isize], &[n], e);
+                // SAFETY: the view x[:, 1] of the `n × s` matrix at `shift` lies inside `src`.
+                unsafe { copy_strided(got.as_mut_ptr(), &[1], src.as_ptr().add(off), &[s as isize], &[n], e).unwrap() };
+                assert!(got == want, "{n} pixels of {s}, e = {e}, shift = {shift}");
+            }
+        }
+    }
+}
+
 /// The streaming-store paths (normally only for destinations past the
 /// last-level cache) on small, misaligned and odd-sized cases. Other tests may
 /// run meanwhile with streaming on: they must pass either way.

@@ -1,8 +1,8 @@
 //! Interleaved channels to planes with AVX-512 VBMI two-register permutes:
 //! the transposes whose source rows are 2 to 8 elements of 1, 2, 4 or 8
 //! bytes (pixels of `s` channels, `n` of them, to `s` planes of `n`), and
-//! the gather of every 2nd, 3rd or 4th element into a contiguous row (one
-//! such plane alone). Each step writes 64 bytes of every plane from the
+//! the gather of every 2nd to 8th element into a contiguous row (one such
+//! plane alone). Each step writes 64 bytes of every plane from the
 //! `64·s` source bytes they come from, and masked loads and stores take a
 //! row's ends, so rows of any length are whole vectors; long planes are
 //! written in whole lines (see [`ALIGNED_PLANES_MIN`]). These rows are often
@@ -377,7 +377,7 @@ unsafe fn split_k<const E: usize, const S: usize, const C: usize>(
 }
 
 /// `dst[i] = src[i·s]` for `i < n`, elements of `e` bytes (1, 2, 4 or 8),
-/// `s` of 2, 3 or 4: channel 0 of `n` pixels of `s` elements.
+/// `s` of 2 to [`MAX_PIXEL`]: channel 0 of `n` pixels of `s` elements.
 ///
 /// # Safety
 ///
