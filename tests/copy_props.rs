@@ -993,26 +993,51 @@ fn narrow_columns_of_wide_rows() {
     }
 }
 
-/// One channel of pixels of 2 to 8 elements (`x[:, 1]` of an `n × s`
-/// matrix): gathers of every `s`-th element, AVX-512 VBMI permutes where the
-/// CPU has them (to the 8th for 1- and 2-byte elements), with a last
-/// partial vector, at odd addresses.
+/// Channels of pixels of 2 to 8 elements: one (`x[:, 1]` of an `n × s`
+/// matrix, a gather of every `s`-th element) and the first `k` transposed
+/// to planes (`x[:, :k].T`), AVX-512 VBMI permutes where the CPU has them,
+/// with a last partial vector, at odd addresses; the source ends at the
+/// last element of the view.
 #[test]
-fn one_channel_of_pixels() {
+fn channels_of_pixels() {
     for e in [1usize, 2, 4, 8] {
         for s in 2..=8usize {
             for (n, shift) in [3001usize, 70001]
                 .into_iter()
                 .flat_map(|n| [0usize, 1, 5].map(|shift| (n, shift)))
             {
-                let src = pattern(n * s * e + shift, (s * e) as u64);
+                let src = pattern((n - 1) * s * e + 2 * e + shift, (s * e) as u64);
                 let mut got = vec![0u8; n * e];
                 let mut want = got.clone();
                 let off = shift + e;
                 reference(&mut want, 0, &[1], &src, off, &[s as isize], &[n], e);
                 // SAFETY: the view x[:, 1] of the `n × s` matrix at `shift` lies inside `src`.
                 unsafe { copy_strided(got.as_mut_ptr(), &[1], src.as_ptr().add(off), &[s as isize], &[n], e).unwrap() };
-                assert!(got == want, "{n} pixels of {s}, e = {e}, shift = {shift}");
+                assert!(got == want, "channel 1 of {n} pixels of {s}, e = {e}, shift = {shift}");
+                for k in [2, s - 1, s].into_iter().filter(|&k| k >= 2) {
+                    let src = pattern((n - 1) * s * e + k * e + shift, (s * e + k) as u64);
+                    let mut got = vec![0u8; k * n * e];
+                    let mut want = got.clone();
+                    let (dst_strides, src_strides) = ([n as isize, 1], [1, s as isize]);
+                    reference(&mut want, 0, &dst_strides, &src, shift, &src_strides, &[k, n], e);
+                    // SAFETY: the view x[:, :k].T of the `n × s` matrix at
+                    // `shift` lies inside `src`, ending at its last element.
+                    unsafe {
+                        copy_strided(
+                            got.as_mut_ptr(),
+                            &dst_strides,
+                            src.as_ptr().add(shift),
+                            &src_strides,
+                            &[k, n],
+                            e,
+                        )
+                        .unwrap()
+                    };
+                    assert!(
+                        got == want,
+                        "channels :{k} of {n} pixels of {s}, e = {e}, shift = {shift}"
+                    );
+                }
             }
         }
     }
