@@ -121,6 +121,21 @@ def peer_patterns(quick):
         ("odd_batched_transpose_f64_100x7x100", 8, [100, 7, 100], [0, 2, 1]),
     ]:
         v.append(permute(name, e, shape, perm))
+    # Pixels of 5-8 channels to planes (channels-last to channels-first), one
+    # channel of pixels, and the first channels of wider pixels (x[:, :k].T):
+    # NumPy's element loop beat the routes that took them before.
+    for name, e, shape, perm in [
+        ("pixels_to_planes_u8_40x30x6", 1, [40, 30, 6], [0, 2, 1]),
+        ("pixels_to_planes_u8_100x20x7", 1, [100, 20, 7], [0, 2, 1]),
+        ("pixels_to_planes_u16_64x64x5", 2, [64, 64, 5], [0, 2, 1]),
+        ("pixels_to_planes_f32_40x30x6", 4, [40, 30, 6], [0, 2, 1]),
+        ("pixels_to_planes_f64_100x100x8", 8, [100, 100, 8], [0, 2, 1]),
+        ("pixels_to_planes_f64_1000x5", 8, [1000, 5], [1, 0]),
+    ]:
+        v.append(permute(name, e, shape, perm))
+    for e, t in [(1, "u8"), (2, "u16"), (4, "f32"), (8, "f64")]:
+        v.append(pattern(f"one_channel_{t}_10000x5", e, 50000, [10000], [5], 1))
+        v.append(pattern(f"first_channels_{t}_5_of_1000x8", e, 8000, [5, 1000], [1, 8]))
     # Unit-stride sides of 2-4 elements (pairs, pixels) moved anywhere in small odd
     # shapes, 60 KiB to 300 KiB: bench/cpu_permute_sweep.py times every permutation.
     for name, e, shape, perm in [
