@@ -143,8 +143,9 @@ const ALIGNED_PLANES_MIN: usize = 512;
 ///
 /// [`enabled`]; `e` 1, 2, 4 or 8, `s` 2 to [`MAX_PIXEL`], `channels` 1 to
 /// `s`; bytes `0 .. n·e` of each plane writable, bytes `0 .. (n − 1)·s·e +
-/// channels·e` of `src` readable. No other byte is touched: the last pieces' loads and
-/// stores are masked (masked-off bytes are not accessed and do not fault).
+/// channels·e` of `src` readable. No other byte is touched: the last
+/// pieces' loads and stores are masked (masked-off bytes are not accessed
+/// and do not fault).
 #[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 unsafe fn split_n(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, s: usize, channels: usize) {
     debug_assert!(matches!(e, 1 | 2 | 4 | 8) && (2..=MAX_PIXEL).contains(&s) && (1..=s).contains(&channels));
