@@ -132,9 +132,12 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 }
 
 /// `dst[i] = src[i·ss]` for `i < n` (contiguous destination). Source strides
-/// of 2, 3, 4 and −1 elements get loops with constant strides, which LLVM
+/// of 2 to 8 and −1 elements get loops with constant strides, which LLVM
 /// turns into wide loads and shuffles (every other element, one channel of
-/// three, a reversal); strides of a page or more go [`gather_lanes`].
+/// three, a reversal), or at least into constant addressing (one channel
+/// of 5 to 8, one thread, µs, x[:, 1] of 10000 × 5 f32 3.39 → 2.78, NumPy
+/// 3.59; f64 4.92 → 4.27, 4.61); strides of a page or more go
+/// [`gather_lanes`].
 ///
 /// # Safety
 ///
@@ -177,6 +180,10 @@ unsafe fn gather_with<T: Elem, const FAR: bool>(dst: *mut u8, src: *const u8, n:
             2 if ss == 2 * e as isize => gather_const::<T, 2>(dst, src, n),
             3 if ss == 3 * e as isize => gather_const::<T, 3>(dst, src, n),
             4 if ss == 4 * e as isize => gather_const::<T, 4>(dst, src, n),
+            5 if ss == 5 * e as isize => gather_const::<T, 5>(dst, src, n),
+            6 if ss == 6 * e as isize => gather_const::<T, 6>(dst, src, n),
+            7 if ss == 7 * e as isize => gather_const::<T, 7>(dst, src, n),
+            8 if ss == 8 * e as isize => gather_const::<T, 8>(dst, src, n),
             -1 if ss == -(e as isize) => {
                 // Reversal: contiguous backwards, 32 bytes at a time with AVX2,
                 // else vectorised by LLVM with an SSE2 lane shuffle.
