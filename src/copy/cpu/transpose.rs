@@ -620,11 +620,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (38, 24). Not narrow rows of bytes (17 × 19 × 23 × 2 u8 1230, 17 ×
     // 874, the others' tiles at 0.9–1.1× the time). Plain also where 2-byte
     // elements' source rows are under 8 long, which [`folded512`] takes in 8
-    // × 8 tiles (one thread, µs, NumPy): 1000 × 7 u16 transposed 2.98 →
-    // 2.12 (2.65), 500 × 7 1.78 → 1.21 (1.47), 5000 × 7 17.6 → 11.0
-    // (14.7), 40 × 30 × 6 permuted 021 8.1 → 5.8; rows of 13 or more lost
-    // (1000 × 15 1.19×, 13 × 2000 2.98× the time), as did short destination
-    // rows (7 × 1000 1.36×).
+    // × 8 tiles: those that [`split512`] does not take, pixels wider than 8
+    // elements and streamed copies. One thread, µs, NumPy: x[:, :7].T of
+    // 1000 × 10 u16 5.66 → 3.41 (3.29), of 3000 × 9 15.5 → 8.7 (9.7); and,
+    // before split512 took them, 1000 × 7 transposed 2.98 → 2.12 (2.65).
+    // Rows of 13 or more lost (1000 × 15 1.19×, 13 × 2000 2.98× the time),
+    // as did short destination rows (7 × 1000 1.36×).
     //
     // Larger copies too, while the destination stays in the last-level
     // cache, or where a column's destination run (the tile's rows) is a
