@@ -8,6 +8,33 @@ CACHE=${DEVTENSOR_CACHE:-$HOME/.cache/devtensor-ci}
 VENV=$CACHE/venv
 step() { printf '\n==> %s\n' "$*"; }
 
+# Runs a command into LOG and prints only its lines that match PATTERN. When the command fails
+# (a build error, say), the log's last 60 lines are printed too: the filter would hide them.
+filtered() {
+  local log=$1 pattern=$2 rc=0
+  shift 2
+  "$@" >"$log" 2>&1 || rc=$?
+  grep -E "$pattern" "$log" || [ "$rc" -ne 0 ] || { echo "no line of $log matched: $pattern" >&2; return 1; }
+  if [ "$rc" -ne 0 ]; then
+    tail -n 60 "$log"
+    echo "failed (exit $rc): $*" >&2
+    return "$rc"
+  fi
+}
+
+# --- disk: every build below lands in one target directory (about 5 GB) -------------------
+# A clean clone builds from nothing: incremental caches would only take space, and full
+# debug info doubles the test binaries' size (line tables keep backtraces and valgrind's lines).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
+target_dir=${CARGO_TARGET_DIR:-target}
+mkdir -p "$CACHE" "$target_dir"
+df -h "$target_dir" "$CACHE" | awk 'NR == 1 || !seen[$0]++'
+free_kb=$(df -Pk "$target_dir" | awk 'NR == 2 {print $4}')
+if [ "$free_kb" -lt $((12 * 1024 * 1024)) ]; then
+  echo "warning: $((free_kb / 1024 / 1024)) GiB free under $target_dir; the builds and the venv need about 12" >&2
+fi
+
 # --- system packages: libclang for the bindgen ABI check (only when missing) ------
 # (libclang-dev brings libclang.so and clang's own headers such as stddef.h.)
 if ! dpkg -s libclang-dev >/dev/null 2>&1; then
@@ -67,21 +94,21 @@ step "cargo test --doc --features python (the README's kernel-library snippet an
 cargo test --locked --doc --features python 2>&1 | tail -n 3
 
 step "GPU suite (no device here: every test must print SKIP)"
-cargo test --locked --test gpu_cuda -- --show-output 2>&1 | grep -E "^SKIP|^test result"
+filtered "$CACHE/gpu-suite.log" "^SKIP|^test result" cargo test --locked --test gpu_cuda -- --show-output
 
 step "C ABI (--features capi; capi/ builds libdevtensor_c.so): header current (cbindgen), examples/c and the README's C snippet built with cc and run"
 # The C tests need the real dlpack.h (DEVTENSOR_DLPACK_H; DEVTENSOR_REQUIRE_DLPACK_H=1: no SKIP).
-cargo test --locked --features capi --test capi --test capi_header -- --show-output 2>&1 \
-  | tee "$CACHE/capi-test.log" | grep -E "^SKIP|: OK$|^test result"
-cargo test --locked --features capi --lib capi:: 2>&1 | grep -E "^test result"
+filtered "$CACHE/capi-test.log" "^SKIP|: OK$|^test result" \
+  cargo test --locked --features capi --test capi --test capi_header -- --show-output
+filtered "$CACHE/capi-lib.log" "^test result" cargo test --locked --features capi --lib capi::
 cargo clippy --all-targets --locked -p devtensor-capi -- -D warnings
-cargo test --locked -p devtensor-capi -- --show-output 2>&1 \
-  | tee -a "$CACHE/capi-test.log" | grep -E "^SKIP|: OK$|^test result"
+filtered "$CACHE/capi-crate-test.log" "^SKIP|: OK$|^test result" \
+  cargo test --locked -p devtensor-capi -- --show-output
 
 step "ROCm: cargo test --features rocm against Debian's HIP (no AMD GPU: ROCm tests must SKIP)"
 cargo test --locked --no-fail-fast --features rocm 2>&1 | tee "$CACHE/cargo-test-rocm.log"
 grep -E "^test result:" "$CACHE/cargo-test-rocm.log" | awk '{p+=$4; f+=$6} END {printf "cargo test --features rocm summary: %d passed, %d failed\n", p, f}'
-cargo test --locked --features rocm --test gpu_rocm -- --show-output 2>&1 | grep -E "^SKIP|^test result"
+filtered "$CACHE/gpu-rocm.log" "^SKIP|^test result" cargo test --locked --features rocm --test gpu_rocm -- --show-output
 
 step "devtensor kernels --check --backend rocm (gfx90a, gfx942; no GPU)"
 cargo run --locked --quiet --features rocm -- kernels --check --backend rocm --arch gfx90a --arch gfx942
@@ -90,7 +117,7 @@ step "devtensor info (with the rocm feature)"
 cargo run --locked --quiet --features rocm -- info
 
 step "DLPack ABI check against the real header"
-cargo test --locked --lib abi_check -- --nocapture 2>&1 | grep -E "DLPack ABI|SKIP|test result"
+filtered "$CACHE/abi-check.log" "DLPack ABI|SKIP|test result" cargo test --locked --lib abi_check -- --nocapture
 
 step "devtensor info"
 cargo run --locked --quiet -- info
@@ -159,10 +186,11 @@ case $rc in
   *) echo "pytest -m cuda failed ($rc)" >&2; exit "$rc" ;;
 esac
 step "CUDA on the emulated driver: the C ABI, and examples/c/axpy.c launching its own NVRTC kernel on devtensor tensors"
-{ DEVTENSOR_EMU_SEED=1 cargo test --locked --features capi --test capi -- --show-output 2>&1 &&
-  DEVTENSOR_EMU_SEED=1 cargo test --locked -p devtensor-capi -- --show-output 2>&1; } \
-  | tee "$CACHE/emu-capi.log" | grep -E "^SKIP|: OK$|^test result"
-if grep -E "^SKIP" "$CACHE/emu-capi.log"; then echo "a C ABI test skipped on the emulator"; exit 1; fi
+DEVTENSOR_EMU_SEED=1 filtered "$CACHE/emu-capi.log" "^SKIP|: OK$|^test result" \
+  cargo test --locked --features capi --test capi -- --show-output
+DEVTENSOR_EMU_SEED=1 filtered "$CACHE/emu-capi-crate.log" "^SKIP|: OK$|^test result" \
+  cargo test --locked -p devtensor-capi -- --show-output
+if grep -E "^SKIP" "$CACHE/emu-capi.log" "$CACHE/emu-capi-crate.log"; then echo "a C ABI test skipped on the emulator"; exit 1; fi
 
 step "CUDA on the emulated driver: the example kernel library (examples/axpy_ext, installed by ci/python_test.sh)"
 set +e
