@@ -1001,11 +1001,11 @@ fn narrow_columns_of_wide_rows() {
 #[test]
 fn channels_of_pixels() {
     for e in [1usize, 2, 4, 8] {
-        for s in 2..=8usize {
-            for (n, shift) in [3001usize, 70001]
-                .into_iter()
-                .flat_map(|n| [0usize, 1, 5].map(|shift| (n, shift)))
-            {
+        // Pixels of 2 to 8 elements (split512), and wider ones, whose first
+        // few channels are gathered one by one.
+        for s in (2..=8usize).chain([10, 13, 20, 64]) {
+            let ns = if s <= 8 { [3001usize, 70001] } else { [301, 3001] };
+            for (n, shift) in ns.into_iter().flat_map(|n| [0usize, 1, 5].map(|shift| (n, shift))) {
                 let src = pattern((n - 1) * s * e + 2 * e + shift, (s * e) as u64);
                 let mut got = vec![0u8; n * e];
                 let mut want = got.clone();
@@ -1014,7 +1014,8 @@ fn channels_of_pixels() {
                 // SAFETY: the view x[:, 1] of the `n × s` matrix at `shift` lies inside `src`.
                 unsafe { copy_strided(got.as_mut_ptr(), &[1], src.as_ptr().add(off), &[s as isize], &[n], e).unwrap() };
                 assert!(got == want, "channel 1 of {n} pixels of {s}, e = {e}, shift = {shift}");
-                for k in [2, s - 1, s].into_iter().filter(|&k| k >= 2) {
+                let ks = if s <= 8 { vec![2, s - 1, s] } else { vec![2, 3, 4, 5, 8] };
+                for k in ks.into_iter().filter(|&k| k >= 2) {
                     let src = pattern((n - 1) * s * e + k * e + shift, (s * e + k) as u64);
                     let mut got = vec![0u8; k * n * e];
                     let mut want = got.clone();

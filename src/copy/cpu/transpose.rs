@@ -11,7 +11,7 @@ use super::avx2::enabled as avx2_enabled;
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::blocks::LINE;
-use super::caches::l2_has_few_ways;
+use super::caches::{l2_bytes, l2_has_few_ways};
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
@@ -98,6 +98,37 @@ const L1_SET_SPAN: isize = 4096;
 
 /// Ways of the smallest L1D (Zen's 32 KiB, 8-way).
 const L1_WAYS: usize = 8;
+
+/// Source spans (bytes) that [`few_channels_of_wide_pixels`] reads once a
+/// channel: this Xeon's 48 KiB L1D, where the rule was measured.
+const GATHERED_SPAN_MAX: usize = 48 << 10;
+
+/// Whether a transpose of `k = b.len` channels out of pixels of `a.src / e`
+/// elements (9 or more: [`split512`] takes up to 8) is better done as `k`
+/// gathers, one a channel, than in tiles: the tiles of 1- and 2-byte
+/// elements are 16 and 8 wide whatever the channel count, so a few channels
+/// pay for a whole tile. Tiles keep 2- and 4-byte channels that fill 16-byte
+/// vectors, and channels past 3 whose source outgrows the L1 (each gather
+/// reads it again), but where 1- and 2-byte channels of at most 4 have pixels
+/// under a line. One thread, µs, tiles → gathers (NumPy), `x[:, :k].T` of
+/// rows × pitch: u8 4000 × 20, k = 2, 6.46 → 2.87 (2.99); 1000 × 16, 3, 2.06
+/// → 1.01 (1.28); 4000 × 10, 6, 7.20 → 5.53 (8.34); u16 1000 × 16, 3, 1.91 →
+/// 1.13 (1.28); f32 300 × 16, 3, 0.87 → 0.64 (0.58); 1000 × 10, 7, 2.78 →
+/// 2.07 (2.62); f64 300 × 20, 6, 1.45 → 1.03 (0.85). Of 504 such copies (300
+/// to 4000 rows, pitches 10 to 64, 2 to 8 channels, u8 to f64), under 0.9×
+/// NumPy's speed 126 → 49, the worst 0.39× → 0.73×. Kept in tiles: u16 1000
+/// × 10, k = 8, 1.08 (gathers 1.12, NumPy 2.95), f32 1000 × 16, 4, 1.69
+/// (2.48), u8 4000 × 64, 4, 6.88 (8.63).
+fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
+    let (k, es) = (b.len, e as isize);
+    if b.src != es || a.src % es != 0 || a.src / es <= 8 || k > 8 || !matches!(e, 1 | 2 | 4 | 8) {
+        return false;
+    }
+    let pixel = a.src.unsigned_abs();
+    let span = a.len * pixel;
+    let fills_vectors = matches!(e, 2 | 4) && (k * e).is_multiple_of(16);
+    !fills_vectors && (k <= 3 && span <= l2_bytes() || span <= GATHERED_SPAN_MAX || e <= 2 && k <= 4 && pixel < LINE)
+}
 
 /// Lines of a small tile's destination that share one L1 set, at most: `rows`
 /// rows `db` bytes apart, of `row_bytes` each, on the 64 sets of
@@ -659,6 +690,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 59 × 3 f64 0231 431 → 270 (433, 264), 1230 425 → 270 (439, 293), 2310
     // 410 → 327 (708, 363), 30 × 30000 f32 320 → 162 (384). Not 1- and
     // 2-byte ones (200 × 30000 u16 1674 → 2222).
+    // A few channels of pixels wider than [`split512`] takes (`x[:, :k].T`):
+    // the general kernel's gather a channel, as NumPy copies them.
+    if route == Route::Small && few_channels_of_wide_pixels(a, b, e) {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     let narrow = b.len * e < LINE || a.len * e < LINE;
     #[cfg(target_arch = "x86_64")]
@@ -1654,7 +1692,54 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
 
 #[cfg(test)]
 mod tests {
-    use super::small_tile_lines_per_set;
+    use super::{PlanDim, few_channels_of_wide_pixels, small_tile_lines_per_set};
+
+    /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
+    /// (unit destination stride, unit source stride) dims.
+    fn channels_taken(rows: usize, pitch: usize, k: usize, e: usize) -> (PlanDim, PlanDim) {
+        let a = PlanDim {
+            len: rows,
+            src: (pitch * e) as isize,
+            dst: e as isize,
+        };
+        let b = PlanDim {
+            len: k,
+            src: e as isize,
+            dst: (rows * e) as isize,
+        };
+        (a, b)
+    }
+
+    #[test]
+    fn a_few_channels_of_wide_pixels_are_gathered() {
+        let gathered = |rows, pitch, k, e| {
+            let (a, b) = channels_taken(rows, pitch, k, e);
+            few_channels_of_wide_pixels(a, b, e)
+        };
+        // Up to 3 channels, whatever the span in L2; more where the source
+        // stays in L1, or 1- and 2-byte pixels under a line with up to 4.
+        assert!(gathered(4000, 20, 2, 1));
+        assert!(gathered(4000, 64, 3, 2));
+        assert!(gathered(300, 20, 6, 8));
+        assert!(gathered(4000, 20, 4, 1));
+        // Pixels split512 takes; channels that fill 16-byte vectors (u16 × 8,
+        // f32 × 4); more than 3 channels of a source past L1, the 4 of
+        // 1- and 2-byte elements too where a pixel is a line.
+        assert!(!gathered(4000, 8, 2, 1));
+        assert!(!gathered(300, 20, 8, 2));
+        assert!(!gathered(300, 20, 4, 4));
+        assert!(!gathered(4000, 20, 6, 1));
+        assert!(!gathered(4000, 64, 4, 1));
+        // Not channels at all: source rows that do not have unit stride, more
+        // than 8 channels, pitches not whole elements.
+        let (a, mut b) = channels_taken(4000, 20, 2, 1);
+        b.src = 2;
+        assert!(!few_channels_of_wide_pixels(a, b, 1));
+        assert!(!gathered(300, 20, 9, 1));
+        let (mut a, b) = channels_taken(300, 20, 2, 4);
+        a.src = 81;
+        assert!(!few_channels_of_wide_pixels(a, b, 4));
+    }
 
     #[test]
     fn small_tile_lines_per_l1_set() {
