@@ -637,6 +637,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         batch.sort_by_key(|d| d.src.unsigned_abs());
     }
+    // A few channels of pixels wider than [`split512`] takes (`x[:, :k].T`):
+    // the general kernel's gather a channel, as NumPy copies them. Not with
+    // batch dims, where the "pixels" are slices of permutes, whose tiles win
+    // (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5
+    // × 7 × 9 × 11 × 2 f64 03142 0.64×).
+    if route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e) {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
     // Copies with a side shorter than a line, where the CPU has AVX-512:
     // tiles folded from two dims a side ([`folded512`]), whose rows and
     // columns reach the micro tiles, straight to the destination.
@@ -690,16 +700,6 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 59 × 3 f64 0231 431 → 270 (433, 264), 1230 425 → 270 (439, 293), 2310
     // 410 → 327 (708, 363), 30 × 30000 f32 320 → 162 (384). Not 1- and
     // 2-byte ones (200 × 30000 u16 1674 → 2222).
-    // A few channels of pixels wider than [`split512`] takes (`x[:, :k].T`):
-    // the general kernel's gather a channel, as NumPy copies them. Not with
-    // batch dims, where the "pixels" are slices of permutes, whose tiles win
-    // (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5
-    // × 7 × 9 × 11 × 2 f64 03142 0.64×).
-    if route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e) {
-        // SAFETY: forwarded.
-        unsafe { general::<T>(plan, dst, src, nt) };
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
     let narrow = b.len * e < LINE || a.len * e < LINE;
     #[cfg(target_arch = "x86_64")]
