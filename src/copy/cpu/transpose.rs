@@ -904,13 +904,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                     // f32, rows sharing L1 sets, 26–36 GB/s with, 33–43
                     // without; 512² f64 34–36 → 44–50; 1400 × 700 f32, 3.7
                     // MiB, 17–22 → 24–35).
-                    let next = (route == Route::Prefetched && nt && t + 1 < first + n).then(|| {
+                    let mut next = (route == Route::Prefetched && nt && t + 1 < first + n).then(|| {
                         let (i1, ni1) = cols.get(ci);
                         let (j1, nj1) = rows.get(ri);
                         let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
                         let runs = d.get().wrapping_offset(dof + (i1 * e) as isize + j1 as isize * db);
                         (
-                            NextTile::new(at, ni1, nj1 * e, sa),
+                            NextTile::new(at, ni1, nj1 * e, sa, nj),
                             RunEnds::new(runs, nj1, ni1 * e, db),
                         )
                     });
@@ -928,10 +928,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                             Route::Avx512Sheared => sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0),
                             Route::Prefetched | Route::Staged => {
                                 tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false);
-                                match &next {
+                                match &mut next {
                                     // Contiguous destination rows: one run.
                                     None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
-                                    _ => {
+                                    next => {
                                         // This tile's first ends, unless the tile
                                         // before prefetched them (on the
                                         // prefetched route of a streamed copy).
@@ -941,12 +941,12 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                             (0..RunEnds::AHEAD).for_each(|j| ends.prefetch(j));
                                         }
                                         for j in 0..nj {
-                                            if let Some((next, next_ends)) = &next {
+                                            if let Some((next, next_ends)) = next.as_mut() {
                                                 match j + RunEnds::AHEAD {
                                                     k if k < nj => ends.prefetch(k),
                                                     k => next_ends.prefetch(k - nj),
                                                 }
-                                                next.prefetch(j, nj);
+                                                next.step();
                                             } else if own_ends {
                                                 ends.prefetch(j + RunEnds::AHEAD);
                                             }
@@ -965,41 +965,72 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 }
 
 /// The source of the tile after this one: `rows` rows `sa` bytes apart, of
-/// `row_lines` lines each.
+/// `row_lines` lines each, prefetched into L2 in `steps` equal shares, one per
+/// destination run written out ([`NextTile::step`]). The shares are counted
+/// with an accumulator, not divided out: a division a line and two a step
+/// (the lines' row and column, the share's bounds) took most of a 32⁵ f16
+/// 03142 permute's time on a Zen 2 VM, whose divider is slow and one a core
+/// (`perf`: the extension's loop 35 % of the samples, its tiles' transposes
+/// 7 %; 6.9 GB/s, memcpy 26).
 struct NextTile {
-    src: *const u8,
-    rows: usize,
+    /// The row of the next line to prefetch, and that line in it.
+    row: *const u8,
+    line: usize,
     row_lines: usize,
     sa: isize,
+    /// Lines not yet prefetched.
+    left: usize,
+    /// Lines a step adds to `due` (the tile's), and the steps that owe a line
+    /// for each `steps` of `due`: step `s` prefetches the lines from
+    /// `s · total / steps` up to `(s + 1) · total / steps`, rounded down.
+    total: usize,
+    steps: usize,
+    due: usize,
 }
 
 impl NextTile {
-    /// The tile of `rows` rows of `row_bytes` from `src`, `sa` bytes apart.
-    /// Rows that do not start on a line span one line more than their bytes
-    /// fill: that line, left out, was a demand miss per row and tile (4097 ×
-    /// 4095 f32 on two cores, three runs each: 22.4 GB/s without it, 31.1 with).
+    /// The tile of `rows` rows of `row_bytes` from `src`, `sa` bytes apart,
+    /// prefetched over `steps` steps. Rows that do not start on a line span
+    /// one line more than their bytes fill: that line, left out, was a demand
+    /// miss per row and tile (4097 × 4095 f32 on two cores, three runs each:
+    /// 22.4 GB/s without it, 31.1 with).
     #[inline(always)]
-    fn new(src: *const u8, rows: usize, row_bytes: usize, sa: isize) -> NextTile {
+    fn new(src: *const u8, rows: usize, row_bytes: usize, sa: isize, steps: usize) -> NextTile {
         let misaligned = !(src as usize).is_multiple_of(LINE) || sa % LINE as isize != 0;
+        let row_lines = row_bytes.div_ceil(LINE) + usize::from(misaligned);
+        let total = rows * row_lines;
         NextTile {
-            src,
-            rows,
-            row_lines: row_bytes.div_ceil(LINE) + usize::from(misaligned),
+            row: src,
+            line: 0,
+            row_lines,
             sa,
+            left: total,
+            total,
+            steps: steps.max(1),
+            due: 0,
         }
     }
 
-    /// Prefetches into L2 the `step`-th of `steps` equal shares of the tile's
-    /// source lines (one share per destination run written out).
+    /// Prefetches into L2 the next of the `steps` shares of the tile's source
+    /// lines (calls past the last prefetch nothing).
     #[inline(always)]
-    fn prefetch(&self, step: usize, steps: usize) {
-        let total = self.rows * self.row_lines;
-        for k in step * total / steps..(step + 1) * total / steps {
-            let line = self
-                .src
-                .wrapping_offset((k / self.row_lines) as isize * self.sa)
-                .wrapping_add((k % self.row_lines) * LINE);
-            prefetch(line, Cache::L2);
+    fn step(&mut self) {
+        self.step_with(|line| prefetch(line, Cache::L2));
+    }
+
+    /// [`NextTile::step`], handing each line's address to `f`.
+    #[inline(always)]
+    fn step_with(&mut self, mut f: impl FnMut(*const u8)) {
+        self.due += self.total;
+        while self.due >= self.steps && self.left > 0 {
+            self.due -= self.steps;
+            self.left -= 1;
+            f(self.row.wrapping_add(self.line * LINE));
+            self.line += 1;
+            if self.line == self.row_lines {
+                self.line = 0;
+                self.row = self.row.wrapping_offset(self.sa);
+            }
         }
     }
 }
@@ -1392,6 +1423,8 @@ unsafe fn extended<T: Elem>(
     let (d, s) = (Shared(dst), Shared(src));
     par_for(slices, bytes, |t0, t1| {
         with_stage(stage_bytes, |buf| {
+            // The next slice's source lines, refilled for each slice.
+            let mut next: SmallVec<[NextTile; 8]> = SmallVec::new();
             for_each_segment(&batch, 1, t0, t1, |dof, so, _, _| {
                 // SAFETY: every sub-tile is an `a × b` slice of the plan; the
                 // staging buffer holds the `b.len` rows of `tb` bytes of each
@@ -1425,32 +1458,30 @@ unsafe fn extended<T: Elem>(
                     // The next slice along the fastest batch dim (a guess
                     // where that dim wraps: a prefetch is only a hint), for
                     // each `k1` and `k3`: `a.len` rows of `n2` source runs.
-                    let steps = n2 * b.len;
-                    let prefetch_next = |step: usize| {
-                        if !nt {
-                            return;
-                        }
+                    // One step a destination run written out.
+                    next.clear();
+                    if nt {
                         for k3 in 0..n3 {
                             for k1 in 0..n1 {
                                 let at = s
                                     .get()
                                     .wrapping_offset(so + batch[0].src + k1 as isize * c1.src + k3 as isize * c3.src);
-                                NextTile::new(at, a.len, n2 * b.len * e, sa).prefetch(step, steps);
+                                next.push(NextTile::new(at, a.len, n2 * b.len * e, sa, n2 * b.len));
                             }
                         }
-                    };
-                    let write = |k2: usize, buf: *mut u8| {
+                    }
+                    let mut write = |k2: usize, buf: *mut u8| {
                         let dt = d.get().offset(dof + k2 as isize * c2.dst);
                         if db == tb as isize {
                             // Contiguous destination runs: one copy of them all.
-                            for j in 0..b.len {
-                                prefetch_next(k2 * b.len + j);
+                            for _ in 0..b.len {
+                                next.iter_mut().for_each(NextTile::step);
                             }
                             copy_run(dt, buf, n3 * b.len * tb, nt);
                             return;
                         }
                         for j in 0..b.len {
-                            prefetch_next(k2 * b.len + j);
+                            next.iter_mut().for_each(NextTile::step);
                             copy_run(dt.offset(j as isize * db), buf.add(j * ts), tb, nt);
                         }
                     };
@@ -1695,7 +1726,7 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
 
 #[cfg(test)]
 mod tests {
-    use super::{PlanDim, few_channels_of_wide_pixels, small_tile_lines_per_set};
+    use super::{LINE, NextTile, PlanDim, few_channels_of_wide_pixels, small_tile_lines_per_set};
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
     /// (unit destination stride, unit source stride) dims.
@@ -1742,6 +1773,38 @@ mod tests {
         let (mut a, b) = channels_taken(300, 20, 2, 4);
         a.src = 81;
         assert!(!few_channels_of_wide_pixels(a, b, 4));
+    }
+
+    #[test]
+    fn next_tiles_lines_come_in_the_divided_shares() {
+        // The schedule the accumulator replaces: step `s` of `steps` took the
+        // lines `s · total / steps .. (s + 1) · total / steps`, line `k` at
+        // row `k / row_lines`, line `k % row_lines` of it.
+        let base = 1usize << 20;
+        for (rows, row_bytes, sa, steps) in [
+            (32, 2048, 4096, 32),
+            (256, 64, 2 << 20, 512),
+            (7, 100, 1000, 3),
+            (5, 64, 64, 1),
+            (1, 64, 0, 9),
+            (130, 1000, 4160, 17),
+        ] {
+            let mut next = NextTile::new(base as *const u8, rows, row_bytes, sa, steps);
+            let row_lines = next.row_lines;
+            let total = rows * row_lines;
+            for step in 0..steps + 2 {
+                let mut got = Vec::new();
+                next.step_with(|p| got.push(p as usize));
+                let lines = (step * total / steps).min(total)..((step + 1) * total / steps).min(total);
+                let want: Vec<usize> = lines
+                    .map(|k| base.wrapping_add_signed((k / row_lines) as isize * sa) + k % row_lines * LINE)
+                    .collect();
+                assert_eq!(
+                    got, want,
+                    "rows {rows}, {row_bytes} bytes, sa {sa}, step {step} of {steps}"
+                );
+            }
+        }
     }
 
     #[test]
