@@ -136,7 +136,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 /// turns into wide loads and shuffles (every other element, one channel of
 /// three, a reversal), or at least into constant addressing (one channel
 /// of 5 to 8, one thread, µs, x[:, 1] of 10000 × 5 f32 3.39 → 2.78, NumPy
-/// 3.59; f64 4.92 → 4.27, 4.61); strides of a page or more go
+/// 3.59; f64 4.92 → 4.27, 4.61); strides of whole pages go
 /// [`gather_lanes`].
 ///
 /// # Safety
@@ -148,7 +148,7 @@ pub(super) unsafe fn gather<T: Elem>(dst: *mut u8, src: *const u8, n: usize, ss:
     unsafe { gather_with::<T, true>(dst, src, n, ss) }
 }
 
-/// [`gather`], with `FAR`: elements a page or more apart go [`gather_lanes`]
+/// [`gather`], with `FAR`: elements whole pages apart go [`gather_lanes`]
 /// (their lines are not taken to be in cache).
 ///
 /// # Safety
@@ -192,17 +192,22 @@ unsafe fn gather_with<T: Elem, const FAR: bool>(dst: *mut u8, src: *const u8, n:
                     st(dst.add(i * e), ld::<T>(src.sub(i * e)));
                 }
             }
-            _ if FAR && e.is_multiple_of(4) && e > 4 && ss.unsigned_abs() >= 4096 => {
-                // A few columns of rows a page or more apart (widened to one
-                // element): each element is its own line, and at power-of-two
-                // strides all fall in one L1 set. One wide load per row keeps
-                // so many misses to that set in flight that they evict one
-                // another; a loop over the row's 4- or 8-byte lanes (the count
-                // hidden from the optimiser, so it stays a loop) issues them
-                // slower and finishes sooner: 8192×2 f32 columns of an 8192²
-                // matrix 0.47× → 1.05× torch's speed, and never slower from
-                // 512-byte strides on (C experiments, strides 512 B – 128 KiB);
-                // 8-byte lanes for ×4 columns: 0.50× → 1.16×.
+            _ if FAR && e.is_multiple_of(4) && e > 4 && ss != 0 && ss.unsigned_abs().is_multiple_of(4096) => {
+                // A few columns of rows pages apart (widened to one element):
+                // each element is its own line, and at strides of whole pages
+                // all fall in one L1 set. One wide load per row keeps so many
+                // misses to that set in flight that they evict one another; a
+                // loop over the row's 4- or 8-byte lanes (the count hidden
+                // from the optimiser, so it stays a loop) issues them slower
+                // and finishes sooner: 8192×2 f32 columns of an 8192² matrix
+                // 0.47× → 1.05× torch's speed; 8-byte lanes for ×4 columns:
+                // 0.50× → 1.16×. Not at other strides, whose lines spread
+                // over the sets: on a Zen 2 VM (L2 512 KiB, so 388 KiB
+                // permutes were not `cached`), Python, µs, two processes each,
+                // lanes → plain (NumPy, torch): 31 × 29 × 27 × 2 f64 permuted
+                // 1320 (rows 12.2 KiB apart) 71–75 → 22–23 (27.8, 40.4), 3120
+                // 71–72 → 20–21, 3210 74–76 → 24; 31 × 29 × 27 × 3 f64 3210
+                // 107–111 → 36–38 (55.3); 8192² f32 columns alike.
                 if e.is_multiple_of(16) {
                     gather_lanes::<u64>(dst, src, n, ss, e)
                 } else {
@@ -218,7 +223,7 @@ unsafe fn gather_with<T: Elem, const FAR: bool>(dst: *mut u8, src: *const u8, n:
     }
 }
 
-/// [`gather`] of elements a page or more apart, each copied as its `L`-sized
+/// [`gather`] of elements whole pages apart, each copied as its `L`-sized
 /// lanes in a loop whose count the optimiser cannot see (so it does not
 /// become one wide load per element).
 ///

@@ -768,6 +768,23 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
     }
+    // Small copies that no extension took, whose source runs are narrower
+    // than the small tiles' micro tile (16 bytes, 8 2-byte elements, 4 of 4
+    // bytes): every tile would be its edges, element by element, after a
+    // check of its rows' L1 sets. The general kernel's gathers instead. Where
+    // the CPU has AVX-512, [`split512`] and [`folded512`] take most of them
+    // above; on a Zen 2 VM (AVX2), Python, µs, two processes each, tiles →
+    // gathers (NumPy, torch): 31 × 29 × 27 × 2 u8 permuted 3102 115 → 35
+    // (25.7, 17.7), u16 103 → 27 (26.0, 17.4); 33 × 35 × 37 × 4 u8 0132 210
+    // → 107 (81, 62), 3201 118–120 → 107; 64 × 64 × 2 u8 021 9.6 → 5.1 (4.0);
+    // 224 × 224 × 4 u8 201 90 → 81 (73, 55); x.T of 1000 × 15 u8 7.5 → 5.4
+    // (6.2); 1000 × 7 u16 3.75 → 3.57 (3.25); 30 other permutes and
+    // transposes, narrow or not, 0.97–1.03×.
+    if route == Route::Small && b.len < T::micro_len(false) {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
     // One choice of kernel for the whole copy: tiles are sized for its micro
     // tile. AVX2 on the routes whose tiles are line-aligned only: on 16-byte
     // aligned operands half of the 32-byte accesses straddle two lines
