@@ -10,8 +10,19 @@
 //! - to pixels, 64 × 3 × 224²: f32 1.63×, f16 2.96× (streamed, about a
 //!   memcpy's speed); u8 (these shuffles before, without streaming stores)
 //!   1.42×.
+//!
+//! Pixels of two and four channels that fit a vector, in cache, where the CPU
+//! lacks [`split512`](super::split512)'s AVX-512 (which takes them first):
+//! the byte shuffles group each vector's channels, and a transpose of 8- or
+//! 4-byte lanes makes planes of them (Zen 2 VM, Python, µs, the general
+//! kernel's gathers or tiles → these, torch): 33 × 35 × 37 × 4 u8 permuted 1302
+//! 164 → 21 (51), u16 3102 103 → 26 (53), 0312 49 → 17 (49); 224² × 4 u8 201
+//! 80 → 8.9 (55); 17 × 19 × 23 × 2 u8 3102 29 → 4.4 (12).
 
-use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_or_si128, _mm_shuffle_epi8, _mm_storeu_si128, _mm_stream_si128};
+use std::arch::x86_64::{
+    __m128i, _mm_loadu_si128, _mm_or_si128, _mm_setzero_si128, _mm_shuffle_epi8, _mm_storeu_si128, _mm_stream_si128,
+    _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
+};
 
 use smallvec::SmallVec;
 
@@ -77,25 +88,73 @@ const fn join_masks(e: usize) -> Masks {
 }
 
 /// Which way the pixels go.
+/// `pshufb` masks that gather, in a 16-byte vector of pixels of `k` elements
+/// of `e` bytes (`k·e ≤ 16`), each channel's elements together, channel
+/// after channel (`16 / k` bytes each: [`transpose_lanes`]' lanes), for `e`
+/// of 1, 2, 4 and 8 bytes (the masks of wider pixels are never used).
+const GROUP2: [[u8; 16]; 4] = [group_mask(2, 1), group_mask(2, 2), group_mask(2, 4), group_mask(2, 8)];
+const GROUP4: [[u8; 16]; 4] = [group_mask(4, 1), group_mask(4, 2), group_mask(4, 4), group_mask(4, 4)];
+/// Their inverses: each channel's elements back between the others'.
+const UNGROUP2: [[u8; 16]; 4] = [
+    ungroup_mask(2, 1),
+    ungroup_mask(2, 2),
+    ungroup_mask(2, 4),
+    ungroup_mask(2, 8),
+];
+const UNGROUP4: [[u8; 16]; 4] = [
+    ungroup_mask(4, 1),
+    ungroup_mask(4, 2),
+    ungroup_mask(4, 4),
+    ungroup_mask(4, 4),
+];
+
+/// Output byte `c·P·e + q·e + b` is input byte `(q·k + c)·e + b` (byte `b`
+/// of channel `c` of pixel `q`, `P = 16 / (k·e)` pixels).
+const fn group_mask(k: usize, e: usize) -> [u8; 16] {
+    let mut m = [0u8; 16];
+    let p = 16 / (k * e);
+    let mut j = 0;
+    while j < 16 {
+        let (c, q, b) = (j / (p * e), j % (p * e) / e, j % e);
+        m[j] = ((q * k + c) * e + b) as u8;
+        j += 1;
+    }
+    m
+}
+
+const fn ungroup_mask(k: usize, e: usize) -> [u8; 16] {
+    let g = group_mask(k, e);
+    let mut m = [0u8; 16];
+    let mut j = 0;
+    while j < 16 {
+        m[g[j] as usize] = j as u8;
+        j += 1;
+    }
+    m
+}
+
 #[derive(Clone, Copy, PartialEq, Debug)]
 pub(super) enum Channels {
-    /// `a` pixels of 3 packed elements (`a.src == 3·e`) into 3 planes (`b.dst` apart).
-    Split,
-    /// 3 planes (`a.src` apart) into `b` pixels of 3 packed elements (`b.dst == 3·e`).
-    Join,
+    /// `a` pixels of `k` packed elements (`a.src == k·e`) into `k` planes
+    /// (`b.dst` apart).
+    Split(usize),
+    /// `k` planes (`a.src` apart) into `b` pixels of `k` packed elements
+    /// (`b.dst == k·e`).
+    Join(usize),
 }
 
 impl Channels {
     /// The kernel for a transpose of `e`-byte elements over (`a`: unit
-    /// destination stride, `b`: unit source stride), if it is one of these.
-    pub(super) fn of(a: PlanDim, b: PlanDim, e: usize) -> Option<Channels> {
-        let pixel = 3 * e as isize;
+    /// destination stride, `b`: unit source stride), if it is one of these:
+    /// pixels of 3 channels, and with `few`, of 2 or 4 that fit a vector.
+    pub(super) fn of(a: PlanDim, b: PlanDim, e: usize, few: bool) -> Option<Channels> {
+        let takes = |k: usize| k == 3 || (few && matches!(k, 2 | 4) && k * e <= 16);
         if !matches!(e, 1 | 2 | 4 | 8) {
             None
-        } else if b.len == 3 && a.src == pixel {
-            Some(Channels::Split)
-        } else if a.len == 3 && b.dst == pixel {
-            Some(Channels::Join)
+        } else if takes(b.len) && a.src == (b.len * e) as isize {
+            Some(Channels::Split(b.len))
+        } else if takes(a.len) && b.dst == (a.len * e) as isize {
+            Some(Channels::Join(a.len))
         } else {
             None
         }
@@ -124,9 +183,9 @@ pub(super) unsafe fn channels(
     nt: bool,
 ) {
     // Pixels (the long side) and the planes' stride on the planar side.
-    let (pixels, plane) = match kind {
-        Channels::Split => (a.len, b.dst),
-        Channels::Join => (b.len, a.src),
+    let (pixels, plane, k) = match kind {
+        Channels::Split(k) => (a.len, b.dst, k),
+        Channels::Join(k) => (b.len, a.src, k),
     };
     // The mask tables' index: elements of `1 << size_index` bytes.
     let size_index = e.trailing_zeros() as usize;
@@ -140,25 +199,32 @@ pub(super) unsafe fn channels(
             // SAFETY: pixels `p0..p1` of this slice lie inside both operands;
             // the CPU has SSSE3 (the caller's contract).
             unsafe {
+                let n = p1 - p0;
                 match kind {
-                    Channels::Split => {
+                    Channels::Split(_) => {
                         let out = d.get().offset(dof).add(p0 * e);
                         let stream =
                             nt && (out as usize).is_multiple_of(16) && plane % 16 == 0 && plane % PLANES_ALIAS != 0;
-                        let input = s.get().offset(so).add(3 * p0 * e);
-                        if stream {
-                            split3::<true>(out, plane, input, p1 - p0, e, &SPLIT[size_index]);
-                        } else {
-                            split3::<false>(out, plane, input, p1 - p0, e, &SPLIT[size_index]);
+                        let input = s.get().offset(so).add(k * p0 * e);
+                        match (k, stream) {
+                            (3, true) => split3::<true>(out, plane, input, n, e, &SPLIT[size_index]),
+                            (3, false) => split3::<false>(out, plane, input, n, e, &SPLIT[size_index]),
+                            (2, true) => split_lanes::<true, 2>(out, plane, input, n, e, &GROUP2[size_index]),
+                            (2, false) => split_lanes::<false, 2>(out, plane, input, n, e, &GROUP2[size_index]),
+                            (_, true) => split_lanes::<true, 4>(out, plane, input, n, e, &GROUP4[size_index]),
+                            (_, false) => split_lanes::<false, 4>(out, plane, input, n, e, &GROUP4[size_index]),
                         }
                     }
-                    Channels::Join => {
-                        let out = d.get().offset(dof).add(3 * p0 * e);
+                    Channels::Join(_) => {
+                        let out = d.get().offset(dof).add(k * p0 * e);
                         let input = s.get().offset(so).add(p0 * e);
-                        if nt && (out as usize).is_multiple_of(16) {
-                            join3::<true>(out, input, plane, p1 - p0, e, &JOIN[size_index]);
-                        } else {
-                            join3::<false>(out, input, plane, p1 - p0, e, &JOIN[size_index]);
+                        match (k, nt && (out as usize).is_multiple_of(16)) {
+                            (3, true) => join3::<true>(out, input, plane, n, e, &JOIN[size_index]),
+                            (3, false) => join3::<false>(out, input, plane, n, e, &JOIN[size_index]),
+                            (2, true) => join_lanes::<true, 2>(out, input, plane, n, e, &UNGROUP2[size_index]),
+                            (2, false) => join_lanes::<false, 2>(out, input, plane, n, e, &UNGROUP2[size_index]),
+                            (_, true) => join_lanes::<true, 4>(out, input, plane, n, e, &UNGROUP4[size_index]),
+                            (_, false) => join_lanes::<false, 4>(out, input, plane, n, e, &UNGROUP4[size_index]),
                         }
                     }
                 }
@@ -305,6 +371,130 @@ unsafe fn join3<const NT: bool>(dst: *mut u8, src: *const u8, plane: isize, n: u
         for i in i..n {
             for c in 0..3 {
                 copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((3 * i + c) * e), e);
+            }
+        }
+    }
+}
+
+/// Transposes the `K × K` matrix of `16 / K`-byte lanes in `v` (`K` of 2 or
+/// 4): lane `j` of vector `i` goes to lane `i` of vector `j`. Its own inverse.
+#[inline(always)]
+fn transpose_lanes<const K: usize>(v: &mut [__m128i; K]) {
+    // SAFETY: SSE2 is part of the x86-64 baseline; register operations only.
+    unsafe {
+        if K == 2 {
+            let (x, y) = (v[0], v[1]);
+            v[0] = _mm_unpacklo_epi64(x, y);
+            v[1] = _mm_unpackhi_epi64(x, y);
+        } else {
+            let t0 = _mm_unpacklo_epi32(v[0], v[1]);
+            let t1 = _mm_unpackhi_epi32(v[0], v[1]);
+            let t2 = _mm_unpacklo_epi32(v[2], v[3]);
+            let t3 = _mm_unpackhi_epi32(v[2], v[3]);
+            v[0] = _mm_unpacklo_epi64(t0, t2);
+            v[1] = _mm_unpackhi_epi64(t0, t2);
+            v[2] = _mm_unpacklo_epi64(t1, t3);
+            v[3] = _mm_unpackhi_epi64(t1, t3);
+        }
+    }
+}
+
+/// `dst[c·plane + i] = src[K·i + c]` for `i < n`, `c < K` (2 or 4), `e`-byte
+/// elements (`K·e ≤ 16`; offsets in elements), 16 / e pixels a step: each of
+/// `K` vectors of pixels grouped by channel ([`GROUP2`], [`GROUP4`]), then
+/// their lanes transposed, a vector a plane. As [`split3`], the last pixels in
+/// one more step over the step before.
+///
+/// # Safety
+///
+/// The CPU has SSSE3; `src` readable for `K·n` elements, each of the `K`
+/// planes writable for `n`; with `NT`, `dst` and `plane` multiples of 16.
+#[target_feature(enable = "ssse3")]
+unsafe fn split_lanes<const NT: bool, const K: usize>(
+    dst: *mut u8,
+    plane: isize,
+    src: *const u8,
+    n: usize,
+    e: usize,
+    group: &[u8; 16],
+) {
+    // SAFETY: every access is inside the ranges above; the mask is 16 plain bytes.
+    unsafe {
+        let m = _mm_loadu_si128(group.as_ptr().cast());
+        let step = 16 / e;
+        let pixels = |i: usize| {
+            let p = src.add(K * i * e).cast::<__m128i>();
+            let mut v = [_mm_setzero_si128(); K];
+            for (j, x) in v.iter_mut().enumerate() {
+                *x = _mm_shuffle_epi8(_mm_loadu_si128(p.add(j)), m);
+            }
+            transpose_lanes(&mut v);
+            for (c, x) in v.iter().enumerate() {
+                store::<NT>(dst.offset(c as isize * plane).add(i * e), *x);
+            }
+        };
+        let mut i = 0;
+        while i + step <= n {
+            pixels(i);
+            i += step;
+        }
+        if !NT && i < n && n >= step {
+            pixels(n - step);
+            return;
+        }
+        for i in i..n {
+            for c in 0..K {
+                copy_elem(src.add((K * i + c) * e), dst.offset(c as isize * plane).add(i * e), e);
+            }
+        }
+    }
+}
+
+/// `dst[K·i + c] = src[c·plane + i]` for `i < n`, `c < K` (2 or 4), `e`-byte
+/// elements (`K·e ≤ 16`; offsets in elements), 16 / e pixels a step: a vector
+/// of each plane, their lanes transposed, each then shuffled back into
+/// pixels ([`UNGROUP2`], [`UNGROUP4`]).
+///
+/// # Safety
+///
+/// The CPU has SSSE3; `dst` writable for `K·n` elements, each of the `K`
+/// planes readable for `n`; with `NT`, `dst` a multiple of 16.
+#[target_feature(enable = "ssse3")]
+unsafe fn join_lanes<const NT: bool, const K: usize>(
+    dst: *mut u8,
+    src: *const u8,
+    plane: isize,
+    n: usize,
+    e: usize,
+    ungroup: &[u8; 16],
+) {
+    // SAFETY: every access is inside the ranges above; the mask is 16 plain bytes.
+    unsafe {
+        let m = _mm_loadu_si128(ungroup.as_ptr().cast());
+        let step = 16 / e;
+        let pixels = |i: usize| {
+            let mut v = [_mm_setzero_si128(); K];
+            for (c, x) in v.iter_mut().enumerate() {
+                *x = _mm_loadu_si128(src.offset(c as isize * plane).add(i * e).cast());
+            }
+            transpose_lanes(&mut v);
+            let out = dst.add(K * i * e);
+            for (j, x) in v.iter().enumerate() {
+                store::<NT>(out.add(16 * j), _mm_shuffle_epi8(*x, m));
+            }
+        };
+        let mut i = 0;
+        while i + step <= n {
+            pixels(i);
+            i += step;
+        }
+        if !NT && i < n && n >= step {
+            pixels(n - step);
+            return;
+        }
+        for i in i..n {
+            for c in 0..K {
+                copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((K * i + c) * e), e);
             }
         }
     }

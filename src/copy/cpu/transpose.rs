@@ -559,10 +559,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         return;
     }
     // Pixels of three channels to planes and back: byte shuffles (SSSE3, which
-    // every CPU with AVX2 has; the AVX2 switch turns both off for tests).
+    // every CPU with AVX2 has; the AVX2 switch turns both off for tests). Of
+    // two and four channels too, in cache, where [`split512`] does not run.
     #[cfg(target_arch = "x86_64")]
     if avx2_enabled()
-        && let Some(kind) = Channels::of(a, b, e)
+        && let Some(kind) = Channels::of(a, b, e, !nt && !split512::enabled())
     {
         // SAFETY: forwarded; the CPU has AVX2, hence SSSE3; `of` took `e` of 1, 2, 4 or 8 bytes.
         unsafe { channels(kind, a, b, &batch, dst, src, e, plan.bytes(), nt) };
