@@ -24,6 +24,8 @@ use std::arch::x86_64::{
     _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
 };
 
+use std::ops::Range;
+
 use smallvec::SmallVec;
 
 use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
@@ -255,6 +257,57 @@ unsafe fn copy_elem(src: *const u8, dst: *mut u8, e: usize) {
     }
 }
 
+/// Runs `pixels(i)` for the whole steps of `step` pixels in `n`, then, with
+/// ordinary stores (not `NT`: the step would start off the 16-byte
+/// alignment) and `n ≥ step`, once more for the step ending at the last
+/// pixel, over some of the step before (the same values). Returns the first
+/// pixel left for [`split_rest`] or [`join_rest`] (`n` when none).
+#[inline(always)]
+fn in_steps<const NT: bool>(n: usize, step: usize, mut pixels: impl FnMut(usize)) -> usize {
+    let mut i = 0;
+    while i + step <= n {
+        pixels(i);
+        i += step;
+    }
+    if !NT && i < n && n >= step {
+        pixels(n - step);
+        return n;
+    }
+    i
+}
+
+/// `dst[c·plane + i] = src[k·i + c]` for `i` in `pixels`, `c < k`, `e`-byte
+/// elements (offsets in elements), one element at a time.
+///
+/// # Safety
+///
+/// As the splits for those pixels; `e` is 1, 2, 4 or 8.
+#[inline(always)]
+unsafe fn split_rest(dst: *mut u8, plane: isize, src: *const u8, pixels: Range<usize>, k: usize, e: usize) {
+    for i in pixels {
+        for c in 0..k {
+            // SAFETY: forwarded.
+            unsafe { copy_elem(src.add((k * i + c) * e), dst.offset(c as isize * plane).add(i * e), e) };
+        }
+    }
+}
+
+/// `dst[k·i + c] = src[c·plane + i]` for `i` in `pixels`, `c < k`, as
+/// [`split_rest`].
+///
+/// # Safety
+///
+/// As the joins for those pixels; `e` is 1, 2, 4 or 8.
+#[inline(always)]
+unsafe fn join_rest(dst: *mut u8, src: *const u8, plane: isize, pixels: Range<usize>, k: usize, e: usize) {
+    for i in pixels {
+        for c in 0..k {
+            // SAFETY: forwarded.
+            unsafe { copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((k * i + c) * e), e) };
+        }
+    }
+}
+
 /// Stores 16 bytes, streamed with `NT` (then `p` is 16-byte aligned).
 ///
 /// # Safety
@@ -315,22 +368,8 @@ unsafe fn split3<const NT: bool>(dst: *mut u8, plane: isize, src: *const u8, n: 
                 store::<NT>(dst.offset(c as isize * plane).add(i * e), gather(&v, mc));
             }
         };
-        let mut i = 0;
-        while i + step <= n {
-            pixels(i);
-            i += step;
-        }
-        if !NT && i < n && n >= step {
-            // The last pixels: one more step ending at the last, over some of
-            // the step before (the same values).
-            pixels(n - step);
-            return;
-        }
-        for i in i..n {
-            for c in 0..3 {
-                copy_elem(src.add((3 * i + c) * e), dst.offset(c as isize * plane).add(i * e), e);
-            }
-        }
+        let rest = in_steps::<NT>(n, step, pixels);
+        split_rest(dst, plane, src, rest..n, 3, e);
     }
 }
 
@@ -358,21 +397,8 @@ unsafe fn join3<const NT: bool>(dst: *mut u8, src: *const u8, plane: isize, n: u
                 store::<NT>(out.add(16 * o), gather(&v, mo));
             }
         };
-        let mut i = 0;
-        while i + step <= n {
-            pixels(i);
-            i += step;
-        }
-        if !NT && i < n && n >= step {
-            // As in `split3`: one more step ending at the last pixel.
-            pixels(n - step);
-            return;
-        }
-        for i in i..n {
-            for c in 0..3 {
-                copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((3 * i + c) * e), e);
-            }
-        }
+        let rest = in_steps::<NT>(n, step, pixels);
+        join_rest(dst, src, plane, rest..n, 3, e);
     }
 }
 
@@ -433,20 +459,8 @@ unsafe fn split_lanes<const NT: bool, const K: usize>(
                 store::<NT>(dst.offset(c as isize * plane).add(i * e), *x);
             }
         };
-        let mut i = 0;
-        while i + step <= n {
-            pixels(i);
-            i += step;
-        }
-        if !NT && i < n && n >= step {
-            pixels(n - step);
-            return;
-        }
-        for i in i..n {
-            for c in 0..K {
-                copy_elem(src.add((K * i + c) * e), dst.offset(c as isize * plane).add(i * e), e);
-            }
-        }
+        let rest = in_steps::<NT>(n, step, pixels);
+        split_rest(dst, plane, src, rest..n, K, e);
     }
 }
 
@@ -483,19 +497,7 @@ unsafe fn join_lanes<const NT: bool, const K: usize>(
                 store::<NT>(out.add(16 * j), _mm_shuffle_epi8(*x, m));
             }
         };
-        let mut i = 0;
-        while i + step <= n {
-            pixels(i);
-            i += step;
-        }
-        if !NT && i < n && n >= step {
-            pixels(n - step);
-            return;
-        }
-        for i in i..n {
-            for c in 0..K {
-                copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((K * i + c) * e), e);
-            }
-        }
+        let rest = in_steps::<NT>(n, step, pixels);
+        join_rest(dst, src, plane, rest..n, K, e);
     }
 }
