@@ -29,7 +29,7 @@ use std::ops::Range;
 use smallvec::SmallVec;
 
 use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
-use super::runs::store_fence;
+use super::runs::{copy_small, store_fence};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
 /// Planes a multiple of this many bytes apart are written with ordinary
@@ -236,27 +236,6 @@ pub(super) unsafe fn channels(
     });
 }
 
-/// Copies one `e`-byte element (1, 2, 4 or 8 bytes) with one load and store:
-/// `copy_nonoverlapping` with a run-time length is a call to `memmove`,
-/// which took a third of a 31 × 29 × 27 × 3 u8 permute's time (3102, the
-/// 11 pixels past the last whole step of each 27).
-///
-/// # Safety
-///
-/// `src` readable and `dst` writable for `e` bytes; `e` is 1, 2, 4 or 8.
-#[inline(always)]
-unsafe fn copy_elem(src: *const u8, dst: *mut u8, e: usize) {
-    // SAFETY: the caller's contract; unaligned accesses of `e` bytes.
-    unsafe {
-        match e {
-            1 => *dst = *src,
-            2 => dst.cast::<u16>().write_unaligned(src.cast::<u16>().read_unaligned()),
-            4 => dst.cast::<u32>().write_unaligned(src.cast::<u32>().read_unaligned()),
-            _ => dst.cast::<u64>().write_unaligned(src.cast::<u64>().read_unaligned()),
-        }
-    }
-}
-
 /// Runs `pixels(i)` for the whole steps of `step` pixels in `n`, then, with
 /// ordinary stores (not `NT`: the step would start off the 16-byte
 /// alignment) and `n ≥ step`, once more for the step ending at the last
@@ -277,7 +256,10 @@ fn in_steps<const NT: bool>(n: usize, step: usize, mut pixels: impl FnMut(usize)
 }
 
 /// `dst[c·plane + i] = src[k·i + c]` for `i` in `pixels`, `c < k`, `e`-byte
-/// elements (offsets in elements), one element at a time.
+/// elements (offsets in elements), one element at a time, with word loads
+/// ([`copy_small`]): `copy_nonoverlapping` with a run-time length is a call to
+/// `memmove`, which took a third of a 31 × 29 × 27 × 3 u8 permute's time
+/// (3102, the 11 pixels past the last whole step of each 27).
 ///
 /// # Safety
 ///
@@ -287,7 +269,7 @@ unsafe fn split_rest(dst: *mut u8, plane: isize, src: *const u8, pixels: Range<u
     for i in pixels {
         for c in 0..k {
             // SAFETY: forwarded.
-            unsafe { copy_elem(src.add((k * i + c) * e), dst.offset(c as isize * plane).add(i * e), e) };
+            unsafe { copy_small(dst.offset(c as isize * plane).add(i * e), src.add((k * i + c) * e), e) };
         }
     }
 }
@@ -303,7 +285,7 @@ unsafe fn join_rest(dst: *mut u8, src: *const u8, plane: isize, pixels: Range<us
     for i in pixels {
         for c in 0..k {
             // SAFETY: forwarded.
-            unsafe { copy_elem(src.offset(c as isize * plane).add(i * e), dst.add((k * i + c) * e), e) };
+            unsafe { copy_small(dst.add((k * i + c) * e), src.offset(c as isize * plane).add(i * e), e) };
         }
     }
 }
