@@ -271,60 +271,83 @@ pub struct Measurement {
     pub iters: u64,
 }
 
-/// Times `f` (moving `bytes_moved` bytes per call): warm-up, then batches of at
-/// least ~2 ms until `min_time` has passed (at least 3 batches).
-pub fn measure_fn(bytes_moved: u64, min_time: Duration, mut f: impl FnMut() -> Result<()>) -> Result<Measurement> {
-    // Warm-up: page in the buffers, spin up rayon.
-    let t = Instant::now();
-    f()?;
-    let mut one = t.elapsed();
-    let warm = Instant::now();
-    while warm.elapsed() < Duration::from_millis(20) {
-        let t = Instant::now();
-        f()?;
-        one = one.min(t.elapsed());
-    }
-    let per_batch = (Duration::from_millis(2).as_nanos() / one.as_nanos().max(1)).clamp(1, 1 << 20) as u64;
-    let mut batches: Vec<f64> = Vec::new();
-    let start = Instant::now();
-    while batches.len() < 3 || start.elapsed() < min_time {
-        let t = Instant::now();
-        for _ in 0..per_batch {
-            f()?;
-        }
-        batches.push(t.elapsed().as_nanos() as f64 / per_batch as f64);
-    }
-    batches.sort_by(f64::total_cmp);
-    let best = batches[0];
-    Ok(Measurement {
-        gbps: bytes_moved as f64 / best,
-        ns_per_iter: best,
-        median_ns: batches[batches.len() / 2],
-        iters: per_batch * batches.len() as u64,
-    })
+/// Batches of calls of one timed operation, each call moving `bytes_moved`
+/// bytes: sized after a warm-up to ~2 ms, and timed one at a time, so that
+/// two operations can take turns ([`measure_pattern`]).
+struct Batches<F> {
+    f: F,
+    bytes_moved: u64,
+    per_batch: u64,
+    /// Nanoseconds per call of each batch timed so far.
+    times: Vec<f64>,
 }
 
-/// Times one pattern's copy into a contiguous destination.
-pub fn measure(p: &Pattern, min_time: Duration) -> Result<Measurement> {
+impl<F: FnMut() -> Result<()>> Batches<F> {
+    /// Warms `f` up for 20 ms (pages in the buffers, spins up the thread
+    /// pool) and sizes its batches from the fastest call.
+    fn warm(bytes_moved: u64, mut f: F) -> Result<Self> {
+        let t = Instant::now();
+        f()?;
+        let mut one = t.elapsed();
+        let warm = Instant::now();
+        while warm.elapsed() < Duration::from_millis(20) {
+            let t = Instant::now();
+            f()?;
+            one = one.min(t.elapsed());
+        }
+        let per_batch = (Duration::from_millis(2).as_nanos() / one.as_nanos().max(1)).clamp(1, 1 << 20) as u64;
+        Ok(Batches {
+            f,
+            bytes_moved,
+            per_batch,
+            times: Vec::new(),
+        })
+    }
+
+    /// Times one more batch.
+    fn batch(&mut self) -> Result<()> {
+        let t = Instant::now();
+        for _ in 0..self.per_batch {
+            (self.f)()?;
+        }
+        self.times.push(t.elapsed().as_nanos() as f64 / self.per_batch as f64);
+        Ok(())
+    }
+
+    /// The best and the median batch.
+    fn measurement(mut self) -> Measurement {
+        self.times.sort_by(f64::total_cmp);
+        let best = self.times[0];
+        Measurement {
+            gbps: self.bytes_moved as f64 / best,
+            ns_per_iter: best,
+            median_ns: self.times[self.times.len() / 2],
+            iters: self.per_batch * self.times.len() as u64,
+        }
+    }
+}
+
+/// A pattern's copy, ready to time.
+fn pattern_copy(p: &Pattern) -> impl FnMut() -> Result<()> {
     let mut prep = p.prepare();
-    measure_fn(p.bytes_moved(), min_time, || {
+    move || {
         let r = prep.run();
         black_box(prep.dst.as_ptr());
         r
-    })
+    }
 }
 
-/// Times a contiguous copy of `bytes` bytes through the same engine (the
-/// parallel memcpy path): the ceiling for every pattern of that size.
-pub fn measure_memcpy(bytes: usize, min_time: Duration) -> Result<Measurement> {
+/// A contiguous copy of `bytes` bytes through the same engine (the parallel
+/// memcpy path), ready to time: the ceiling for every pattern of that size.
+fn memcpy_copy(bytes: usize) -> impl FnMut() -> Result<()> {
     let src = HostBuf::filled(bytes, |i| i as u8);
     let mut dst = HostBuf::filled(bytes, |_| 0);
-    measure_fn(2 * bytes as u64, min_time, || {
+    move || {
         // SAFETY: both buffers hold `bytes` bytes.
         let r = unsafe { copy_strided(dst.as_mut_ptr(), &[1], src.as_ptr(), &[1], &[bytes], 1) };
         black_box(dst.as_ptr());
         r
-    })
+    }
 }
 
 /// A pattern with its copy and same-size memcpy timings.
@@ -351,14 +374,23 @@ impl PatternResult {
     }
 }
 
-/// Measures a pattern and the memcpy baseline of its size.
+/// Measures a pattern and the memcpy baseline of its size, their batches
+/// taking turns for `2 × min_time`: a VM's memory bandwidth drifts over
+/// seconds (a Zen 2 VM's memcpy ran at 40 GB/s, then 56, then 77, a pattern
+/// apart), and timed one after the other the two saw different machines.
 pub fn measure_pattern(p: &Pattern, min_time: Duration) -> Result<PatternResult> {
-    let copy = measure(p, min_time)?;
-    let memcpy = measure_memcpy(p.numel() * p.elem_size, min_time)?;
+    let mut copy = Batches::warm(p.bytes_moved(), pattern_copy(p))?;
+    let bytes = p.numel() * p.elem_size;
+    let mut memcpy = Batches::warm(2 * bytes as u64, memcpy_copy(bytes))?;
+    let start = Instant::now();
+    while copy.times.len() < 3 || start.elapsed() < 2 * min_time {
+        copy.batch()?;
+        memcpy.batch()?;
+    }
     Ok(PatternResult {
         pattern: p.clone(),
-        copy,
-        memcpy,
+        copy: copy.measurement(),
+        memcpy: memcpy.measurement(),
     })
 }
 
