@@ -615,6 +615,22 @@ fn large_nd_permutes() {
     check_permute(&[300, 1200], &[1, 0], 8, 0);
 }
 
+/// Reversals of five and six dims whose tiles are extended on both sides
+/// and walked in source order: power-of-two dims (rows a multiple of 4 KiB
+/// apart, crowding the L2's sets: shorter destination runs, the whole tile
+/// staged at once) and odd ones, streamed and not, with every kernel and
+/// element size.
+#[test]
+fn reversals_in_source_order_tiles() {
+    with_each_kernel_and_stream(|| {
+        for e in [1, 2, 4, 8] {
+            check_permute(&[16, 16, 8, 16, 16], &[4, 3, 2, 1, 0], e, 0);
+            check_permute(&[8, 12, 5, 14, 16], &[4, 3, 2, 1, 0], e, e);
+        }
+        check_permute(&[8, 8, 4, 8, 8, 8], &[5, 4, 3, 2, 1, 0], 4, 0);
+    });
+}
+
 /// Rows whose order differs between source and destination, in tiles of
 /// rows, at every short row size that has its own fixed-size copy (8, 12,
 /// 16, 24 and 32 bytes) and sizes between them, from 1-, 2-, 4- and 8-byte

@@ -92,6 +92,16 @@ pub(super) fn l2_has_few_ways() -> bool {
     *FEW.get_or_init(|| l2_ways().is_some_and(|w| w < FEW_L2_WAYS))
 }
 
+/// The L2's set span and ways: addresses this many bytes apart share a set
+/// (its bytes over its ways: 64 KiB for a 512 KiB 8-way L2), and a set holds
+/// that many lines. 64 KiB and 16 ways where sysfs does not tell.
+pub(super) fn l2_sets() -> (usize, usize) {
+    caches()
+        .iter()
+        .find(|c| c.level == 2 && c.ways > 0)
+        .map_or((64 << 10, 16), |c| (c.bytes / c.ways, c.ways))
+}
+
 /// The copies were tuned on two machines: a Zen 5 VM (16-way 1 MiB L2, 12-way
 /// 48 KiB L1) and a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1), both with
 /// a 32 MiB L3. On the Zen 3 VM streamed transposes want other tiles

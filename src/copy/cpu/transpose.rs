@@ -11,7 +11,7 @@ use super::avx2::enabled as avx2_enabled;
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::blocks::LINE;
-use super::caches::{l2_bytes, l2_has_few_ways};
+use super::caches::{l2_bytes, l2_has_few_ways, l2_sets};
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
@@ -749,7 +749,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched | Route::Avx512))
-        && let Some(ext) = Extension::find::<T>(a, b, &batch)
+        && let Some(ext) = Extension::find::<T>(a, b, &batch, nt)
     {
         // SAFETY: forwarded.
         unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
@@ -1159,6 +1159,36 @@ const EXTENDED_SRC_TILE_ALONE: usize = 256 << 10;
 /// 64 × 32 × 64 × 32 f32 3210 0.86–0.94×.
 const BOTH_MAX_SRC_ROWS: usize = 256;
 const BOTH_MAX_DST_ROWS: usize = 128;
+/// Source-order tiles where the L2 has few ways ([`l2_has_few_ways`]) and
+/// the tile's source rows at the runs above would crowd its sets
+/// ([`rows_crowd_l2_sets`]; power-of-two dims, rows a multiple of the set
+/// span apart): 512-byte destination runs (fewer source rows) × 1 KiB source
+/// runs, the tile staged whole ([`SOURCE_ORDER_STAGE`]) and the next tile
+/// not prefetched. Where a set holds 8 of the tile's 256 source rows, one
+/// `k2` at a time read one line of each row, all in one set: 8 misses in
+/// flight at most, the rest evicting each other, and the prefetched next
+/// tile with them. Staged whole, each row's 16 lines of a micro tile's rows
+/// are in flight at once, in 16 sets. Zen 2 VM (8-way 512 KiB L2), two cores:
+/// - `devtensor bench`, 32⁴ × 16 f32 43210, % of memcpy, two runs each:
+///   38.9–40.7 → 64.2–68.3; staged whole with the old runs 45–50, and
+///   without the prefetch 54–56; 256 × 1024, 512 × 2048 and 1024 × 1024
+///   bytes 58, 63–67 and 53–54;
+/// - Python, into a new output, the best of two processes, speed-up: 32⁵
+///   f16 43210 1.66×, u8 2.22×, 16⁶ f32 543210 1.54×, 16 × 64 × 32 × 64 × 16
+///   f32 1.52×, 48 × 40 × 36 × 32 × 8 f32 1.56×, 16⁵ f32 1.05×; 32⁴ × 16
+///   f64 0.93–0.95× (2 KiB source runs: 1.01×).
+const CROWDED_DST_RUN: usize = 512;
+const CROWDED_SRC_RUN: usize = 1024;
+
+/// Most bytes of a source-order tile staged at once where the L2 has few
+/// ways (the whole tile, mostly; one `k2` at a time elsewhere, see
+/// [`extended`]): its source rows are read along `n2` runs, not one. Zen 2
+/// VM, two cores, Python, into a new output, the best of two processes,
+/// speed-up, rows that do not crowd the L2's sets: 8⁵ f32 43210 1.40×, 2 ×
+/// 16⁴ f16 1.98×, 16⁵ u8 2.67×, 4 × 32 × 8 × 32 × 8 f32 1.41×, 12 × 10 × 8 × 16 × 8 f32
+/// 1.69×, 9 × 10 × 11 × 12 × 13 f32 1.69×, 24 × 20 × 18 × 16 × 8 f64
+/// 1.04×, 31 × 33 × 29 × 31 × 16 f32 1.00×.
+const SOURCE_ORDER_STAGE: usize = 128 << 10;
 
 /// The largest divisor `n` of `len` that keeps `run · n` within `target`
 /// (at least 1).
@@ -1225,7 +1255,7 @@ struct Extension {
 }
 
 impl Extension {
-    fn find<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim]) -> Option<Extension> {
+    fn find<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim], nt: bool) -> Option<Extension> {
         let e = size_of::<T>();
         let (ra, rb) = (a.len * e, b.len * e);
         if ra > EXTEND_MAX_RUN || rb > EXTEND_MAX_RUN {
@@ -1265,8 +1295,12 @@ impl Extension {
         {
             // Both sides extended, tiles walked in source order: longer runs,
             // as long as a tile keeps its rows (see [`BOTH_MAX_SRC_ROWS`]).
-            let dst_run = (BOTH_MAX_SRC_ROWS / a.len * ra).clamp(EXTENDED_DST_RUN, 2 * EXTENDED_DST_RUN);
-            let src_run = (BOTH_MAX_DST_ROWS / b.len * rb).clamp(EXTENDED_SRC_RUN, 2 * EXTENDED_SRC_RUN);
+            let mut dst_run = (BOTH_MAX_SRC_ROWS / a.len * ra).clamp(EXTENDED_DST_RUN, 2 * EXTENDED_DST_RUN);
+            let mut src_run = (BOTH_MAX_DST_ROWS / b.len * rb).clamp(EXTENDED_SRC_RUN, 2 * EXTENDED_SRC_RUN);
+            let n1 = grow(batch[ka].len, ra, dst_run);
+            if nt && l2_has_few_ways() && rows_crowd_l2_sets(&[(a.len, a.src), (n1, batch[ka].src)]) {
+                (dst_run, src_run) = (CROWDED_DST_RUN, CROWDED_SRC_RUN);
+            }
             return Some(Extension {
                 da: Some((ka, grow(batch[ka].len, ra, dst_run))),
                 sb: Some((kb, grow(batch[kb].len, rb, src_run))),
@@ -1416,9 +1450,11 @@ unsafe fn extended<T: Elem>(
         && aligned(tb as isize);
     let kernels = if avx2 { Kernels::Avx2 } else { Kernels::Baseline };
     // One `k2` at a time: its `b.len` destination runs are staged, then
-    // written out, and the staging stays in L1 (32⁴ × 16 f32 permute 43210,
-    // 1 KiB × 512-byte runs, 128 KiB staged at once before: 27.7 → 29.0 GB/s,
-    // five alternated runs; 0.98–1.04× on eleven other 4–6-D permutes).
+    // written out, and the staging stays in L1 (Zen 5 VM, 16-way L2: 32⁴ ×
+    // 16 f32 permute 43210, 1 KiB × 512-byte runs, 128 KiB staged at once
+    // before: 27.7 → 29.0 GB/s, five alternated runs; 0.98–1.04× on eleven
+    // other 4–6-D permutes). Not source-order tiles where the L2 has few
+    // ways, staged whole ([`SOURCE_ORDER_STAGE`]).
     // Unless a slice is narrower than a micro tile: then `group` of them
     // (as many as 32 KiB of staging holds, the last group of `n2` shorter)
     // are staged at once, one tile of `group · b.len` source columns (the
@@ -1431,12 +1467,19 @@ unsafe fn extended<T: Elem>(
     // × 59 × 3 f32 3210 3.0×; 64³ × 2 f32 3210 1.00×.
     let group = if b.len < T::micro_len(avx2) {
         ((32 << 10) / (ts * b.len)).clamp(1, n2)
+    } else if ext.source_order && l2_has_few_ways() {
+        (SOURCE_ORDER_STAGE / (ts * b.len)).clamp(1, n2)
     } else {
         1
     };
     debug_assert!(group == 1 || c2.src == (b.len * e) as isize);
     debug_assert!(n3 == 1 || (group == 1 && b.dst == tb as isize));
     let stage_bytes = ts * b.len * group * n3;
+    // Not where a source-order tile staged whole has rows that crowd the L2
+    // ([`CROWDED_DST_RUN`]): the next tile's lines would evict each other
+    // and this one's.
+    let prefetch_next =
+        !(ext.source_order && l2_has_few_ways() && rows_crowd_l2_sets(&[(a.len, a.src), (n1, c1.src), (n3, c3.src)]));
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
@@ -1479,7 +1522,7 @@ unsafe fn extended<T: Elem>(
                     // each `k1` and `k3`: `a.len` rows of `n2` source runs.
                     // One step a destination run written out.
                     next.clear();
-                    if nt {
+                    if nt && prefetch_next {
                         for k3 in 0..n3 {
                             for k1 in 0..n1 {
                                 let at = s
@@ -1516,6 +1559,30 @@ unsafe fn extended<T: Elem>(
         });
         store_fence(nt);
     });
+}
+
+/// Whether the rows of a tile's source, `len` rows `stride` bytes apart for
+/// each `(len, stride)` (the first 1024 of them), start in one L2 set more
+/// often than it has ways ([`l2_sets`]), so that the rows' lines at one
+/// offset cannot all be in the L2 at once.
+fn rows_crowd_l2_sets(dims: &[(usize, isize)]) -> bool {
+    let (span, ways) = l2_sets();
+    let mut sets: SmallVec<[usize; 256]> = smallvec::smallvec![0];
+    for &(len, stride) in dims {
+        let n = sets.len();
+        for k in 1..len {
+            if sets.len() >= 1024 {
+                break;
+            }
+            let step = (k as isize * stride).rem_euclid(span as isize) as usize;
+            for r in 0..n {
+                sets.push((sets[r] + step) % span);
+            }
+        }
+    }
+    sets.iter_mut().for_each(|o| *o /= LINE);
+    sets.sort_unstable();
+    sets.chunk_by(|x, y| x == y).any(|c| c.len() > ways)
 }
 
 /// The blocks of one tile dimension: `lead` elements, then blocks of `size`.
@@ -1745,7 +1812,9 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
 
 #[cfg(test)]
 mod tests {
-    use super::{LINE, NextTile, PlanDim, few_channels_of_wide_pixels, small_tile_lines_per_set};
+    use super::{
+        LINE, NextTile, PlanDim, few_channels_of_wide_pixels, l2_sets, rows_crowd_l2_sets, small_tile_lines_per_set,
+    };
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
     /// (unit destination stride, unit source stride) dims.
@@ -1792,6 +1861,28 @@ mod tests {
         let (mut a, b) = channels_taken(300, 20, 2, 4);
         a.src = 81;
         assert!(!few_channels_of_wide_pixels(a, b, 4));
+    }
+
+    #[test]
+    fn rows_crowd_the_l2_sets_past_its_ways() {
+        let (span, ways) = l2_sets();
+        let s = span as isize;
+        // A set's worth of rows in one set, then one more, either way.
+        assert!(!rows_crowd_l2_sets(&[(ways, s)]));
+        assert!(rows_crowd_l2_sets(&[(ways + 1, s)]));
+        assert!(rows_crowd_l2_sets(&[(ways + 1, -3 * s)]));
+        // A line further each row: every row in a set of its own.
+        assert!(!rows_crowd_l2_sets(&[(ways + 1, s + LINE as isize)]));
+        // The second dim doubles the rows of each set, or moves them on.
+        assert!(rows_crowd_l2_sets(&[(ways, s), (2, 2 * s)]));
+        assert!(!rows_crowd_l2_sets(&[(ways, s), (2, s / 2)]));
+        assert!(!rows_crowd_l2_sets(&[(ways, 2 * s), (4, LINE as isize), (1, 0)]));
+        // Rows a line apart fill every set once; only the first 1024 count.
+        assert!(!rows_crowd_l2_sets(&[(1 << 20, LINE as isize)]));
+        // The bench's 32⁴ × 16 f32 43210 tile (32 rows 2 MiB apart, 8 of 64
+        // KiB): at most span / 64 KiB sets for its 256 rows.
+        let sets = (span / (64 << 10)).clamp(1, 8);
+        assert_eq!(rows_crowd_l2_sets(&[(32, 2 << 20), (8, 64 << 10)]), 256 / sets > ways);
     }
 
     #[test]
