@@ -755,34 +755,31 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
         return;
     }
-    // Small copies that no extension took, whose source runs are one or two
-    // elements of 4 or 8 bytes: the general kernel's row-by-row gathers,
-    // whose per-row cost is less than a tile's setup and its micro tiles'
-    // edges for every run. Python, µs, tiles → rows (NumPy, torch): 17 × 19
-    // × 23 × 2 f64 permuted 3210 13.6 → 8.6 (6.2, 10.4), 2031 13.0 → 8.4; f32
-    // 3201 6.9 → 3.6 (4.8, 6.5); 31 × 29 × 27 × 2 f64 0321 19.2 → 13.4
-    // (17.0, 22.7). Not runs of four (33 × 35 × 37 × 4 f32 3201 25.4 →
-    // 44.0), nor those an extension takes (5 × 7 × 9 × 11 × 2 f32 43210 4.5
-    // → 10.3).
-    if route == Route::Small && e >= 4 && b.len <= 2 {
-        // SAFETY: forwarded.
-        unsafe { general::<T>(plan, dst, src, nt) };
-        return;
-    }
     // Small copies that no extension took, whose source runs are narrower
-    // than the small tiles' micro tile (16 bytes, 8 2-byte elements, 4 of 4
-    // bytes): every tile would be its edges, element by element, after a
-    // check of its rows' L1 sets. The general kernel's gathers instead. Where
-    // the CPU has AVX-512, [`split512`] and [`folded512`] take most of them
-    // above; on a Zen 2 VM (AVX2), Python, µs, two processes each, tiles →
-    // gathers (NumPy, torch): 31 × 29 × 27 × 2 u8 permuted 3102 115 → 35
-    // (25.7, 17.7), u16 103 → 27 (26.0, 17.4); 33 × 35 × 37 × 4 u8 0132 210
-    // → 107 (81, 62), 3201 118–120 → 107; 64 × 64 × 2 u8 021 9.6 → 5.1 (4.0);
-    // 224 × 224 × 4 u8 201 90 → 81 (73, 55); x.T of 1000 × 15 u8 7.5 → 5.4
-    // (6.2); 1000 × 7 u16 3.75 → 3.57 (3.25); 10000 × 5 u8 22.2 → 20.3
-    // (18.8); 300 × 200 × 6 f16 201 79.6 → 74.1 (96.8); 28 other permutes
-    // and transposes, which it does not reach, 0.97–1.03×.
-    if route == Route::Small && b.len < T::micro_len(false) {
+    // than the small tiles' micro tile, or one or two elements of 4 bytes or
+    // more: the general kernel's row-by-row gathers.
+    // - Narrower than the micro tile (16 bytes, 8 2-byte elements, 4 of 4
+    //   bytes, 2 of 8): every tile would be its edges, element by element,
+    //   after a check of its rows' L1 sets. Where the CPU has AVX-512,
+    //   [`split512`] and [`folded512`] take most of them above; on a Zen 2 VM
+    //   (AVX2), Python, µs, two processes each, tiles → gathers (NumPy,
+    //   torch): 31 × 29 × 27 × 2 u8 permuted 3102 115 → 35 (25.7, 17.7), u16
+    //   103 → 27 (26.0, 17.4); 33 × 35 × 37 × 4 u8 0132 210 → 107 (81, 62),
+    //   3201 118–120 → 107; 64 × 64 × 2 u8 021 9.6 → 5.1 (4.0); 224 × 224 ×
+    //   4 u8 201 90 → 81 (73, 55); x.T of 1000 × 15 u8 7.5 → 5.4 (6.2); 1000
+    //   × 7 u16 3.75 → 3.57 (3.25); 10000 × 5 u8 22.2 → 20.3 (18.8); 300 ×
+    //   200 × 6 f16 201 79.6 → 74.1 (96.8); 28 other permutes and
+    //   transposes, which it does not reach, 0.97–1.03×.
+    // - One or two elements of 4 bytes or more (the rule above takes all of
+    //   them but two f64, which fill their 2 × 2 micro tile): a row's
+    //   gather costs less than a tile's setup and its
+    //   micro tiles' edges for every run. Python, µs, tiles → rows (NumPy,
+    //   torch): 17 × 19 × 23 × 2 f64 permuted 3210 13.6 → 8.6 (6.2, 10.4),
+    //   2031 13.0 → 8.4; f32 3201 6.9 → 3.6 (4.8, 6.5); 31 × 29 × 27 × 2 f64
+    //   0321 19.2 → 13.4 (17.0, 22.7). Not runs of four (33 × 35 × 37 × 4
+    //   f32 3201 25.4 → 44.0), nor those an extension takes (5 × 7 × 9 × 11 ×
+    //   2 f32 43210 4.5 → 10.3).
+    if route == Route::Small && (b.len < T::micro_len(false) || (e >= 4 && b.len <= 2)) {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
