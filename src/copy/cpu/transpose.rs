@@ -204,6 +204,19 @@ fn small_src_len(a_bytes: usize, e: usize) -> usize {
     }
 }
 
+/// Sixteenths of the last-level cache ([`stream_threshold`]) from which
+/// transposes stream where the L2 has few ways ([`l2_has_few_ways`]): 5 MiB
+/// of a 16 MiB L3, where an eighth (2 MiB) streamed copies whose source and
+/// destination stay in it between calls. Zen 2 VM (16 MiB L3), two cores,
+/// Python, into a new output, the best of two processes, speed-up over an
+/// eighth: 1024² f32 (4 MiB) 2.12×, 1.27×, 700² f64 1.89×, 61 × 67 × 59 × 3
+/// f32 permuted 3021 1.92×, 1320 1.18×, 100³ f32 210 1.54×, 16 × 256² f32
+/// 021 1.40×, 2048² u8 1.01×. With six sixteenths and more, caching lost
+/// on 2-D transposes (1250² f32, 6 MiB, 0.74×; 2400² u8 0.69×; 1448² f32,
+/// 8 MiB, 0.51×), though not on narrow permutes (61 × 67 × 59 × 3 f64 3120,
+/// 5.5 MiB, 2.30×), which stay streamed.
+const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
+
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
 /// are mostly the narrow blocks before the first and after the last line of
 /// each row when the operands are not line-aligned, and the staged route's
@@ -546,8 +559,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // Transposes stream from an eighth of the last-level cache: ordinary
     // stores read every destination line first, and a transpose cannot hide
     // that behind sequential prefetching (1024² f32 on two cores, one run:
-    // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached).
-    let nt = nt || plan.bytes() >= stream_threshold() / 8;
+    // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached). From
+    // five sixteenths where the L2 has few ways ([`TRANSPOSE_STREAM_FEW_WAYS`]).
+    let stream_from = if l2_has_few_ways() {
+        stream_threshold() / 16 * TRANSPOSE_STREAM_FEW_WAYS
+    } else {
+        stream_threshold() / 8
+    };
+    let nt = nt || plan.bytes() >= stream_from;
     // Pixels of 2 to 8 channels to planes, in cache: whole vectors for
     // slices of any length (bench/cpu_permute_sweep.py's 31 × 29 × 27 × 2 u8
     // 3102: 53.9 → 9.1 µs, NumPy 13.9). Streamed copies keep the routes
