@@ -28,7 +28,7 @@ use std::ops::Range;
 
 use smallvec::SmallVec;
 
-use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for};
+use super::parallel::{PIXELS_A_TASK, Shared, for_each_segment, par_for_slow};
 use super::runs::{copy_small, store_fence};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
@@ -194,7 +194,7 @@ pub(super) unsafe fn channels(
     let per_slice = pixels.div_ceil(PIXELS_A_TASK);
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (d, s) = (Shared(dst), Shared(src));
-    par_for(per_slice * slices, bytes, |t0, t1| {
+    par_for_slow(per_slice * slices, bytes, |t0, t1| {
         for_each_segment(batch, per_slice, t0, t1, |dof, so, first, n| {
             let p0 = first * PIXELS_A_TASK;
             let p1 = ((first + n) * PIXELS_A_TASK).min(pixels);

@@ -6,7 +6,7 @@ use super::blocks::LINE;
 use super::caches::l2_bytes;
 use super::elem::{Elem, ld, st};
 use super::fill::{fill_pattern, fill_run};
-use super::parallel::{Shared, for_each_segment, par_for};
+use super::parallel::{Shared, for_each_segment, par_for_slow};
 use super::runs::{copy_run, store_fence};
 use super::stage::{STAGE, with_stage};
 use crate::copy::plan::{CopyPlan, PlanDim};
@@ -83,7 +83,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
     // Lines that stay in L2 are read again from there: no gather of
     // elements a page apart needs [`gather_lanes`]'s pace then.
     let cached = bytes <= l2_bytes() / 2;
-    par_for(total, bytes, |w0, w1| {
+    par_for_slow(total, bytes, |w0, w1| {
         with_stage(if nt { STAGE } else { 0 }, |buf| {
             for_each_segment(outer, d0.len, w0, w1, |dof, so, i0, n| {
                 let i0 = i0 as isize;

@@ -19,6 +19,21 @@ use crate::copy::plan::{INLINE_DIMS, PlanDim};
 /// GB/s, one thread → two: clone 73–91 → 128–138, row flip 73 → 123–130
 /// (torch 122–134); 256 KiB row flip 94–99 → 104 (torch 100–103).
 pub(super) const PAR_MIN_BYTES: usize = 256 << 10;
+/// How many bytes of memcpy a byte of [`par_for_slow`]'s kernels counts as:
+/// at a quarter of memcpy's speed or less, their copies of 64 KiB take as
+/// long as a clone of 256 KiB, and split from there; from 128 KiB on (on
+/// two cores with 512 KiB of L2) their pieces are handed out as they go
+/// ([`balanced`]), not in static shares.
+/// Zen 2 VM, two cores, Python, into a new output, the best of three
+/// processes, speed-up over one thread (torch splits from 32768 elements):
+/// 33 × 35 × 37 × 4 u8 permuted 3201 (171 KiB) 1.92×, 9 × 10 × 11 × 12 × 13
+/// u8 14032 1.92×, 31 × 29 × 27 × 2 f32 3201 1.76×, 0321 1.60–1.65×, 1320
+/// 1.64×, u16 3201 (97 KiB) 1.75×, 17 × 19 × 23 × 2 f64 3210 1.53×, 40 × 30
+/// × 40 f32 210 1.30×, 224² × 4 u8 201 1.32×, 200² f32 1.22×; 128² f32 and
+/// 20 × 30 × 40 f32 0.98–1.01×. Counted 8 times, 128² f32 lost (0.79×); in
+/// static shares of 32 KiB or more instead, 31 × 29 × 27 × 2 f32 0321 gained
+/// nothing (1.01×).
+pub(super) const SLOW_KERNEL_COST: usize = 4;
 /// Pixels a task of the channel kernels takes ([`super::channels`],
 /// [`super::split512`]): 16 Ki, a multiple of the 16 or 64 a step takes.
 pub(super) const PIXELS_A_TASK: usize = 16 << 10;
@@ -76,6 +91,24 @@ impl<P: Copy> Shared<P> {
     #[inline(always)]
     pub(super) fn get(self) -> P {
         self.0
+    }
+}
+
+/// [`par_for`] for kernels that cost several times a memcpy a byte
+/// (transposes' tiles, gathers, pixel shuffles): under 1 MiB their bytes
+/// count [`SLOW_KERNEL_COST`] times, for the split and for the schedule.
+/// Larger copies are split as before: a 16 MiB transpose would be counted in
+/// pieces of a quarter of the size.
+pub(super) fn par_for_slow(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
+    par_for(total, slow_counted(bytes), f);
+}
+
+/// The bytes [`par_for_slow`] counts for a copy of `bytes`.
+fn slow_counted(bytes: usize) -> usize {
+    if bytes < PAR_MIN_BYTES * SLOW_KERNEL_COST {
+        bytes * SLOW_KERNEL_COST
+    } else {
+        bytes
     }
 }
 
@@ -512,8 +545,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::{
-        BACKOFF, Backoff, FINISH_SPIN, HANDED_OFF, LATE_STREAK, LATE_STREAK_MAX, POOL_LATE, UNTIL, balanced,
-        spin_until, static_share_count, static_shares,
+        BACKOFF, Backoff, FINISH_SPIN, HANDED_OFF, LATE_STREAK, LATE_STREAK_MAX, PAR_MIN_BYTES, POOL_LATE,
+        SLOW_KERNEL_COST, UNTIL, balanced, slow_counted, spin_until, static_share_count, static_shares,
     };
 
     /// Which thread visited each index of `0..total`, once per index.
@@ -709,6 +742,21 @@ mod tests {
         assert!(msg.contains("the first range panics"), "{msg}");
         // Every other range ran too: the caller returned after all of them.
         assert!(ran.load(std::sync::atomic::Ordering::SeqCst) > 4);
+    }
+
+    #[test]
+    fn slow_kernels_split_from_a_quarter_of_the_bytes_under_a_mib() {
+        let kib = 1 << 10;
+        // A quarter of the threshold counts as all of it, a byte less does not.
+        assert_eq!(slow_counted(PAR_MIN_BYTES / SLOW_KERNEL_COST), PAR_MIN_BYTES);
+        assert!(slow_counted(PAR_MIN_BYTES / SLOW_KERNEL_COST - 1) < PAR_MIN_BYTES);
+        assert_eq!(slow_counted(171 * kib), 684 * kib);
+        // From 1 MiB on, bytes are bytes: large copies keep their pieces.
+        assert_eq!(
+            slow_counted(PAR_MIN_BYTES * SLOW_KERNEL_COST),
+            PAR_MIN_BYTES * SLOW_KERNEL_COST
+        );
+        assert_eq!(slow_counted(64 << 20), 64 << 20);
     }
 
     #[test]

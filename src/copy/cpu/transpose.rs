@@ -18,7 +18,7 @@ use super::elem::Elem;
 #[cfg(target_arch = "x86_64")]
 use super::folded512::{self, Folded};
 use super::general::{gather, general, scatter};
-use super::parallel::{Shared, for_each_segment, par_for};
+use super::parallel::{Shared, for_each_segment, par_for_slow};
 use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
 #[cfg(target_arch = "x86_64")]
 use super::split512;
@@ -896,14 +896,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // complex128 19.9 → 11.1 (NumPy 11.6), 64³ f32 permuted 210 80.8 →
     // 38.8, 33 × 35 × 37 × 4 f64 1302 93.0 → 51.1; 400² f32 18.1 → 18.9.
     // Copies on one thread keep column blocks outer (row blocks outer there:
-    // 300² f32 1.08× the time, 400² 1.10×). `par_for` runs a copy it keeps
+    // 300² f32 1.08× the time, 400² 1.10×). `par_for_slow` runs a copy it keeps
     // on one thread as one call over the whole range, and only a split one
     // in parts, so every call of one copy picks the same order.
     let slices: usize = batch.iter().map(|d| d.len).product();
     let total = per_slice * slices;
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
-    par_for(total, plan.bytes(), |t0, t1| {
+    par_for_slow(total, plan.bytes(), |t0, t1| {
         let rows_outer = route == Route::Small && t1 - t0 < total;
         with_stage(stage_bytes, |buf| {
             for_each_segment(&batch, per_slice, t0, t1, |dof, so, first, n| {
@@ -1499,7 +1499,7 @@ unsafe fn extended<T: Elem>(
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
-    par_for(slices, bytes, |t0, t1| {
+    par_for_slow(slices, bytes, |t0, t1| {
         with_stage(stage_bytes, |buf| {
             // The next slice's source lines, refilled for each slice.
             let mut next: SmallVec<[NextTile; 8]> = SmallVec::new();
