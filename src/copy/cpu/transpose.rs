@@ -791,8 +791,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     //   transposes, which it does not reach, 0.97–1.03×.
     // - One or two elements of 4 bytes or more (the rule above takes all of
     //   them but two f64, which fill their 2 × 2 micro tile): a row's
-    //   gather costs less than a tile's setup and its
-    //   micro tiles' edges for every run. Python, µs, tiles → rows (NumPy,
+    //   gather costs less than a tile's setup and its micro tiles' edges
+    //   for every run. Python, µs, tiles → rows (NumPy,
     //   torch): 17 × 19 × 23 × 2 f64 permuted 3210 13.6 → 8.6 (6.2, 10.4),
     //   2031 13.0 → 8.4; f32 3201 6.9 → 3.6 (4.8, 6.5); 31 × 29 × 27 × 2 f64
     //   0321 19.2 → 13.4 (17.0, 22.7). Not runs of four (33 × 35 × 37 × 4
@@ -896,9 +896,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // complex128 19.9 → 11.1 (NumPy 11.6), 64³ f32 permuted 210 80.8 →
     // 38.8, 33 × 35 × 37 × 4 f64 1302 93.0 → 51.1; 400² f32 18.1 → 18.9.
     // Copies on one thread keep column blocks outer (row blocks outer there:
-    // 300² f32 1.08× the time, 400² 1.10×). `par_for_slow` runs a copy it keeps
-    // on one thread as one call over the whole range, and only a split one
-    // in parts, so every call of one copy picks the same order.
+    // 300² f32 1.08× the time, 400² 1.10×). `par_for_slow` runs a copy it
+    // keeps on one thread as one call over the whole range, and only a split
+    // one in parts, so every call of one copy picks the same order.
     let slices: usize = batch.iter().map(|d| d.len).product();
     let total = per_slice * slices;
     let (sa, db) = (a.src, b.dst);
@@ -1201,9 +1201,9 @@ const CROWDED_SRC_RUN: usize = 1024;
 /// [`extended`]): its source rows are read along `n2` runs, not one. Zen 2
 /// VM, two cores, Python, into a new output, the best of two processes,
 /// speed-up, rows that do not crowd the L2's sets: 8⁵ f32 43210 1.40×, 2 ×
-/// 16⁴ f16 1.98×, 16⁵ u8 2.67×, 4 × 32 × 8 × 32 × 8 f32 1.41×, 12 × 10 × 8 × 16 × 8 f32
-/// 1.69×, 9 × 10 × 11 × 12 × 13 f32 1.69×, 24 × 20 × 18 × 16 × 8 f64
-/// 1.04×, 31 × 33 × 29 × 31 × 16 f32 1.00×.
+/// 16⁴ f16 1.98×, 16⁵ u8 2.67×, 4 × 32 × 8 × 32 × 8 f32 1.41×, 12 × 10 × 8
+/// × 16 × 8 f32 1.69×, 9 × 10 × 11 × 12 × 13 f32 1.69×, 24 × 20 × 18 × 16
+/// × 8 f64 1.04×, 31 × 33 × 29 × 31 × 16 f32 1.00×.
 const SOURCE_ORDER_STAGE: usize = 128 << 10;
 
 /// The largest divisor `n` of `len` that keeps `run · n` within `target`
