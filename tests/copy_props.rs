@@ -1060,6 +1060,94 @@ fn channels_of_pixels() {
     }
 }
 
+/// `bytes` copied to the end of a mapping whose next page is inaccessible:
+/// a read past the last byte faults, where in a `Vec` it would go unseen.
+#[cfg(target_os = "linux")]
+struct GuardedSource {
+    map: *mut libc::c_void,
+    map_len: usize,
+    start: *const u8,
+}
+
+#[cfg(target_os = "linux")]
+impl GuardedSource {
+    fn new(bytes: &[u8]) -> GuardedSource {
+        const PAGE: usize = 4096;
+        let data = bytes.len().div_ceil(PAGE).max(1) * PAGE;
+        let map_len = data + PAGE;
+        // SAFETY: a fresh private anonymous mapping; the guard page is inside
+        // it; `bytes` is copied into its readable part, ending at the guard.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(map, libc::MAP_FAILED, "mmap");
+            let guard = map.cast::<u8>().add(data);
+            assert_eq!(libc::mprotect(guard.cast(), PAGE, libc::PROT_NONE), 0, "mprotect");
+            let start = guard.sub(bytes.len());
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), start, bytes.len());
+            GuardedSource { map, map_len, start }
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for GuardedSource {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once.
+        unsafe { libc::munmap(self.map, self.map_len) };
+    }
+}
+
+/// Pixels of 5 to 8 channels to planes (`x[:, :k].T` of an `n × s`
+/// matrix, and batches of them), from sources that end at the last pixel's
+/// last channel before an inaccessible page: the SSE2 and AVX steps read
+/// eight elements of each pixel, and the pixels whose reads
+/// would pass the end go one by one. Every length from 1 to 40 (no step, a
+/// step, whole steps, a last step over the one before), alone and batched
+/// past the tiny copies, with every kernel
+/// switch (the AVX-512 one takes these pixels first where the CPU has it).
+#[cfg(target_os = "linux")]
+#[test]
+fn wide_pixels_to_planes_read_no_further_than_the_source() {
+    with_each_kernel_and_stream(|| {
+        for e in [1usize, 2, 4, 8] {
+            for k in 5..=8usize {
+                for s in [k, 8, 9, 12].into_iter().filter(|&s| s >= k) {
+                    for n in (1..=40).chain([100, 3001]) {
+                        // One matrix, and enough to pass the tiny copies' 2 KiB.
+                        for slices in [1, 2100 / (k * n * e) + 1] {
+                            // `slices` matrices of `n × s`, the last ending at
+                            // its last pixel's channel `k - 1`.
+                            let len = ((slices * n - 1) * s + k) * e;
+                            let bytes = pattern(len, (len * 31 + k) as u64);
+                            let src = GuardedSource::new(&bytes);
+                            let shape = [slices, k, n];
+                            let src_strides = [(n * s) as isize, 1, s as isize];
+                            let dst_strides = [(k * n) as isize, n as isize, 1];
+                            let mut got = vec![0u8; slices * k * n * e];
+                            let mut want = got.clone();
+                            reference(&mut want, 0, &dst_strides, &bytes, 0, &src_strides, &shape, e);
+                            // SAFETY: the view lies inside the guarded source,
+                            // the destination is dense in `got`.
+                            unsafe {
+                                copy_strided(got.as_mut_ptr(), &dst_strides, src.start, &src_strides, &shape, e)
+                                    .unwrap();
+                            }
+                            assert!(got == want, "{slices} × channels :{k} of {n} pixels of {s}, e = {e}");
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Pixels of two to four channels to planes and back in slices of every
 /// length from 1 to 40 (the byte shuffles take 16 bytes of each channel a
 /// step: slices shorter than a step, a whole number of steps, and a last

@@ -11,6 +11,10 @@
 //!   memcpy's speed); u8 (these shuffles before, without streaming stores)
 //!   1.42×.
 //!
+//! Pixels of 5 to 8 channels of up to 4 bytes to planes, in cache, where the
+//! CPU lacks `split512`: eight elements of each pixel transposed in registers
+//! ([`split_wide`]).
+//!
 //! Pixels of two and four channels that fit a vector, in cache, where the CPU
 //! lacks [`split512`](super::split512)'s AVX-512 (which takes them first):
 //! the byte shuffles group each vector's channels, and a transpose of 8- or
@@ -20,10 +24,15 @@
 //! 80 → 8.9 (55); 17 × 19 × 23 × 2 u8 3102 29 → 4.4 (12).
 
 use std::arch::x86_64::{
-    __m128i, _mm_loadu_si128, _mm_or_si128, _mm_setzero_si128, _mm_shuffle_epi8, _mm_storeu_si128, _mm_stream_si128,
-    _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
+    __m128i, _mm_loadl_epi64, _mm_loadu_si128, _mm_or_si128, _mm_setzero_si128, _mm_shuffle_epi8, _mm_storeu_si128,
+    _mm_stream_si128, _mm_unpackhi_epi16, _mm_unpackhi_epi32, _mm_unpackhi_epi64, _mm_unpacklo_epi8,
+    _mm_unpacklo_epi16, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
 };
 
+use std::arch::x86_64::{
+    _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps,
+    _mm256_unpacklo_ps,
+};
 use std::ops::Range;
 
 use smallvec::SmallVec;
@@ -143,12 +152,18 @@ pub(super) enum Channels {
     /// `k` planes (`a.src` apart) into `b` pixels of `k` packed elements
     /// (`b.dst == k·e`).
     Join(usize),
+    /// `a` pixels (`a.src` apart, at least `k·e`: packed, or the first `k`
+    /// channels of wider ones) of `k` elements of 1, 2 or 4 bytes, 5 to 8,
+    /// into `k` planes: [`split_wide`].
+    SplitWide(usize),
 }
 
 impl Channels {
     /// The kernel for a transpose of `e`-byte elements over (`a`: unit
     /// destination stride, `b`: unit source stride), if it is one of these:
-    /// pixels of 3 channels, and with `few`, of 2 or 4 that fit a vector.
+    /// pixels of 3 channels, and with `few`, of 2 or 4 that fit a vector,
+    /// and 5 to 8 channels of up to 4 bytes to planes, a step of
+    /// [`split_wide`] or more.
     pub(super) fn of(a: PlanDim, b: PlanDim, e: usize, few: bool) -> Option<Channels> {
         let takes = |k: usize| k == 3 || (few && matches!(k, 2 | 4) && k * e <= 16);
         if !matches!(e, 1 | 2 | 4 | 8) {
@@ -157,6 +172,14 @@ impl Channels {
             Some(Channels::Split(b.len))
         } else if takes(a.len) && b.dst == (a.len * e) as isize {
             Some(Channels::Join(a.len))
+        } else if few
+            && e <= 4
+            && (5..=8).contains(&b.len)
+            && a.src >= (b.len * e) as isize
+            && a.src % e as isize == 0
+            && a.len >= wide_step(e)
+        {
+            Some(Channels::SplitWide(b.len))
         } else {
             None
         }
@@ -186,7 +209,7 @@ pub(super) unsafe fn channels(
 ) {
     // Pixels (the long side) and the planes' stride on the planar side.
     let (pixels, plane, k) = match kind {
-        Channels::Split(k) => (a.len, b.dst, k),
+        Channels::Split(k) | Channels::SplitWide(k) => (a.len, b.dst, k),
         Channels::Join(k) => (b.len, a.src, k),
     };
     // The mask tables' index: elements of `1 << size_index` bytes.
@@ -216,6 +239,11 @@ pub(super) unsafe fn channels(
                             (_, true) => split_lanes::<true, 4>(out, plane, input, n, e, &GROUP4[size_index]),
                             (_, false) => split_lanes::<false, 4>(out, plane, input, n, e, &GROUP4[size_index]),
                         }
+                    }
+                    Channels::SplitWide(_) => {
+                        let out = d.get().offset(dof).add(p0 * e);
+                        let input = s.get().offset(so + p0 as isize * a.src);
+                        split_wide(out, plane, input, n, e, k, a.src as usize / e);
                     }
                     Channels::Join(_) => {
                         let out = d.get().offset(dof).add(k * p0 * e);
@@ -255,7 +283,7 @@ fn in_steps<const NT: bool>(n: usize, step: usize, mut pixels: impl FnMut(usize)
     i
 }
 
-/// `dst[c·plane + i] = src[k·i + c]` for `i` in `pixels`, `c < k`, `e`-byte
+/// `dst[c·plane + i] = src[s·i + c]` for `i` in `pixels`, `c < k`, `e`-byte
 /// elements (offsets in elements), one element at a time, with word loads
 /// ([`copy_small`]): `copy_nonoverlapping` with a run-time length is a call to
 /// `memmove`, which took a third of a 31 × 29 × 27 × 3 u8 permute's time
@@ -265,11 +293,12 @@ fn in_steps<const NT: bool>(n: usize, step: usize, mut pixels: impl FnMut(usize)
 ///
 /// As the splits for those pixels; `e` is 1, 2, 4 or 8.
 #[inline(always)]
-unsafe fn split_rest(dst: *mut u8, plane: isize, src: *const u8, pixels: Range<usize>, k: usize, e: usize) {
+#[allow(clippy::too_many_arguments)] // two operands, their strides, the pixels and their shape
+unsafe fn split_rest(dst: *mut u8, plane: isize, src: *const u8, s: usize, pixels: Range<usize>, k: usize, e: usize) {
     for i in pixels {
         for c in 0..k {
             // SAFETY: forwarded.
-            unsafe { copy_small(dst.offset(c as isize * plane).add(i * e), src.add((k * i + c) * e), e) };
+            unsafe { copy_small(dst.offset(c as isize * plane).add(i * e), src.add((s * i + c) * e), e) };
         }
     }
 }
@@ -351,7 +380,7 @@ unsafe fn split3<const NT: bool>(dst: *mut u8, plane: isize, src: *const u8, n: 
             }
         };
         let rest = in_steps::<NT>(n, step, pixels);
-        split_rest(dst, plane, src, rest..n, 3, e);
+        split_rest(dst, plane, src, 3, rest..n, 3, e);
     }
 }
 
@@ -442,7 +471,7 @@ unsafe fn split_lanes<const NT: bool, const K: usize>(
             }
         };
         let rest = in_steps::<NT>(n, step, pixels);
-        split_rest(dst, plane, src, rest..n, K, e);
+        split_rest(dst, plane, src, K, rest..n, K, e);
     }
 }
 
@@ -482,4 +511,154 @@ unsafe fn join_lanes<const NT: bool, const K: usize>(
         let rest = in_steps::<NT>(n, step, pixels);
         join_rest(dst, src, plane, rest..n, K, e);
     }
+}
+
+/// Pixels a [`split_wide`] step takes: a 16-byte vector a plane for
+/// elements of 1 and 2 bytes, 32 bytes for 4.
+fn wide_step(e: usize) -> usize {
+    if e <= 2 { 16 / e } else { 32 / e }
+}
+
+/// `dst[c·plane + i] = src[s·i + c]` for `i < n`, `c < k` (5 to 8), `e`-byte
+/// elements (offsets in elements), [`wide_step`] pixels a step: eight
+/// elements read from each pixel (up to `8 − k` past its channels), the
+/// block transposed in registers (SSE2 unpacks for 1 and 2 bytes, AVX ones
+/// for 4), a vector a plane. The pixels whose reads would pass the last
+/// one's channels go one by one, as [`split3`]'s rest. The general kernel's
+/// gathers took these element by element. Zen 2 VM, `bench/cpu_copy_peers.py`,
+/// two runs each, GB/s, gathers → steps (NumPy): pixels to planes u8 40 × 30
+/// × 6 2.4 → 6.3 (3.3), 100 × 20 × 7 2.2 → 6.1 (3.1), u16 64 × 64 × 5 6.6 →
+/// 20.0–20.3 (9.1), f32 40 × 30 × 6 12.0 → 22.2–23.0 (12.8); `x[:, :5].T` of
+/// 1000 × 8 u8 3.5 → 8.7–8.8 (3.9), u16 7.0 → 15.7 (7.6), f32 20.8–21.0 →
+/// 30.0 (13.8); `x[:, :6].T` of 500 × 12 u8 3.3–3.4 → 6.1–6.2 (3.3), u16
+/// 6.6–6.7 → 11.9 (6.5), f32 12.2–12.3 → 19.8 (12.2). Not 8-byte elements,
+/// whose tiles and gathers won (f64 100 × 100 × 8 83 → 75, 1000 × 5 35 → 29).
+///
+/// # Safety
+///
+/// `src` readable for the `k` channels of each of the `n` pixels `s ≥ k`
+/// elements apart, each of the `k` planes writable for `n` elements; the
+/// planes and pixels do not overlap; `e` is 1, 2 or 4, and the CPU has AVX
+/// where it is 4.
+#[allow(clippy::too_many_arguments)] // two operands, their strides, the pixels and their shape
+unsafe fn split_wide(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, k: usize, s: usize) {
+    // Pixels whose eight elements end within the last pixel's channels.
+    let whole = n.saturating_sub((8 - k).div_ceil(s));
+    // SAFETY: forwarded; pixels `0..whole` are readable for eight elements.
+    unsafe {
+        let rest = match (e, k) {
+            (1, 5) => split_wide_steps::<1, 5>(dst, plane, src, whole, s),
+            (1, 6) => split_wide_steps::<1, 6>(dst, plane, src, whole, s),
+            (1, 7) => split_wide_steps::<1, 7>(dst, plane, src, whole, s),
+            (1, _) => split_wide_steps::<1, 8>(dst, plane, src, whole, s),
+            (2, 5) => split_wide_steps::<2, 5>(dst, plane, src, whole, s),
+            (2, 6) => split_wide_steps::<2, 6>(dst, plane, src, whole, s),
+            (2, 7) => split_wide_steps::<2, 7>(dst, plane, src, whole, s),
+            (2, _) => split_wide_steps::<2, 8>(dst, plane, src, whole, s),
+            (_, 5) => split_wide_f32::<5>(dst, plane, src, whole, s),
+            (_, 6) => split_wide_f32::<6>(dst, plane, src, whole, s),
+            (_, 7) => split_wide_f32::<7>(dst, plane, src, whole, s),
+            _ => split_wide_f32::<8>(dst, plane, src, whole, s),
+        };
+        split_rest(dst, plane, src, s, rest..n, k, e);
+    }
+}
+
+/// [`split_wide`]'s steps over the first `n` pixels, each readable for eight
+/// `E`-byte elements (1 or 2); returns the first pixel left.
+///
+/// # Safety
+///
+/// As [`split_wide`], with `n` pixels readable for eight elements each.
+#[inline(always)]
+unsafe fn split_wide_steps<const E: usize, const K: usize>(
+    dst: *mut u8,
+    plane: isize,
+    src: *const u8,
+    n: usize,
+    s: usize,
+) -> usize {
+    let pixels = |i: usize| {
+        // SAFETY: pixels `i..i + step` are readable for eight elements (the
+        // caller's `n`); the planes' elements `i..i + step` are writable.
+        unsafe {
+            let at = |j: usize| src.add((i + j) * s * E).cast::<__m128i>();
+            // Channels 0–3 and 4–7 of four pixels each, in 32-bit lanes.
+            let (lo, hi): ([__m128i; 4], [__m128i; 4]) = if E == 1 {
+                // Pixel pairs: a 16-bit lane a channel.
+                let x: [__m128i; 16] = std::array::from_fn(|j| _mm_loadl_epi64(at(j)));
+                let p: [__m128i; 8] = std::array::from_fn(|j| _mm_unpacklo_epi8(x[2 * j], x[2 * j + 1]));
+                (
+                    std::array::from_fn(|j| _mm_unpacklo_epi16(p[2 * j], p[2 * j + 1])),
+                    std::array::from_fn(|j| _mm_unpackhi_epi16(p[2 * j], p[2 * j + 1])),
+                )
+            } else {
+                let x: [__m128i; 8] = std::array::from_fn(|j| _mm_loadu_si128(at(j)));
+                (
+                    std::array::from_fn(|j| _mm_unpacklo_epi16(x[2 * j], x[2 * j + 1])),
+                    std::array::from_fn(|j| _mm_unpackhi_epi16(x[2 * j], x[2 * j + 1])),
+                )
+            };
+            for c in 0..K {
+                let v = if c < 4 { &lo } else { &hi };
+                // Channels `c & !1` and `c | 1` of each half's pixels, in 64-bit lanes.
+                let (x, y) = if c % 4 < 2 {
+                    (_mm_unpacklo_epi32(v[0], v[1]), _mm_unpacklo_epi32(v[2], v[3]))
+                } else {
+                    (_mm_unpackhi_epi32(v[0], v[1]), _mm_unpackhi_epi32(v[2], v[3]))
+                };
+                let out = if c % 2 == 0 {
+                    _mm_unpacklo_epi64(x, y)
+                } else {
+                    _mm_unpackhi_epi64(x, y)
+                };
+                store::<false>(dst.offset(c as isize * plane).add(i * E), out);
+            }
+        }
+    };
+    in_steps::<false>(n, wide_step(E), pixels)
+}
+
+/// [`split_wide_steps`] for 4-byte elements: eight pixels a step, an AVX
+/// 8 × 8 transpose.
+///
+/// # Safety
+///
+/// As [`split_wide_steps`]; the CPU has AVX.
+#[target_feature(enable = "avx")]
+unsafe fn split_wide_f32<const K: usize>(dst: *mut u8, plane: isize, src: *const u8, n: usize, s: usize) -> usize {
+    let pixels = |i: usize| {
+        // SAFETY: as in `split_wide_steps`; AVX (the caller's contract).
+        unsafe {
+            let x: [_; 8] = std::array::from_fn(|j| _mm256_loadu_ps(src.add((i + j) * s * 4).cast()));
+            // Pixel pairs, channels (0, 1 | 4, 5) and (2, 3 | 6, 7).
+            let t: [_; 8] = std::array::from_fn(|j| {
+                let (p, q) = (x[j / 2 * 2], x[j / 2 * 2 + 1]);
+                if j % 2 == 0 {
+                    _mm256_unpacklo_ps(p, q)
+                } else {
+                    _mm256_unpackhi_ps(p, q)
+                }
+            });
+            // Channel `c | c + 4` of pixels 0–3 (`u[c]`) and 4–7 (`u[c + 4]`).
+            let u: [_; 8] = std::array::from_fn(|j| {
+                let (h, c) = (j / 4, j % 4);
+                let (p, q) = (t[4 * h + c / 2], t[4 * h + 2 + c / 2]);
+                if c % 2 == 0 {
+                    _mm256_shuffle_ps::<0x44>(p, q)
+                } else {
+                    _mm256_shuffle_ps::<0xEE>(p, q)
+                }
+            });
+            for c in 0..K {
+                let out = if c < 4 {
+                    _mm256_permute2f128_ps::<0x20>(u[c], u[c + 4])
+                } else {
+                    _mm256_permute2f128_ps::<0x31>(u[c - 4], u[c])
+                };
+                _mm256_storeu_ps(dst.offset(c as isize * plane).add(i * 4).cast(), out);
+            }
+        }
+    };
+    in_steps::<false>(n, wide_step(4), pixels)
 }

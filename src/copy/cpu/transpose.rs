@@ -579,7 +579,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     }
     // Pixels of three channels to planes and back: byte shuffles (SSSE3, which
     // every CPU with AVX2 has; the AVX2 switch turns both off for tests). Of
-    // two and four channels too, in cache, where [`split512`] does not run.
+    // two and four channels too, in cache, where [`split512`] does not run,
+    // and pixels of 5 to 8 channels of up to 4 bytes to planes.
     #[cfg(target_arch = "x86_64")]
     if avx2_enabled()
         && let Some(kind) = Channels::of(a, b, e, !nt && !split512::enabled())
