@@ -19,7 +19,7 @@ use super::elem::Elem;
 use super::folded512::{self, Folded};
 use super::general::{gather, general, scatter};
 use super::parallel::{Shared, for_each_segment, par_for_slow};
-use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
+use super::runs::{Cache, copy_run, prefetch, runs_stream_threshold, store_fence, stream_threshold};
 #[cfg(target_arch = "x86_64")]
 use super::split512;
 use super::stage::{STAGE, with_stage};
@@ -214,7 +214,7 @@ fn small_src_len(a_bytes: usize, e: usize) -> usize {
 /// 021 1.40×, 2048² u8 1.01×. With six sixteenths and more, caching lost
 /// on 2-D transposes (1250² f32, 6 MiB, 0.74×; 2400² u8 0.69×; 1448² f32,
 /// 8 MiB, 0.51×), though not on narrow permutes (61 × 67 × 59 × 3 f64 3120,
-/// 5.5 MiB, 2.30×), which stay streamed.
+/// 5.5 MiB, 2.30×), which stream from the row copies' threshold instead.
 const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
@@ -538,6 +538,36 @@ impl Kernels {
     }
 }
 
+/// The destination bytes from which a transpose over `a`, `b` of `e`-byte
+/// elements streams. Transposes stream from an eighth of the last-level
+/// cache: ordinary stores read every destination line first, and a transpose cannot hide
+/// that behind sequential prefetching (1024² f32 on two cores, one run:
+/// 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached). From
+/// five sixteenths where the L2 has few ways ([`TRANSPOSE_STREAM_FEW_WAYS`]),
+/// and there from the row copies' threshold where a side's runs are under
+/// [`PREFETCHED_MIN_RUN`]: those are read or written in runs of a few
+/// lines at most, as rows are, and ordinary stores kept source and
+/// destination in the L3 between calls. Zen 2 VM (16 MiB L3: five
+/// sixteenths 5 MiB, the rows' three eighths 6 MiB), Python, into a new
+/// output, the best of two processes, speed-up: 61 × 67 × 59 × 3 f64 (5.5
+/// MiB) 1320 2.35×, 3120 2.14×, 0321 2.08×, 3021 2.07×, 3201 1.57×, 3210
+/// 1.49×, 2031 1.44×, 0231 1.37×, the 14 others 0.90–1.05× (row copies
+/// and channel shuffles, which it does not reach); 61 × 67 × 59 × 6 f32
+/// 1320 2.39×, 3210 1.67×; 100 × 7000 f64 transposed 2.23×, 6 × 116000
+/// 2.50×, 7000 × 100 1.41×. Past 6 MiB cached stores lost as well as won
+/// (200 × 10000 f32, 7.6 MiB, 0.61×; 61 × 134 × 59 × 3 f64 0321, 11 MiB,
+/// 0.67×; 1320 1.32×); 2400² u8 and 300 × 4600 f32 are not narrow (1.0×).
+fn stream_from(a: PlanDim, b: PlanDim, e: usize) -> usize {
+    let narrow_side = a.len * e < PREFETCHED_MIN_RUN || b.len * e < PREFETCHED_MIN_RUN;
+    if l2_has_few_ways() && narrow_side {
+        runs_stream_threshold(false)
+    } else if l2_has_few_ways() {
+        stream_threshold() / 16 * TRANSPOSE_STREAM_FEW_WAYS
+    } else {
+        stream_threshold() / 8
+    }
+}
+
 /// Blocked transpose over (`dims[0]`: unit dst stride, `dims[k]`: unit src
 /// stride); the other dims are a batch. Tiles (batch-major, then source row
 /// blocks, then source column blocks) are split across threads.
@@ -556,17 +586,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         .filter(|&(i, _)| i != 0 && i != k)
         .map(|(_, d)| *d)
         .collect();
-    // Transposes stream from an eighth of the last-level cache: ordinary
-    // stores read every destination line first, and a transpose cannot hide
-    // that behind sequential prefetching (1024² f32 on two cores, one run:
-    // 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached). From
-    // five sixteenths where the L2 has few ways ([`TRANSPOSE_STREAM_FEW_WAYS`]).
-    let stream_from = if l2_has_few_ways() {
-        stream_threshold() / 16 * TRANSPOSE_STREAM_FEW_WAYS
-    } else {
-        stream_threshold() / 8
-    };
-    let nt = nt || plan.bytes() >= stream_from;
+    let nt = nt || plan.bytes() >= stream_from(a, b, e);
     // Pixels of 2 to 8 channels to planes, in cache: whole vectors for
     // slices of any length (bench/cpu_permute_sweep.py's 31 × 29 × 27 × 2 u8
     // 3102: 53.9 → 9.1 µs, NumPy 13.9). Streamed copies keep the routes
@@ -1830,8 +1850,25 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
 #[cfg(test)]
 mod tests {
     use super::{
-        LINE, NextTile, PlanDim, few_channels_of_wide_pixels, l2_sets, rows_crowd_l2_sets, small_tile_lines_per_set,
+        LINE, NextTile, PlanDim, few_channels_of_wide_pixels, l2_has_few_ways, l2_sets, rows_crowd_l2_sets,
+        runs_stream_threshold, small_tile_lines_per_set, stream_from,
     };
+
+    /// Where the L2 has few ways, a transpose with a side of runs under 1
+    /// KiB (61 × 11859 f64) streams from the row copies' threshold, later
+    /// than one whose sides are both long (2400² u8); elsewhere alike.
+    #[test]
+    fn narrow_transposes_stream_later_where_the_l2_has_few_ways() {
+        let (narrow_a, narrow_b) = channels_taken(61, 11859, 11859, 8);
+        let (wide_a, wide_b) = channels_taken(2400, 2400, 2400, 1);
+        let (narrow, wide) = (stream_from(narrow_a, narrow_b, 8), stream_from(wide_a, wide_b, 1));
+        if l2_has_few_ways() {
+            assert_eq!(narrow, runs_stream_threshold(false));
+            assert!(narrow > wide, "{narrow} against {wide}");
+        } else {
+            assert_eq!(narrow, wide);
+        }
+    }
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
     /// (unit destination stride, unit source stride) dims.
