@@ -103,6 +103,15 @@ pub(super) fn par_for_slow(total: usize, bytes: usize, f: impl Fn(usize, usize) 
     par_for(total, slow_counted(bytes), f);
 }
 
+/// Threads [`par_for_slow`] splits a copy of `bytes` over: 1 where it runs
+/// on the calling thread alone.
+pub(super) fn slow_workers(bytes: usize) -> usize {
+    if slow_counted(bytes) < PAR_MIN_BYTES {
+        return 1;
+    }
+    crate::fork::copy_pool().map_or(1, |(_, workers)| workers)
+}
+
 /// The bytes [`par_for_slow`] counts for a copy of `bytes`.
 fn slow_counted(bytes: usize) -> usize {
     if bytes < PAR_MIN_BYTES * SLOW_KERNEL_COST {

@@ -18,7 +18,7 @@ use super::elem::Elem;
 #[cfg(target_arch = "x86_64")]
 use super::folded512::{self, Folded};
 use super::general::{gather, general, scatter};
-use super::parallel::{Shared, for_each_segment, par_for_slow};
+use super::parallel::{Shared, for_each_segment, par_for_slow, slow_workers};
 use super::runs::{Cache, copy_run, prefetch, runs_stream_threshold, store_fence, stream_threshold};
 #[cfg(target_arch = "x86_64")]
 use super::split512;
@@ -789,7 +789,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // runs keep their tiles (20 × 30 × 40 f32 210 extended: 0.88×).
     let narrow_small = route == Route::Small && (b.len < T::micro_len(false) || a.len * e < LINE);
     if (narrow_small || !matches!(route, Route::Small | Route::Prefetched | Route::Avx512))
-        && let Some(ext) = Extension::find::<T>(a, b, &batch, nt)
+        && let Some(ext) = Extension::find::<T>(a, b, &batch, nt, plan.bytes())
     {
         // SAFETY: forwarded.
         unsafe { extended_split::<T>(a, b, batch, ext, dst, src, nt, plan.bytes()) };
@@ -1177,6 +1177,26 @@ const EXTENDED_SRC_RUN: usize = 256;
 const EXTENDED_SRC_RUN_ALONE: usize = 8 << 10;
 const EXTENDED_SRC_RUN_ALONE_MIN: usize = 1 << 10;
 const EXTENDED_SRC_TILE_ALONE: usize = 256 << 10;
+/// Tiles each worker of a split copy gets at least, where no batch dim
+/// continues the destination runs: the source tile shrinks to a quarter of a
+/// worker's share ([`alone_tile`]), down to the 1 KiB runs. A copy of one
+/// or two such tiles ran on one thread (each a `par_for` of its own in
+/// [`extended_split`]). Zen 2 VM, two cores, Python, into a new output, the
+/// best of three alternated processes, speed-up: 31 × 29 × 27 × 3 f32
+/// permuted 3120 (291 KiB, two tiles before) 1.71×, × 2 1.59×, 33 × 35 × 37 ×
+/// 4 u16 3120 1.91×; 27 other permutes 0.98–1.01× (61 × 67 × 59 × 3 f64, too
+/// noisy to tell, 0.89–1.09×); two tiles a worker 1.80×, 1.59×, 1.63×, eight
+/// 1.64×, 1.58×, 1.87×.
+const EXTENDED_TILES_A_WORKER: usize = 4;
+
+/// Bytes of source a tile extended along the source only reads at most
+/// ([`EXTENDED_SRC_TILE_ALONE`], [`EXTENDED_TILES_A_WORKER`]).
+fn alone_tile(bytes: usize) -> usize {
+    match slow_workers(bytes) {
+        1 => EXTENDED_SRC_TILE_ALONE,
+        workers => EXTENDED_SRC_TILE_ALONE.min(bytes / (EXTENDED_TILES_A_WORKER * workers)),
+    }
+}
 /// When batch dims extend both sides of a tile and another batch dim is
 /// left (five or more dims), consecutive tiles read on along the same source
 /// rows, as the 2-D routes' do, instead of continuing the destination runs
@@ -1292,7 +1312,7 @@ struct Extension {
 }
 
 impl Extension {
-    fn find<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim], nt: bool) -> Option<Extension> {
+    fn find<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim], nt: bool, bytes: usize) -> Option<Extension> {
         let e = size_of::<T>();
         let (ra, rb) = (a.len * e, b.len * e);
         if ra > EXTEND_MAX_RUN || rb > EXTEND_MAX_RUN {
@@ -1316,7 +1336,7 @@ impl Extension {
         let src_run = if da.is_some() {
             EXTENDED_SRC_RUN
         } else {
-            (EXTENDED_SRC_TILE_ALONE / a.len.max(1)).clamp(EXTENDED_SRC_RUN_ALONE_MIN, EXTENDED_SRC_RUN_ALONE)
+            (alone_tile(bytes) / a.len.max(1)).clamp(EXTENDED_SRC_RUN_ALONE_MIN, EXTENDED_SRC_RUN_ALONE)
         };
         let sb = batch
             .iter()
@@ -1850,8 +1870,9 @@ unsafe fn edge<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: 
 #[cfg(test)]
 mod tests {
     use super::{
-        LINE, NextTile, PlanDim, few_channels_of_wide_pixels, l2_has_few_ways, l2_sets, rows_crowd_l2_sets,
-        runs_stream_threshold, small_tile_lines_per_set, stream_from,
+        EXTENDED_SRC_RUN_ALONE_MIN, EXTENDED_TILES_A_WORKER, Extension, LINE, NextTile, PlanDim,
+        few_channels_of_wide_pixels, l2_has_few_ways, l2_sets, rows_crowd_l2_sets, runs_stream_threshold, slow_workers,
+        small_tile_lines_per_set, stream_from,
     };
 
     /// Where the L2 has few ways, a transpose with a side of runs under 1
@@ -1868,6 +1889,40 @@ mod tests {
         } else {
             assert_eq!(narrow, wide);
         }
+    }
+
+    /// A copy split across threads gets several extended tiles a worker: 31
+    /// × 29 × 27 × 3 f32 permuted 3120 (a 31 × 3 slice, 783 batch indices
+    /// that continue the source runs, 291 KiB) got two before, one thread's.
+    #[test]
+    fn extended_tiles_leave_every_worker_several() {
+        let (a, b) = (
+            PlanDim {
+                len: 31,
+                dst: 4,
+                src: 2349 * 4,
+            },
+            PlanDim {
+                len: 3,
+                dst: 24273 * 4,
+                src: 4,
+            },
+        );
+        let batch = [PlanDim {
+            len: 783,
+            dst: 31 * 4,
+            src: 3 * 4,
+        }];
+        let bytes = 31 * 29 * 27 * 3 * 4;
+        let ext = Extension::find::<u32>(a, b, &batch, false, bytes).expect("extended");
+        let (_, n) = ext.sb.expect("source runs extended");
+        let tile = 31 * n * 12;
+        let workers = slow_workers(bytes);
+        let most = (bytes / (EXTENDED_TILES_A_WORKER * workers)).max(31 * EXTENDED_SRC_RUN_ALONE_MIN);
+        assert!(
+            workers == 1 || tile <= most,
+            "{tile}-byte tiles of {bytes} bytes on {workers} workers"
+        );
     }
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
