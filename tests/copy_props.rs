@@ -381,6 +381,11 @@ fn transposes_every_alignment_and_kernel() {
                     // a plane's row (a column's destination run) is a page.
                     check_permute_at(&[7, long + 5, 5], &[2, 0, 1], e, src_at, dst_at);
                     check_permute_at(&[5, 33, 3, 40], &[3, 1, 2, 0], e, src_at, dst_at);
+                    // Tiles extended on both sides, but not walked in source
+                    // order (two batch dims): a destination run of 10 slices,
+                    // source runs from 37 (prime) cut into whole blocks and
+                    // a shorter last one for 2- and 4-byte elements.
+                    check_permute_at(&[9, 10, 37, 4], &[3, 2, 1, 0], e, src_at, dst_at);
                     // Images of three channels, pixels to planes and back (byte
                     // shuffles for elements of 1, 2, 4 and 8 bytes, streamed
                     // where the outputs are 16-byte aligned), with a partial

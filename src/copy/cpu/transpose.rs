@@ -1257,7 +1257,7 @@ fn grow(len: usize, run: usize, target: usize) -> usize {
 }
 
 /// Indices of a batch dim of `len` that extend source runs of `run` bytes
-/// toward `target` where destination runs are not extended: [`grow`]'s
+/// toward `target` where tiles are not walked in source order: [`grow`]'s
 /// divisor, unless the runs are shorter than a line and the divisor is half
 /// or less of the most that fit (`len` prime or of few divisors). Then the
 /// most that fit, and the dim is split into whole blocks and a shorter last
@@ -1267,7 +1267,12 @@ fn grow(len: usize, run: usize, target: usize) -> usize {
 /// - 43210: 31 × 37 × 29 × 41 × 7 f32 1.65×, 1.73×; 31 × 29 × 33 × 31 × 6
 ///   f64 1.72×, 1.90×; 04321: 7 × 61 × 67 × 59 × 13 f32 1.56×; 03142: 31 × 29
 ///   × 33 × 31 × 30 f16 1.50×, 1.53×, u8 0.98×;
-/// - where destination runs are extended too (tiles in source order), split
+/// - where destination runs are extended too, but the tiles are not walked in
+///   source order (Zen 2 VM, Python, into a new output, the best of three
+///   alternated processes): 33 × 35 × 37 × 4 u16 3210 (source runs of 8
+///   bytes, 37 prime) 2.77×; 121 other permutes of 2 to 4 channels, 81 of
+///   them of prime dims, 0.96–1.04×;
+/// - where destination runs are extended too and the tiles walked in source order, split
 ///   source runs lost: 31 × 33 × 29 × 31 × 15 f32 43210 0.86×, × 16 0.94×;
 ///   so did runs of a line or more (61 × 67 × 59 × 63 f32 3021: 0.71×) and
 ///   split destination runs (61 × 67 × 59 × 3 f32 3210 0.34×).
@@ -1343,8 +1348,10 @@ impl Extension {
             .enumerate()
             .position(|(k, c)| c.src == rb as isize && da.is_none_or(|(ka, _)| ka != k))
             .map(|k| match da {
-                None => (k, block(batch[k].len, rb, src_run)),
-                Some(_) => (k, grow(batch[k].len, rb, src_run)),
+                // Tiles in source order (both sides extended, a batch dim
+                // left: below) keep whole divisors.
+                Some(_) if batch.len() >= 3 => (k, grow(batch[k].len, rb, src_run)),
+                _ => (k, block(batch[k].len, rb, src_run)),
             })
             .filter(|&(_, n)| n > 1);
         if let (Some((ka, _)), Some((kb, _))) = (da, sb)
