@@ -1153,6 +1153,19 @@ fn wide_pixels_to_planes_read_no_further_than_the_source() {
     });
 }
 
+/// Gathered rows of a few elements (9, from 1200 apart), the odometer over
+/// blocks of them, split across threads mid-block, and not split (5 × 7 × 9
+/// × 11 × 2 permuted 14032).
+#[test]
+fn short_gathered_rows_in_blocks() {
+    for e in [4, 8] {
+        for shift in [0, 3] {
+            check_permute(&[9, 100, 100, 2], &[3, 1, 2, 0], e, shift);
+            check_permute(&[5, 7, 9, 11, 2], &[1, 4, 0, 3, 2], e, shift);
+        }
+    }
+}
+
 /// Pixels of two to four channels to planes and back in slices of every
 /// length from 1 to 40 (the byte shuffles take 16 bytes of each channel a
 /// step: slices shorter than a step, a whole number of steps, and a last
