@@ -30,7 +30,8 @@
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
-//! `transpose` (`channels`: images of three channels, pixels to planes and back;
+//! `transpose` (`channels`: images of three channels, pixels to planes and back,
+//! pixels of 2 and 4 channels, and of 5 to 8 to planes, where `split512` does not run;
 //! `split512`: pixels of 2–8 channels to planes; `folded512`: transposes with a
 //! narrow side, whose tile sides are folded from two dims each), `fill`; `elem` (element types, their
 //! micro-transposes), `avx2` (the AVX2 ones), `avx512` (the whole-line AVX-512 ones)

@@ -148,7 +148,8 @@ const ROW_TILE_RUN_FEW_WAYS: usize = 4096;
 /// is not the next source dim, `dims[k]` is (attention's `[B,S,H,D] →
 /// [B,H,S,D]`, `(1, 2, 0, 3)` permutes). Walking rows in destination order
 /// would read one short row per source page visit; tiles of rows over
-/// (`dims[1]`, `dims[k]`) read and write runs of ~2 KiB on both sides.
+/// (`dims[1]`, `dims[k]`) read and write runs of ~2 KiB on both sides (4
+/// KiB where the L2 has few ways).
 ///
 /// # Safety
 ///
