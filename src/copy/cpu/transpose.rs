@@ -540,9 +540,10 @@ impl Kernels {
 
 /// The destination bytes from which a transpose over `a`, `b` of `e`-byte
 /// elements streams. Transposes stream from an eighth of the last-level
-/// cache: ordinary stores read every destination line first, and a transpose cannot hide
-/// that behind sequential prefetching (1024² f32 on two cores, one run:
-/// 68 GB/s streamed, 38–50 cached; 512²: 56 streamed, 105 cached). From
+/// cache: ordinary stores read every destination line first, and a
+/// transpose cannot hide that behind sequential prefetching (1024² f32 on
+/// two cores, one run: 68 GB/s streamed, 38–50 cached; 512²: 56 streamed,
+/// 105 cached). From
 /// five sixteenths where the L2 has few ways ([`TRANSPOSE_STREAM_FEW_WAYS`]),
 /// and there from the row copies' threshold where a side's runs are under
 /// [`PREFETCHED_MIN_RUN`]: those are read or written in runs of a few
@@ -1197,6 +1198,7 @@ fn alone_tile(bytes: usize) -> usize {
         workers => EXTENDED_SRC_TILE_ALONE.min(bytes / (EXTENDED_TILES_A_WORKER * workers)),
     }
 }
+
 /// When batch dims extend both sides of a tile and another batch dim is
 /// left (five or more dims), consecutive tiles read on along the same source
 /// rows, as the 2-D routes' do, instead of continuing the destination runs
@@ -1272,8 +1274,9 @@ fn grow(len: usize, run: usize, target: usize) -> usize {
 ///   alternated processes): 33 × 35 × 37 × 4 u16 3210 (source runs of 8
 ///   bytes, 37 prime) 2.77×; 121 other permutes of 2 to 4 channels, 81 of
 ///   them of prime dims, 0.96–1.04×;
-/// - where destination runs are extended too and the tiles walked in source order, split
-///   source runs lost: 31 × 33 × 29 × 31 × 15 f32 43210 0.86×, × 16 0.94×;
+/// - where destination runs are extended too and the tiles walked in source
+///   order, split source runs lost: 31 × 33 × 29 × 31 × 15 f32 43210 0.86×,
+///   × 16 0.94×;
 ///   so did runs of a line or more (61 × 67 × 59 × 63 f32 3021: 0.71×) and
 ///   split destination runs (61 × 67 × 59 × 3 f32 3210 0.34×).
 fn block(len: usize, run: usize, target: usize) -> usize {
