@@ -1153,6 +1153,37 @@ fn wide_pixels_to_planes_read_no_further_than_the_source() {
     });
 }
 
+/// One channel of pixels of 2 to 8 elements of 1 or 2 bytes (`x[:, c]`, a
+/// gather of every `s`-th element, which byte shuffles take 16 bytes at a
+/// time where the CPU has AVX2), from a source that ends at the last
+/// element read: a shuffle's loads stop at its end (a guard page past it).
+#[test]
+fn every_sth_element_read_no_further_than_the_source() {
+    with_each_kernel_and_stream(|| {
+        for e in [1usize, 2] {
+            for s in 2..=8usize {
+                for n in [2100 / e + 1, 2100 / e + 17, 5000] {
+                    for c in [0, s - 1] {
+                        // `n` pixels of `s`, the source ending at the last one's channel `c`.
+                        let len = ((n - 1) * s + c + 1) * e;
+                        let bytes = pattern(len, (len * 17 + s) as u64);
+                        let src = GuardedSource::new(&bytes);
+                        let mut got = vec![0u8; n * e];
+                        let mut want = got.clone();
+                        reference(&mut want, 0, &[1], &bytes, c * e, &[s as isize], &[n], e);
+                        // SAFETY: elements `c + i·s` of the guarded source for
+                        // `i < n`; the destination is dense in `got`.
+                        unsafe {
+                            copy_strided(got.as_mut_ptr(), &[1], src.start.add(c * e), &[s as isize], &[n], e).unwrap();
+                        }
+                        assert!(got == want, "channel {c} of {n} pixels of {s}, e = {e}");
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// Gathered rows of a few elements (9, from 1200 apart), the odometer over
 /// blocks of them, split across threads mid-block, and not split (5 × 7 × 9
 /// × 11 × 2 permuted 14032).

@@ -29,7 +29,8 @@
 //! — so a short outer dimension still feeds every thread.
 //!
 //! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
-//! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer),
+//! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer;
+//! `shuffled_gather`: every 2nd to 8th byte or pair by byte shuffles),
 //! `transpose` (`channels`: images of three channels, pixels to planes and back,
 //! pixels of 2 and 4 channels, and of 5 to 8 to planes, where `split512` does not run;
 //! `split512`: pixels of 2–8 channels to planes; `folded512`: transposes with a
@@ -53,6 +54,8 @@ mod general;
 mod parallel;
 mod rows;
 mod runs;
+#[cfg(target_arch = "x86_64")]
+mod shuffled_gather;
 #[cfg(target_arch = "x86_64")]
 mod split512;
 mod stage;
