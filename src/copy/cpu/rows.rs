@@ -41,11 +41,7 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         let far = ss.unsigned_abs() >= 4096;
         let touched = if far { 256 } else { 64 };
         let work = rows.saturating_mul((row as usize).max(touched));
-        // Rows a page or more apart are each a demand miss the hardware
-        // prefetchers do not follow: fetch a few rows ahead (64 columns of
-        // an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at 2/3/4/6
-        // rows ahead; 16 columns 34 → 45 at 4).
-        let ahead = if far { SHORT_ROW_PREFETCH } else { 0 };
+        let ahead = short_rows_ahead(ss);
         par_for(rows, work, |r0, r1| {
             // SAFETY: rows `r0..r1` of the plan, in bounds on both sides.
             unsafe {
@@ -91,6 +87,25 @@ const SHORT_ROW_MAX: isize = 256;
 
 /// Rows ahead that [`short_rows`] prefetches when rows are far apart.
 const SHORT_ROW_PREFETCH: usize = 4;
+
+/// Rows ahead that [`short_rows`] prefetches for rows `ss` bytes apart.
+/// Rows a page or more apart are each a demand miss the hardware
+/// prefetchers do not follow: fetch a few rows ahead (64 columns of
+/// an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at 2/3/4/6
+/// rows ahead; 16 columns 34 → 45 at 4). Not where the L2 has few
+/// ways: there the prefetches only slowed the misses the loads keep in
+/// flight themselves (Zen 2 VM, two cores, Python, into a reused
+/// output, the best of three alternated processes, µs, columns of an
+/// 8192² f32 matrix, 4 rows ahead → none: 8 columns 90.6 → 58.2, 16
+/// 108.8 → 82.8, 32 150.9 → 152.1, 64 253.2 → 232.1; torch 131.5, 75.1,
+/// 121.4, 197.0; one thread, 16 columns 195 → 143, torch 136).
+fn short_rows_ahead(ss: isize) -> usize {
+    if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() {
+        SHORT_ROW_PREFETCH
+    } else {
+        0
+    }
+}
 
 /// Copies `count` rows of `row` bytes, `ds`/`ss` bytes apart, prefetching
 /// the source row `ahead` rows on (none when 0), streamed where `nt` (rows
@@ -303,5 +318,21 @@ impl RowKernel {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows near each other are never prefetched; rows a page or more apart
+    /// are, but not where the L2 has few ways.
+    #[test]
+    fn far_rows_are_prefetched_unless_the_l2_has_few_ways() {
+        assert_eq!(short_rows_ahead(64), 0);
+        assert_eq!(short_rows_ahead(-4095), 0);
+        let far = if l2_has_few_ways() { 0 } else { SHORT_ROW_PREFETCH };
+        assert_eq!(short_rows_ahead(8192 * 4), far);
+        assert_eq!(short_rows_ahead(-4096), far);
     }
 }
