@@ -104,12 +104,23 @@ pub(super) fn par_for_slow(total: usize, bytes: usize, f: impl Fn(usize, usize) 
 }
 
 /// Threads [`par_for_slow`] splits a copy of `bytes` over: 1 where it runs
-/// on the calling thread alone.
+/// on the calling thread alone. Not the back-off's: tile sizes taken from
+/// this should not flip with it.
 pub(super) fn slow_workers(bytes: usize) -> usize {
-    if slow_counted(bytes) < PAR_MIN_BYTES {
-        return 1;
+    split_pool(slow_counted(bytes)).map_or(1, |(_, workers)| workers)
+}
+
+/// The copy pool and its workers (the calling thread among them) where a
+/// copy of `bytes` is worth splitting, the conditions that hold for every
+/// call of one copy; [`par_for`] adds those of the moment. Small copies
+/// never touch rayon (whose first use spawns the pool).
+fn split_pool(bytes: usize) -> Option<(&'static rayon::ThreadPool, usize)> {
+    if bytes < PAR_MIN_BYTES {
+        return None;
     }
-    crate::fork::copy_pool().map_or(1, |(_, workers)| workers)
+    // Our own pool, made again in a fork()ed child (crate::fork); its threads
+    // and this one are the workers.
+    crate::fork::copy_pool().filter(|&(_, workers)| workers >= 2)
 }
 
 /// The bytes [`par_for_slow`] counts for a copy of `bytes`.
@@ -125,15 +136,13 @@ fn slow_counted(bytes: usize) -> usize {
 /// large enough. A copy kept on one thread is one call, `f(0, total)`; a
 /// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
-    // Small work never touches rayon (whose first use spawns the pool), nor
-    // does any while the pool is backed off.
-    if total < 2 || bytes < PAR_MIN_BYTES || Backoff::active() {
-        f(0, total);
-        return;
-    }
-    // Our own pool, made again in a fork()ed child (crate::fork); its threads
-    // and this one are the workers.
-    let Some((pool, workers)) = crate::fork::copy_pool().filter(|&(_, workers)| workers >= 2) else {
+    // No copy touches rayon while the pool is backed off.
+    let split = if total < 2 || Backoff::active() {
+        None
+    } else {
+        split_pool(bytes)
+    };
+    let Some((pool, workers)) = split else {
         f(0, total);
         return;
     };

@@ -559,13 +559,12 @@ impl Kernels {
 /// (200 × 10000 f32, 7.6 MiB, 0.61×; 61 × 134 × 59 × 3 f64 0321, 11 MiB,
 /// 0.67×; 1320 1.32×); 2400² u8 and 300 × 4600 f32 are not narrow (1.0×).
 fn stream_from(a: PlanDim, b: PlanDim, e: usize) -> usize {
-    let narrow_side = a.len * e < PREFETCHED_MIN_RUN || b.len * e < PREFETCHED_MIN_RUN;
-    if l2_has_few_ways() && narrow_side {
-        runs_stream_threshold(false)
-    } else if l2_has_few_ways() {
-        stream_threshold() / 16 * TRANSPOSE_STREAM_FEW_WAYS
-    } else {
+    if !l2_has_few_ways() {
         stream_threshold() / 8
+    } else if a.len * e < PREFETCHED_MIN_RUN || b.len * e < PREFETCHED_MIN_RUN {
+        runs_stream_threshold(false)
+    } else {
+        stream_threshold() / 16 * TRANSPOSE_STREAM_FEW_WAYS
     }
 }
 
@@ -1532,9 +1531,10 @@ unsafe fn extended<T: Elem>(
     // of `n2` before, one slice where `n2` is prime: against that, paired
     // calls, 61 × 67 × 59 × 13 u8 permuted 3021 3.3×, × 7 f16 5.2×, 61 × 67
     // × 59 × 3 f32 3210 3.0×; 64³ × 2 f32 3210 1.00×.
+    let whole_source_order = ext.source_order && l2_has_few_ways();
     let group = if b.len < T::micro_len(avx2) {
         ((32 << 10) / (ts * b.len)).clamp(1, n2)
-    } else if ext.source_order && l2_has_few_ways() {
+    } else if whole_source_order {
         (SOURCE_ORDER_STAGE / (ts * b.len)).clamp(1, n2)
     } else {
         1
@@ -1545,8 +1545,7 @@ unsafe fn extended<T: Elem>(
     // Not where a source-order tile staged whole has rows that crowd the L2
     // ([`CROWDED_DST_RUN`]): the next tile's lines would evict each other
     // and this one's.
-    let prefetch_next =
-        !(ext.source_order && l2_has_few_ways() && rows_crowd_l2_sets(&[(a.len, a.src), (n1, c1.src), (n3, c3.src)]));
+    let prefetch_next = !(whole_source_order && rows_crowd_l2_sets(&[(a.len, a.src), (n1, c1.src), (n3, c3.src)]));
     let slices: usize = batch.iter().map(|d| d.len).product();
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
