@@ -1184,15 +1184,17 @@ fn every_sth_element_read_no_further_than_the_source() {
     });
 }
 
-/// Gathered rows of a few elements (9, from 1200 apart), the odometer over
-/// blocks of them, split across threads mid-block, and not split (5 × 7 × 9
-/// × 11 × 2 permuted 14032).
+/// Gathered rows of a few elements (9, from 1200 apart; 19 and 27, up to
+/// 31), the odometer over blocks of them, split across threads mid-block,
+/// and not split (5 × 7 × 9 × 11 × 2 permuted 14032).
 #[test]
 fn short_gathered_rows_in_blocks() {
     for e in [4, 8] {
         for shift in [0, 3] {
             check_permute(&[9, 100, 100, 2], &[3, 1, 2, 0], e, shift);
             check_permute(&[5, 7, 9, 11, 2], &[1, 4, 0, 3, 2], e, shift);
+            check_permute(&[17, 19, 23, 2], &[3, 0, 2, 1], e, shift);
+            check_permute(&[31, 29, 27, 3], &[3, 0, 2, 1], e, shift);
         }
     }
 }
