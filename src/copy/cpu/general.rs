@@ -275,7 +275,8 @@ unsafe fn gather_with<T: Elem, const FAR: bool>(mut dst: *mut u8, mut src: *cons
             };
         }
         // SAFETY: the CPU has AVX2 and so SSSE3; forwarded: elements `i·ss`
-        // of the source for `i < n`, `n` of the destination.
+        // of the source for `i < n` (their gaps, under 16 bytes, lie in pages
+        // that hold elements), `n` of the destination.
         let done = unsafe { shuffled!(2 3 4 5 6 7 8) };
         // The elements from `done` on go the plain loop below.
         // SAFETY: `done ≤ n` elements in, both within their operands.

@@ -37,8 +37,10 @@ impl<const S: usize, const E: usize> Masks<S, E> {
 /// # Safety
 ///
 /// The CPU has SSSE3; bytes `0 .. n·E` of `dst` writable, bytes `i·S·E ..
-/// i·S·E + E` of `src` readable for `i < n` (no byte past the last of them is
-/// read).
+/// i·S·E + E` of `src` readable for `i < n`. The bytes between them are read
+/// too: those of a row's span, from its first element to its last one's end,
+/// are readable wherever its elements are, as no gap of under 16 bytes holds
+/// a whole page. No byte past the span is read.
 #[target_feature(enable = "ssse3")]
 pub(super) unsafe fn gather<const S: usize, const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
     if n == 0 {
