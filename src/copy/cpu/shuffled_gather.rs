@@ -28,6 +28,29 @@ impl<const S: usize, const E: usize> Masks<S, E> {
     };
 }
 
+/// The whole blocks of a gather of every `s`-th `e`-byte element (`s` of 2
+/// to 8, `e` of 1 or 2) by [`gather`]; the elements it wrote, the rest being
+/// the caller's. Out of line, so that its callers, inlined everywhere, stay
+/// small.
+///
+/// # Safety
+///
+/// As [`gather`], with `s` of 2 to 8 and `e` of 1 or 2 (others write nothing).
+#[inline(never)]
+pub(super) unsafe fn whole_blocks(dst: *mut u8, src: *const u8, n: usize, e: usize, s: usize) -> usize {
+    macro_rules! shuffled {
+        ($($s:literal)*) => {
+            match (e, s) {
+                $((1, $s) => gather::<$s, 1>(dst, src, n),
+                (2, $s) => gather::<$s, 2>(dst, src, n),)*
+                _ => 0,
+            }
+        };
+    }
+    // SAFETY: forwarded.
+    unsafe { shuffled!(2 3 4 5 6 7 8) }
+}
+
 /// `dst[i] = src[i·S]` for the first elements of `n` (`E`-byte elements),
 /// in whole blocks of `16 / E`; returns how many it wrote. A block reads the
 /// `16·S` source bytes from its first element on, so it stops at the last
@@ -42,7 +65,7 @@ impl<const S: usize, const E: usize> Masks<S, E> {
 /// are readable wherever its elements are, as no gap of under 16 bytes holds
 /// a whole page. No byte past the span is read.
 #[target_feature(enable = "ssse3")]
-pub(super) unsafe fn gather<const S: usize, const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
+unsafe fn gather<const S: usize, const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
     if n == 0 {
         return 0;
     }
