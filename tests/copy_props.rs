@@ -1109,11 +1109,12 @@ impl Drop for GuardedSource {
     }
 }
 
-/// Pixels of 5 to 8 channels to planes (`x[:, :k].T` of an `n × s`
-/// matrix, and batches of them), from sources that end at the last pixel's
-/// last channel before an inaccessible page: the SSE2 and AVX steps read
-/// eight elements of each pixel, and the pixels whose reads
-/// would pass the end go one by one. Every length from 1 to 40 (no step, a
+/// Pixels of 5 to 8 channels, and the first 2 to 8 of wider ones, to planes
+/// (`x[:, :k].T` of an `n × s` matrix, and batches of them), from sources
+/// that end at the last pixel's last channel before an inaccessible page:
+/// the SSE2 and AVX steps read eight elements of each pixel (8-byte ones:
+/// four where `k ≤ 4`), and the pixels whose reads would pass the end go one
+/// by one. Every length from 1 to 40 (no step, a
 /// step, whole steps, a last step over the one before), alone and batched
 /// past the tiny copies, with every kernel
 /// switch (the AVX-512 one takes these pixels first where the CPU has it).
@@ -1122,8 +1123,8 @@ impl Drop for GuardedSource {
 fn wide_pixels_to_planes_read_no_further_than_the_source() {
     with_each_kernel_and_stream(|| {
         for e in [1usize, 2, 4, 8] {
-            for k in 5..=8usize {
-                for s in [k, 8, 9, 12].into_iter().filter(|&s| s >= k) {
+            for k in 2..=8usize {
+                for s in [k, 8, 9, 12, 20].into_iter().filter(|&s| s >= k) {
                     for n in (1..=40).chain([100, 3001]) {
                         // One matrix, and enough to pass the tiny copies' 2 KiB.
                         for slices in [1, 2100 / (k * n * e) + 1] {

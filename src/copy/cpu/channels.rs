@@ -12,8 +12,8 @@
 //!   1.42×.
 //!
 //! Pixels of 5 to 8 channels of up to 4 bytes to planes, in cache, where the
-//! CPU lacks `split512`: eight elements of each pixel transposed in registers
-//! ([`split_wide`]).
+//! CPU lacks `split512`, and the first 2 to 8 channels of wider pixels: eight
+//! elements of each pixel transposed in registers ([`split_wide`]).
 //!
 //! Pixels of two and four channels that fit a vector, in cache, where the CPU
 //! lacks [`split512`](super::split512)'s AVX-512 (which takes them first):
@@ -30,8 +30,8 @@ use std::arch::x86_64::{
 };
 
 use std::arch::x86_64::{
-    _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_storeu_ps, _mm256_unpackhi_ps,
-    _mm256_unpacklo_ps,
+    _mm256_loadu_pd, _mm256_loadu_ps, _mm256_permute2f128_pd, _mm256_permute2f128_ps, _mm256_shuffle_ps,
+    _mm256_storeu_pd, _mm256_storeu_ps, _mm256_unpackhi_pd, _mm256_unpackhi_ps, _mm256_unpacklo_pd, _mm256_unpacklo_ps,
 };
 use std::ops::Range;
 
@@ -153,8 +153,10 @@ pub(super) enum Channels {
     /// (`b.dst == k·e`).
     Join(usize),
     /// `a` pixels (`a.src` apart, at least `k·e`: packed, or the first `k`
-    /// channels of wider ones) of `k` elements of 1, 2 or 4 bytes, 5 to 8,
-    /// into `k` planes: [`split_wide`].
+    /// channels of wider ones) of `k` elements into `k` planes
+    /// ([`split_wide`]): 5 to 8 of 1, 2 or 4 bytes ([`Channels::of`]), and
+    /// 2 to 8 of 1, 2, 4 or 8 bytes out of wider pixels
+    /// ([`Channels::first_of_wide_pixels`]).
     SplitWide(usize),
 }
 
@@ -183,6 +185,29 @@ impl Channels {
         } else {
             None
         }
+    }
+}
+
+impl Channels {
+    /// The kernel for the first `k = b.len` channels (2 to 8) of pixels of
+    /// more than `k` elements of 1, 2, 4 or 8 bytes (`a.src` apart) to planes,
+    /// if there are pixels for a [`split_wide`] step: one pass over the
+    /// pixels, where gathers a channel (as NumPy copies them) read every line
+    /// of the source `k` times, from L2 at best. The caller decides when
+    /// these beat tiles ([`super::transpose`]'s `few_channels_of_wide_pixels`).
+    /// Zen 2 VM, Python, into a new output, µs, gathers → one pass (NumPy):
+    /// `x[:, :2].T` of 4000 × 20 f32 6.10 → 3.51 (5.79), u16 3.95 → 2.39
+    /// (4.18); `x[:, :3].T` of 1000 × 16 f32 2.71 → 1.45 (2.52), f64 2.82 →
+    /// 1.48 (2.55), u8 1.69 → 0.97 (1.69); `x[:, :6].T` of 500 × 12 f64 2.60
+    /// → 1.40 (2.40). Of 341 such copies (300 to 100000 rows, pitches 10 to
+    /// 64, 2 to 8 channels, u8 to f64), the best of two runs each, those
+    /// slower than NumPy 102 → 11 (the 300-row ones at 0.91× or better), none
+    /// slower than the gathers by more than noise (0.97×).
+    pub(super) fn first_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> Option<Channels> {
+        let k = b.len;
+        let wide = b.src == e as isize && a.src > (k * e) as isize && a.src % e as isize == 0;
+        (matches!(e, 1 | 2 | 4 | 8) && (2..=8).contains(&k) && wide && a.len >= wide_step(e))
+            .then_some(Channels::SplitWide(k))
     }
 }
 
@@ -519,11 +544,11 @@ fn wide_step(e: usize) -> usize {
     if e <= 2 { 16 / e } else { 32 / e }
 }
 
-/// `dst[c·plane + i] = src[s·i + c]` for `i < n`, `c < k` (5 to 8), `e`-byte
-/// elements (offsets in elements), [`wide_step`] pixels a step: eight
-/// elements read from each pixel (up to `8 − k` past its channels), the
-/// block transposed in registers (SSE2 unpacks for 1 and 2 bytes, AVX ones
-/// for 4), a vector a plane. The pixels whose reads would pass the last
+/// `dst[c·plane + i] = src[s·i + c]` for `i < n`, `c < k` (2 to 8),
+/// `e`-byte elements (offsets in elements), [`wide_step`] pixels a step:
+/// eight elements read from each pixel (8-byte ones: four where `k ≤ 4`; up
+/// to `8 − k` past its channels), the block transposed in registers (SSE2
+/// unpacks for 1 and 2 bytes, AVX ones for 4 and 8), a vector a plane. The pixels whose reads would pass the last
 /// one's channels go one by one, as [`split3`]'s rest. The general kernel's
 /// gathers took these element by element. Zen 2 VM, `bench/cpu_copy_peers.py`,
 /// two runs each, GB/s, gathers → steps (NumPy): pixels to planes u8 40 × 30
@@ -531,22 +556,31 @@ fn wide_step(e: usize) -> usize {
 /// 20.0–20.3 (9.1), f32 40 × 30 × 6 12.0 → 22.2–23.0 (12.8); `x[:, :5].T` of
 /// 1000 × 8 u8 3.5 → 8.7–8.8 (3.9), u16 7.0 → 15.7 (7.6), f32 20.8–21.0 →
 /// 30.0 (13.8); `x[:, :6].T` of 500 × 12 u8 3.3–3.4 → 6.1–6.2 (3.3), u16
-/// 6.6–6.7 → 11.9 (6.5), f32 12.2–12.3 → 19.8 (12.2). Not 8-byte elements,
-/// whose tiles and gathers won (f64 100 × 100 × 8 83 → 75, 1000 × 5 35 → 29).
+/// 6.6–6.7 → 11.9 (6.5), f32 12.2–12.3 → 19.8 (12.2). Not packed pixels of
+/// 8-byte elements, whose tiles and gathers won (f64 100 × 100 × 8 83 → 75,
+/// 1000 × 5 35 → 29); [`Channels::first_of_wide_pixels`] has the first
+/// channels of wider pixels, of every size.
 ///
 /// # Safety
 ///
 /// `src` readable for the `k` channels of each of the `n` pixels `s ≥ k`
 /// elements apart, each of the `k` planes writable for `n` elements; the
-/// planes and pixels do not overlap; `e` is 1, 2 or 4, and the CPU has AVX
-/// where it is 4.
+/// planes and pixels do not overlap; `e` is 1, 2, 4 or 8, and the CPU has
+/// AVX where it is 4 or 8.
 #[allow(clippy::too_many_arguments)] // two operands, their strides, the pixels and their shape
 unsafe fn split_wide(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, k: usize, s: usize) {
-    // Pixels whose eight elements end within the last pixel's channels.
+    // Pixels whose eight elements (four 8-byte ones and `k ≤ 4`: fewer)
+    // end within the last pixel's channels.
     let whole = n.saturating_sub((8 - k).div_ceil(s));
     // SAFETY: forwarded; pixels `0..whole` are readable for eight elements.
     unsafe {
         let rest = match (e, k) {
+            (1, 2) => split_wide_steps::<1, 2>(dst, plane, src, whole, s),
+            (1, 3) => split_wide_steps::<1, 3>(dst, plane, src, whole, s),
+            (1, 4) => split_wide_steps::<1, 4>(dst, plane, src, whole, s),
+            (2, 2) => split_wide_steps::<2, 2>(dst, plane, src, whole, s),
+            (2, 3) => split_wide_steps::<2, 3>(dst, plane, src, whole, s),
+            (2, 4) => split_wide_steps::<2, 4>(dst, plane, src, whole, s),
             (1, 5) => split_wide_steps::<1, 5>(dst, plane, src, whole, s),
             (1, 6) => split_wide_steps::<1, 6>(dst, plane, src, whole, s),
             (1, 7) => split_wide_steps::<1, 7>(dst, plane, src, whole, s),
@@ -555,6 +589,16 @@ unsafe fn split_wide(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: us
             (2, 6) => split_wide_steps::<2, 6>(dst, plane, src, whole, s),
             (2, 7) => split_wide_steps::<2, 7>(dst, plane, src, whole, s),
             (2, _) => split_wide_steps::<2, 8>(dst, plane, src, whole, s),
+            (8, 2) => split_wide_f64::<2>(dst, plane, src, whole, s),
+            (8, 3) => split_wide_f64::<3>(dst, plane, src, whole, s),
+            (8, 4) => split_wide_f64::<4>(dst, plane, src, whole, s),
+            (8, 5) => split_wide_f64::<5>(dst, plane, src, whole, s),
+            (8, 6) => split_wide_f64::<6>(dst, plane, src, whole, s),
+            (8, 7) => split_wide_f64::<7>(dst, plane, src, whole, s),
+            (8, _) => split_wide_f64::<8>(dst, plane, src, whole, s),
+            (_, 2) => split_wide_f32::<2>(dst, plane, src, whole, s),
+            (_, 3) => split_wide_f32::<3>(dst, plane, src, whole, s),
+            (_, 4) => split_wide_f32::<4>(dst, plane, src, whole, s),
             (_, 5) => split_wide_f32::<5>(dst, plane, src, whole, s),
             (_, 6) => split_wide_f32::<6>(dst, plane, src, whole, s),
             (_, 7) => split_wide_f32::<7>(dst, plane, src, whole, s),
@@ -661,4 +705,42 @@ unsafe fn split_wide_f32<const K: usize>(dst: *mut u8, plane: isize, src: *const
         }
     };
     in_steps::<false>(n, wide_step(4), pixels)
+}
+
+/// [`split_wide_steps`] for 8-byte elements: four pixels a step, an AVX 4 × 4
+/// transpose of each pixel's channels 0–3 and, where `K > 4`, of 4–7.
+///
+/// # Safety
+///
+/// As [`split_wide_steps`], with the `n` pixels readable for `4·⌈K / 4⌉`
+/// elements each; the CPU has AVX.
+#[target_feature(enable = "avx")]
+unsafe fn split_wide_f64<const K: usize>(dst: *mut u8, plane: isize, src: *const u8, n: usize, s: usize) -> usize {
+    let pixels = |i: usize| {
+        for h in 0..K.div_ceil(4) {
+            // SAFETY: pixels `i..i + 4` are readable for elements `4·h ..
+            // 4·h + 4` (the caller's `n`); the planes' elements `i..i + 4`
+            // are writable; AVX (the caller's contract).
+            unsafe {
+                let x: [_; 4] = std::array::from_fn(|j| _mm256_loadu_pd(src.add(((i + j) * s + 4 * h) * 8).cast()));
+                // Pixel pairs, channels (0 | 2) and (1 | 3) of this half.
+                let t = [
+                    _mm256_unpacklo_pd(x[0], x[1]),
+                    _mm256_unpackhi_pd(x[0], x[1]),
+                    _mm256_unpacklo_pd(x[2], x[3]),
+                    _mm256_unpackhi_pd(x[2], x[3]),
+                ];
+                for c in 4 * h..K.min(4 * h + 4) {
+                    let out = match c % 4 {
+                        0 => _mm256_permute2f128_pd::<0x20>(t[0], t[2]),
+                        1 => _mm256_permute2f128_pd::<0x20>(t[1], t[3]),
+                        2 => _mm256_permute2f128_pd::<0x31>(t[0], t[2]),
+                        _ => _mm256_permute2f128_pd::<0x31>(t[1], t[3]),
+                    };
+                    _mm256_storeu_pd(dst.offset(c as isize * plane).add(i * 8).cast(), out);
+                }
+            }
+        }
+    };
+    in_steps::<false>(n, wide_step(8), pixels)
 }

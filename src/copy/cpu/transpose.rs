@@ -118,7 +118,9 @@ const GATHERED_SPAN_MAX: usize = 48 << 10;
 /// to 4000 rows, pitches 10 to 64, 2 to 8 channels, u8 to f64), under 0.9×
 /// NumPy's speed 126 → 49, the worst 0.39× → 0.73×. Kept in tiles: u16 1000
 /// × 10, k = 8, 1.08 (gathers 1.12, NumPy 2.95), f32 1000 × 16, 4, 1.69
-/// (2.48), u8 4000 × 64, 4, 6.88 (8.63).
+/// (2.48), u8 4000 × 64, 4, 6.88 (8.63). Where the CPU has AVX2 these go
+/// one pass over the pixels instead of the gathers
+/// ([`Channels::first_of_wide_pixels`]).
 fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
     let (k, es) = (b.len, e as isize);
     if b.src != es || a.src % es != 0 || a.src / es <= 8 || k > 8 || !matches!(e, 1 | 2 | 4 | 8) {
@@ -679,11 +681,21 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         batch.sort_by_key(|d| d.src.unsigned_abs());
     }
     // A few channels of pixels wider than [`split512`] takes (`x[:, :k].T`):
-    // the general kernel's gather a channel, as NumPy copies them. Not with
-    // batch dims, where the "pixels" are slices of permutes, whose tiles win
-    // (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5
-    // × 7 × 9 × 11 × 2 f64 03142 0.64×).
+    // one pass over the pixels, each one's first elements transposed in
+    // registers ([`Channels::first_of_wide_pixels`]), where the CPU has AVX2;
+    // else the general kernel's gather a channel, as NumPy copies them. Not
+    // with batch dims, where the "pixels" are slices of permutes, whose tiles
+    // win (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered,
+    // 5 × 7 × 9 × 11 × 2 f64 03142 0.64×).
     if route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e) {
+        #[cfg(target_arch = "x86_64")]
+        if avx2_enabled()
+            && let Some(kind) = Channels::first_of_wide_pixels(a, b, e)
+        {
+            // SAFETY: forwarded; the CPU has AVX2, hence SSSE3 and AVX; `e` is 1, 2, 4 or 8.
+            unsafe { channels(kind, a, b, &batch, dst, src, e, plan.bytes(), nt) };
+            return;
+        }
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
@@ -1951,7 +1963,7 @@ mod tests {
     }
 
     #[test]
-    fn a_few_channels_of_wide_pixels_are_gathered() {
+    fn a_few_channels_of_wide_pixels_leave_the_tiles() {
         let gathered = |rows, pitch, k, e| {
             let (a, b) = channels_taken(rows, pitch, k, e);
             few_channels_of_wide_pixels(a, b, e)
@@ -1979,6 +1991,32 @@ mod tests {
         let (mut a, b) = channels_taken(300, 20, 2, 4);
         a.src = 81;
         assert!(!few_channels_of_wide_pixels(a, b, 4));
+    }
+
+    /// The one-pass split takes 2 to 8 channels of wider pixels of every
+    /// element size, with pixels for a step.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn first_channels_of_wide_pixels_go_one_pass() {
+        use super::super::channels::Channels;
+        let split = |rows, pitch, k, e| {
+            let (a, b) = channels_taken(rows, pitch, k, e);
+            Channels::first_of_wide_pixels(a, b, e)
+        };
+        for e in [1, 2, 4, 8] {
+            assert_eq!(split(4000, 20, 2, e), Some(Channels::SplitWide(2)));
+            assert_eq!(split(300, 9, 8, e), Some(Channels::SplitWide(8)));
+            // Packed pixels (the other splits'), more than 8 channels, one.
+            assert_eq!(split(4000, 3, 3, e), None);
+            assert_eq!(split(4000, 20, 9, e), None);
+            assert_eq!(split(4000, 20, 1, e), None);
+        }
+        // Fewer pixels than a step (16 bytes, 8 f32, 4 f64); 3-byte elements.
+        assert_eq!(split(15, 20, 2, 1), None);
+        assert_eq!(split(16, 20, 2, 1), Some(Channels::SplitWide(2)));
+        assert_eq!(split(7, 20, 2, 4), None);
+        assert_eq!(split(3, 20, 2, 8), None);
+        assert_eq!(split(4000, 20, 2, 3), None);
     }
 
     #[test]
