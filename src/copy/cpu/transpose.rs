@@ -103,6 +103,29 @@ const L1_WAYS: usize = 8;
 /// channel: this Xeon's 48 KiB L1D, where the rule was measured.
 const GATHERED_SPAN_MAX: usize = 48 << 10;
 
+/// Channels of wider pixels ([`Channels::first_of_wide_pixels`]) that go one
+/// pass over the pixels at any size (not streamed), where the tiles, a micro
+/// tile wide, read and transpose lanes for nothing. Zen 2 VM, Python, into a
+/// new output, the best of two runs, µs, tiles → one pass (NumPy):
+/// `x[:, :3].T` of 100000 × 16 f32 133 → 51 (246), of 100000 × 9 f64 155 →
+/// 66 (310), of 20000 × 64 u8 50.5 → 18.1 (49.9); `x[:, :2].T` of 100000 ×
+/// 64 u16 247 → 86 (346), of 20000 × 64 f32 40.5 → 20.2 (37.3). Of 132 such
+/// copies (2000, 20000 and 100000 rows, pitches 5 to 64, 2 and 3 channels,
+/// u8 to f64, those the gathers took included), the median 1.30×, 82 over
+/// 1.1×, the least 0.96×. Not 4 channels (f64 20000 × 10, 18 → 25 µs; f32
+/// 20000 × 16, 14.5 → 18.1), nor pixels of under 7 bytes, of which a 16 ×
+/// 16 byte tile's row loads hold 2 or 3 (20000 × 5 u8, k = 2: 4.2 → 4.9; 7
+/// bytes: 5.5 → 5.0).
+#[cfg(target_arch = "x86_64")]
+const FIRST_CHANNELS_IN_ONE_PASS: usize = 3;
+
+/// Whether the first `b.len` channels of pixels `a.src` bytes apart go one
+/// pass over the pixels at any size ([`FIRST_CHANNELS_IN_ONE_PASS`]).
+#[cfg(target_arch = "x86_64")]
+fn first_channels_in_one_pass(a: PlanDim, b: PlanDim, e: usize) -> bool {
+    b.len <= FIRST_CHANNELS_IN_ONE_PASS && !(e == 1 && a.src.unsigned_abs() < 7)
+}
+
 /// Whether a transpose of `k = b.len` channels out of pixels of `a.src / e`
 /// elements (9 or more: [`split512`] takes up to 8) is better done as `k`
 /// gathers, one a channel, than in tiles: the tiles of 1- and 2-byte
@@ -682,20 +705,24 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     }
     // A few channels of pixels wider than [`split512`] takes (`x[:, :k].T`):
     // one pass over the pixels, each one's first elements transposed in
-    // registers ([`Channels::first_of_wide_pixels`]), where the CPU has AVX2;
-    // else the general kernel's gather a channel, as NumPy copies them. Not
-    // with batch dims, where the "pixels" are slices of permutes, whose tiles
-    // win (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered,
-    // 5 × 7 × 9 × 11 × 2 f64 03142 0.64×).
-    if route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e) {
-        #[cfg(target_arch = "x86_64")]
-        if avx2_enabled()
-            && let Some(kind) = Channels::first_of_wide_pixels(a, b, e)
-        {
-            // SAFETY: forwarded; the CPU has AVX2, hence SSSE3 and AVX; `e` is 1, 2, 4 or 8.
-            unsafe { channels(kind, a, b, &batch, dst, src, e, plan.bytes(), nt) };
-            return;
-        }
+    // registers ([`Channels::first_of_wide_pixels`]), where the CPU has AVX2:
+    // those the gathers below would take, and 2 or 3 channels at any size
+    // that does not stream ([`FIRST_CHANNELS_IN_ONE_PASS`]). Else the
+    // general kernel's gather a channel, as NumPy copies them. Not with batch
+    // dims, where the "pixels" are slices of permutes, whose tiles win (31 ×
+    // 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5 × 7 × 9
+    // × 11 × 2 f64 03142 0.64×).
+    let gathered = route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e);
+    #[cfg(target_arch = "x86_64")]
+    if (gathered || batch.is_empty() && !nt && first_channels_in_one_pass(a, b, e))
+        && avx2_enabled()
+        && let Some(kind) = Channels::first_of_wide_pixels(a, b, e)
+    {
+        // SAFETY: forwarded; the CPU has AVX2, hence SSSE3 and AVX; `e` is 1, 2, 4 or 8.
+        unsafe { channels(kind, a, b, &batch, dst, src, e, plan.bytes(), nt) };
+        return;
+    }
+    if gathered {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
@@ -1999,6 +2026,7 @@ mod tests {
     #[test]
     fn first_channels_of_wide_pixels_go_one_pass() {
         use super::super::channels::Channels;
+        use super::first_channels_in_one_pass;
         let split = |rows, pitch, k, e| {
             let (a, b) = channels_taken(rows, pitch, k, e);
             Channels::first_of_wide_pixels(a, b, e)
@@ -2017,6 +2045,13 @@ mod tests {
         assert_eq!(split(7, 20, 2, 4), None);
         assert_eq!(split(3, 20, 2, 8), None);
         assert_eq!(split(4000, 20, 2, 3), None);
+        // At any size: 2 and 3 channels, not 4, nor pixels of under 7 bytes.
+        let one_pass = |pitch, k, e| {
+            let (a, b) = channels_taken(100_000, pitch, k, e);
+            first_channels_in_one_pass(a, b, e)
+        };
+        assert!(one_pass(64, 2, 4) && one_pass(9, 3, 8) && one_pass(7, 2, 1) && one_pass(5, 3, 2));
+        assert!(!one_pass(64, 4, 4) && !one_pass(6, 2, 1));
     }
 
     #[test]
