@@ -136,10 +136,14 @@ def peer_patterns(quick):
     for e, t in [(1, "u8"), (2, "u16"), (4, "f32"), (8, "f64")]:
         v.append(pattern(f"one_channel_{t}_10000x5", e, 50000, [10000], [5], 1))
         v.append(pattern(f"first_channels_{t}_5_of_1000x8", e, 8000, [5, 1000], [1, 8]))
-        # A few channels of pixels wider than 8 elements: gathered a channel at a time.
+        # A few channels of pixels wider than 8 elements (NumPy gathers a channel
+        # at a time), in cache and past it.
         v.append(pattern(f"first_channels_{t}_2_of_4000x20", e, 80000, [2, 4000], [1, 20]))
         v.append(pattern(f"first_channels_{t}_3_of_1000x16", e, 16000, [3, 1000], [1, 16]))
         v.append(pattern(f"first_channels_{t}_6_of_500x12", e, 6000, [6, 500], [1, 12]))
+        if not quick:
+            v.append(pattern(f"first_channels_{t}_3_of_100000x16", e, 1600000, [3, 100000], [1, 16]))
+            v.append(pattern(f"first_channels_{t}_2_of_20000x64", e, 1280000, [2, 20000], [1, 64]))
     # Unit-stride sides of 2-4 elements (pairs, pixels) moved anywhere in small odd
     # shapes, 60 KiB to 300 KiB: bench/cpu_permute_sweep.py times every permutation.
     for name, e, shape, perm in [
