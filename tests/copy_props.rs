@@ -618,6 +618,12 @@ fn large_nd_permutes() {
     check_permute(&[64, 3, 100, 120], &[0, 2, 3, 1], 4, 0);
     check_permute(&[64, 100, 120, 3], &[0, 3, 1, 2], 4, 0);
     check_permute(&[300, 1200], &[1, 0], 8, 0);
+    // The first 2 or 3 channels of slices of 64 or more pixels: one pass over
+    // the pixels, batched (f32 past the small route, f64 in it too).
+    check_permute(&[512, 400, 3], &[2, 1, 0], 4, 1);
+    check_permute(&[61, 67, 59, 3], &[3, 2, 0, 1], 4, 0);
+    check_permute(&[128, 130, 3], &[2, 1, 0], 8, 0);
+    check_permute(&[61, 67, 59, 2], &[3, 0, 2, 1], 8, 1);
 }
 
 /// Reversals of five and six dims whose tiles are extended on both sides

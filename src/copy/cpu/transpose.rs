@@ -119,11 +119,34 @@ const GATHERED_SPAN_MAX: usize = 48 << 10;
 #[cfg(target_arch = "x86_64")]
 const FIRST_CHANNELS_IN_ONE_PASS: usize = 3;
 
-/// Whether the first `b.len` channels of pixels `a.src` bytes apart go one
-/// pass over the pixels at any size ([`FIRST_CHANNELS_IN_ONE_PASS`]).
+/// Pixels a slice of a batched transpose (`batched`: slices of permutes
+/// whose unit-stride source side is 2 or 3 elements) has at least for
+/// [`first_channels_in_one_pass`], of elements of 8 bytes, or of 4 where the
+/// copy leaves the small tiles' cache-resident route, and where the slice's
+/// planes are not consecutive runs of the destination. Zen 2 VM, Python, into
+/// a new output, µs, two alternated runs, tiles → one pass (the faster peer):
+/// 512² × 3 f32 permuted 210 1061–1092 → 477–481 (952–989), 480 × 640 × 3
+/// 669–680 → 216–220 (581–592); 61 × 67 × 59 × 3 f32 3201 353–361 → 120
+/// (263), f64 3021 346–375 → 159–163 (317–346); f64 128² × 3 210 28 → 16,
+/// 200 × 300 × 2 36 → 29. Lost: 256² × 3 f32 210 (planes 256 KiB apart
+/// leave the small route) 40 → 50 (123). Kept in tiles: f32 in the small
+/// route, 128² × 3 210 12 → 14; consecutive planes, 61 × 67 × 59 × 3 f32
+/// 2031 136 → 189; slices of 1- and 2-byte elements, or of fewer pixels,
+/// whose steps leave many pixels one by one: 31 × 29 × 27 × 2 u16 2031 13.5
+/// → 42, u8 64² × 2 210 2.3 → 3.7, 5 × 7 × 9 × 11 × 2 f64 03142 8.4 → 12.2.
 #[cfg(target_arch = "x86_64")]
-fn first_channels_in_one_pass(a: PlanDim, b: PlanDim, e: usize) -> bool {
-    b.len <= FIRST_CHANNELS_IN_ONE_PASS && !(e == 1 && a.src.unsigned_abs() < 7)
+const BATCHED_ONE_PASS_MIN_PIXELS: usize = 64;
+
+/// Whether the first `b.len` channels of pixels `a.src` bytes apart go one
+/// pass over the pixels at any size ([`FIRST_CHANNELS_IN_ONE_PASS`]); with
+/// batch dims (`batched`), not in the small route (`small`), see
+/// [`BATCHED_ONE_PASS_MIN_PIXELS`].
+#[cfg(target_arch = "x86_64")]
+fn first_channels_in_one_pass(a: PlanDim, b: PlanDim, e: usize, batched: bool, small: bool) -> bool {
+    let few = b.len <= FIRST_CHANNELS_IN_ONE_PASS && !(e == 1 && a.src.unsigned_abs() < 7);
+    let slices_take_it =
+        (e == 8 || e == 4 && !small) && a.len >= BATCHED_ONE_PASS_MIN_PIXELS && b.dst != (a.len * e) as isize;
+    few && (!batched || slices_take_it)
 }
 
 /// Whether a transpose of `k = b.len` channels out of pixels of `a.src / e`
@@ -707,14 +730,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // one pass over the pixels, each one's first elements transposed in
     // registers ([`Channels::first_of_wide_pixels`]), where the CPU has AVX2:
     // those the gathers below would take, and 2 or 3 channels at any size
-    // that does not stream ([`FIRST_CHANNELS_IN_ONE_PASS`]). Else the
-    // general kernel's gather a channel, as NumPy copies them. Not with batch
-    // dims, where the "pixels" are slices of permutes, whose tiles win (31 ×
-    // 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5 × 7 × 9
-    // × 11 × 2 f64 03142 0.64×).
+    // that does not stream ([`FIRST_CHANNELS_IN_ONE_PASS`]), in slices of
+    // batch dims too ([`BATCHED_ONE_PASS_MIN_PIXELS`]). Else the general
+    // kernel's gather a channel, as NumPy copies them. The gathers not with
+    // batch dims, where the "pixels" are slices of permutes, whose tiles win
+    // (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5 ×
+    // 7 × 9 × 11 × 2 f64 03142 0.64×).
     let gathered = route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e);
     #[cfg(target_arch = "x86_64")]
-    if (gathered || batch.is_empty() && !nt && first_channels_in_one_pass(a, b, e))
+    if (gathered || !nt && first_channels_in_one_pass(a, b, e, !batch.is_empty(), route == Route::Small))
         && avx2_enabled()
         && let Some(kind) = Channels::first_of_wide_pixels(a, b, e)
     {
@@ -2048,10 +2072,24 @@ mod tests {
         // At any size: 2 and 3 channels, not 4, nor pixels of under 7 bytes.
         let one_pass = |pitch, k, e| {
             let (a, b) = channels_taken(100_000, pitch, k, e);
-            first_channels_in_one_pass(a, b, e)
+            first_channels_in_one_pass(a, b, e, false, false)
         };
         assert!(one_pass(64, 2, 4) && one_pass(9, 3, 8) && one_pass(7, 2, 1) && one_pass(5, 3, 2));
         assert!(!one_pass(64, 4, 4) && !one_pass(6, 2, 1));
+        // Slices of a batch: 8-byte elements, 4-byte ones out of the small
+        // route, 64 pixels or more, planes that are not consecutive runs
+        // (here a batch dim of 7 between them).
+        let sliced = |rows: usize, e: usize, small| {
+            let (a, mut b) = channels_taken(rows, 20, 3, e);
+            b.dst = (7 * rows * e) as isize;
+            first_channels_in_one_pass(a, b, e, true, small)
+        };
+        assert!(sliced(64, 4, false) && sliced(512, 8, false) && sliced(512, 8, true));
+        assert!(!sliced(63, 4, false) && !sliced(512, 2, false) && !sliced(512, 4, true));
+        let (a, mut b) = channels_taken(67, 20, 3, 4);
+        b.dst = 67 * 4;
+        assert!(!first_channels_in_one_pass(a, b, 4, true, false));
+        assert!(first_channels_in_one_pass(a, b, 4, false, true));
     }
 
     #[test]
