@@ -119,6 +119,11 @@ def peer_patterns(quick):
         ("odd_attention_f16_2x333x16x32", 2, [2, 333, 16, 32], [0, 2, 1, 3]),
         ("odd_attention_f32_2x333x16x128", 4, [2, 333, 16, 128], [0, 2, 1, 3]),
         ("odd_batched_transpose_f64_100x7x100", 8, [100, 7, 100], [0, 2, 1]),
+        # Unit-stride sides of 3 elements in slices of 64 pixels or more (the
+        # pixels' channels to planes, the pixels transposed): tiles lost to torch.
+        ("odd_permute4d_3201_f32_61x67x59x3", 4, [61, 67, 59, 3], [3, 2, 0, 1]),
+        ("pixels_transposed_to_planes_f32_512x512x3", 4, [512, 512, 3], [2, 1, 0]),
+        ("pixels_transposed_to_planes_f64_128x128x3", 8, [128, 128, 3], [2, 1, 0]),
     ]:
         v.append(permute(name, e, shape, perm))
     # Pixels of 5-8 channels to planes (channels-last to channels-first), one
