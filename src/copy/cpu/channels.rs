@@ -186,9 +186,7 @@ impl Channels {
             None
         }
     }
-}
 
-impl Channels {
     /// The kernel for the first `k = b.len` channels (2 to 8) of pixels of
     /// more than `k` elements of 1, 2, 4 or 8 bytes (`a.src` apart) to planes,
     /// if there are pixels for a [`split_wide`] step: one pass over the
@@ -548,9 +546,10 @@ fn wide_step(e: usize) -> usize {
 /// `e`-byte elements (offsets in elements), [`wide_step`] pixels a step:
 /// eight elements read from each pixel (8-byte ones: four where `k ≤ 4`; up
 /// to `8 − k` past its channels), the block transposed in registers (SSE2
-/// unpacks for 1 and 2 bytes, AVX ones for 4 and 8), a vector a plane. The pixels whose reads would pass the last
-/// one's channels go one by one, as [`split3`]'s rest. The general kernel's
-/// gathers took these element by element. Zen 2 VM, `bench/cpu_copy_peers.py`,
+/// unpacks for 1 and 2 bytes, AVX ones for 4 and 8), a vector a plane. The
+/// pixels whose reads would pass the last one's channels go one by one, as
+/// [`split3`]'s rest. The general kernel's gathers took these element by
+/// element. Zen 2 VM, `bench/cpu_copy_peers.py`,
 /// two runs each, GB/s, gathers → steps (NumPy): pixels to planes u8 40 × 30
 /// × 6 2.4 → 6.3 (3.3), 100 × 20 × 7 2.2 → 6.1 (3.1), u16 64 × 64 × 5 6.6 →
 /// 20.0–20.3 (9.1), f32 40 × 30 × 6 12.0 → 22.2–23.0 (12.8); `x[:, :5].T` of

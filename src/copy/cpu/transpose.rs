@@ -732,10 +732,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // those the gathers below would take, and 2 or 3 channels at any size
     // that does not stream ([`FIRST_CHANNELS_IN_ONE_PASS`]), in slices of
     // batch dims too ([`BATCHED_ONE_PASS_MIN_PIXELS`]). Else the general
-    // kernel's gather a channel, as NumPy copies them. The gathers not with
-    // batch dims, where the "pixels" are slices of permutes, whose tiles win
-    // (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed gathered, 5 ×
-    // 7 × 9 × 11 × 2 f64 03142 0.64×).
+    // kernel's gather a channel, as NumPy copies them, but never with batch
+    // dims, where the "pixels" are slices of permutes, whose tiles win over
+    // the gathers (31 × 29 × 27 × 3 f32 3210 0.83× the faster peer's speed
+    // gathered, 5 × 7 × 9 × 11 × 2 f64 03142 0.64×).
     let gathered = route == Route::Small && batch.is_empty() && few_channels_of_wide_pixels(a, b, e);
     #[cfg(target_arch = "x86_64")]
     if (gathered || !nt && first_channels_in_one_pass(a, b, e, !batch.is_empty(), route == Route::Small))
