@@ -1029,7 +1029,8 @@ fn narrow_columns_of_wide_rows() {
 fn channels_of_pixels() {
     for e in [1usize, 2, 4, 8] {
         // Pixels of 2 to 8 elements (split512), and wider ones, whose first
-        // few channels are gathered one by one.
+        // few channels go one pass over the pixels (gathered a channel at a
+        // time where AVX2 is off).
         for s in (2..=8usize).chain([10, 13, 20, 64]) {
             // Wider pixels: 40001 of them reach past the L2 (one pass for up
             // to 3 channels at any size).
@@ -1122,10 +1123,10 @@ impl Drop for GuardedSource {
 /// that end at the last pixel's last channel before an inaccessible page:
 /// the SSE2 and AVX steps read eight elements of each pixel (8-byte ones:
 /// four where `k ≤ 4`), and the pixels whose reads would pass the end go one
-/// by one. Every length from 1 to 40 (no step, a
-/// step, whole steps, a last step over the one before), alone and batched
-/// past the tiny copies, with every kernel
-/// switch (the AVX-512 one takes these pixels first where the CPU has it).
+/// by one. Every length from 1 to 40 (no step, a step, whole steps, a last
+/// step over the one before), alone and batched past the tiny copies, with
+/// every kernel switch (the AVX-512 one takes these pixels first where the
+/// CPU has it).
 #[cfg(target_os = "linux")]
 #[test]
 fn wide_pixels_to_planes_read_no_further_than_the_source() {
