@@ -1209,6 +1209,25 @@ fn short_gathered_rows_in_blocks() {
     }
 }
 
+/// Slices of a few elements a side that a batch dim continues on both sides
+/// (`x[i, k, j] → out[j, k, i]`), which the general kernel's gathers take
+/// where both sides are under 16 (source runs in bytes, destination runs in
+/// elements), and the extension at and past those bounds: every element
+/// size, misaligned too.
+#[test]
+fn scalar_slices_continued_on_both_sides() {
+    for e in [1, 2, 4, 8] {
+        for shift in [0, 3] {
+            for perm in [[1, 4, 0, 3, 2], [4, 1, 0, 3, 2], [0, 1, 4, 3, 2]] {
+                check_permute(&[5, 7, 9, 11, 2], &perm, e, shift);
+            }
+            for (a, b) in [(13, 2), (15, 3), (16, 2), (9, 15), (9, 16), (11, 13)] {
+                check_permute(&[3, 5, a, 7, b], &[1, 4, 0, 3, 2], e, shift);
+            }
+        }
+    }
+}
+
 /// Pixels of two to four channels to planes and back in slices of every
 /// length from 1 to 40 (the byte shuffles take 16 bytes of each channel a
 /// step: slices shorter than a step, a whole number of steps, and a last

@@ -178,6 +178,27 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
     !fills_vectors && (k <= 3 && span <= l2_bytes() || span <= GATHERED_SPAN_MAX || e <= 2 && k <= 4 && pixel < LINE)
 }
 
+/// Whether a small copy's `a × b` slices are scalar work that a batch dim
+/// continues on both sides (its destination stride an `a` run, its source
+/// stride a `b` run, as in `x[i, k, j] → out[j, k, i]`): source runs under
+/// 16 bytes and destination runs under 16 elements, which no micro tile
+/// reaches. The extension stages such slices element by element and writes
+/// each run out apart; the general kernel's gathers write them once.
+/// Python, µs, the least of two sweeps alternated with the base (NumPy):
+/// 5 × 7 × 9 × 11 × 2 permuted 14032 u8 11.2 → 6.0 (6.6), f32 8.4 → 6.3, u16
+/// 7.1 → 6.3; 41032 and 01432 u8 11 → 6; 5 × 7 × 13 × 11 × 2 u8 14032 13 →
+/// 7 (8); 9 × 10 × 11 × 12 × 13 u8 14032 62 → 54 (torch 67); the other 548
+/// cases of `bench/cpu_permute_sweep.py` within the noise. Not wider source
+/// runs (9 × 10 × 11 × 12 × 13 u16 14032, 26 bytes: 53 → 61), nor longer
+/// destination runs (5 × 7 × 30 × 11 × 2 u16 14032: 8 → 13).
+fn scalar_slices_continued_both_ways(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
+    b.len * e < 16
+        && a.len < 16
+        && batch
+            .iter()
+            .any(|c| c.dst == (a.len * e) as isize && c.src == (b.len * e) as isize)
+}
+
 /// Lines of a small tile's destination that share one L1 set, at most: `rows`
 /// rows `db` bytes apart, of `row_bytes` each, on the 64 sets of
 /// [`L1_SET_SPAN`] (rows that do not start on a line spread over every set:
@@ -832,6 +853,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 22.1; 29 × 27 × 3 f64 210 1.78 → 1.21 (1.02). Not 4-byte ones, whose extension mostly wins:
     // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
     if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 16 {
+        // SAFETY: forwarded.
+        unsafe { general::<T>(plan, dst, src, nt) };
+        return;
+    }
+    // Small copies of scalar slices that a batch dim continues both ways: the
+    // general kernel's gathers ([`scalar_slices_continued_both_ways`]).
+    if route == Route::Small && scalar_slices_continued_both_ways(a, b, &batch, e) {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
