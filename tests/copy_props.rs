@@ -1209,20 +1209,27 @@ fn short_gathered_rows_in_blocks() {
     }
 }
 
-/// Slices of a few elements a side that a batch dim continues on both sides
-/// (`x[i, k, j] → out[j, k, i]`), which the general kernel's gathers take
-/// where both sides are under 16 (source runs in bytes, destination runs in
-/// elements), and the extension at and past those bounds: every element
-/// size, misaligned too.
+/// Slices of a few elements a side (`x[i, k, j] → out[j, k, i]` and other
+/// 5-D permutes of them), which the general kernel's gathers take where both
+/// sides are under 16 (source runs in bytes, destination runs in elements),
+/// and the extension at and past those bounds: every element size,
+/// misaligned too.
 #[test]
-fn scalar_slices_continued_on_both_sides() {
+fn scalar_slices_take_the_gathers() {
     for e in [1, 2, 4, 8] {
         for shift in [0, 3] {
-            for perm in [[1, 4, 0, 3, 2], [4, 1, 0, 3, 2], [0, 1, 4, 3, 2]] {
+            for perm in [
+                [1, 4, 0, 3, 2],
+                [4, 1, 0, 3, 2],
+                [0, 1, 4, 3, 2],
+                [0, 3, 1, 4, 2],
+                [4, 3, 2, 1, 0],
+            ] {
                 check_permute(&[5, 7, 9, 11, 2], &perm, e, shift);
             }
             for (a, b) in [(13, 2), (15, 3), (16, 2), (9, 15), (9, 16), (11, 13)] {
                 check_permute(&[3, 5, a, 7, b], &[1, 4, 0, 3, 2], e, shift);
+                check_permute(&[3, 5, a, 7, b], &[0, 3, 1, 4, 2], e, shift);
             }
         }
     }

@@ -178,25 +178,21 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
     !fills_vectors && (k <= 3 && span <= l2_bytes() || span <= GATHERED_SPAN_MAX || e <= 2 && k <= 4 && pixel < LINE)
 }
 
-/// Whether a small copy's `a × b` slices are scalar work that a batch dim
-/// continues on both sides (its destination stride an `a` run, its source
-/// stride a `b` run, as in `x[i, k, j] → out[j, k, i]`): source runs under
+/// Whether a small copy's `a × b` slices are scalar work: source runs under
 /// 16 bytes and destination runs under 16 elements, which no micro tile
 /// reaches. The extension stages such slices element by element and writes
-/// each run out apart; the general kernel's gathers write them once.
-/// Python, µs, the least of two sweeps alternated with the base (NumPy):
-/// 5 × 7 × 9 × 11 × 2 permuted 14032 u8 11.2 → 6.0 (6.6), f32 8.4 → 6.3, u16
-/// 7.1 → 6.3; 41032 and 01432 u8 11 → 6; 5 × 7 × 13 × 11 × 2 u8 14032 13 →
-/// 7 (8); 9 × 10 × 11 × 12 × 13 u8 14032 62 → 54 (torch 67); the other 548
-/// cases of `bench/cpu_permute_sweep.py` within the noise. Not wider source
-/// runs (9 × 10 × 11 × 12 × 13 u16 14032, 26 bytes: 53 → 61), nor longer
-/// destination runs (5 × 7 × 30 × 11 × 2 u16 14032: 8 → 13).
-fn scalar_slices_continued_both_ways(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
-    b.len * e < 16
-        && a.len < 16
-        && batch
-            .iter()
-            .any(|c| c.dst == (a.len * e) as isize && c.src == (b.len * e) as isize)
+/// each run out apart; the general kernel's gathers write them once. Zen 2
+/// VM, Python, µs, the least of two `bench/cpu_permute_sweep.py` runs
+/// alternated with the extension (NumPy): 5 × 7 × 9 × 11 × 2 u8 permuted
+/// 03142 8.80 → 6.10 (7.3), 43210 8.72 → 6.36, 14032 11.2 → 4.4 (6.6); f32
+/// 03142 7.43 → 6.15 (6.9), 14032 8.4 → 4.2; u16 43210 7.88 → 6.55; 9 × 10 ×
+/// 11 × 12 × 13 u8 03142 48.8 → 38.6, 43210 57.7 → 53.4; the other cases
+/// within the noise but two that still beat their peers: u16 03142 5.4 →
+/// 6.1 (NumPy 7), f32 43210 7.5 → 8.0–8.8 (10). Not wider source runs (9 ×
+/// 10 × 11 × 12 × 13 u16 14032, 26 bytes: 53 → 61), nor longer destination
+/// runs (5 × 7 × 30 × 11 × 2 u16 14032: 8 → 13).
+fn scalar_slices(a: PlanDim, b: PlanDim, e: usize) -> bool {
+    b.len * e < 16 && a.len < 16
 }
 
 /// Lines of a small tile's destination that share one L1 set, at most: `rows`
@@ -857,9 +853,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
     }
-    // Small copies of scalar slices that a batch dim continues both ways: the
-    // general kernel's gathers ([`scalar_slices_continued_both_ways`]).
-    if route == Route::Small && scalar_slices_continued_both_ways(a, b, &batch, e) {
+    // Small copies of scalar slices: the general kernel's gathers ([`scalar_slices`]).
+    if route == Route::Small && scalar_slices(a, b, e) {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
