@@ -1212,7 +1212,8 @@ fn short_gathered_rows_in_blocks() {
 /// Slices of a few elements a side (`x[i, k, j] → out[j, k, i]` and other
 /// 5-D permutes of them), which the general kernel's gathers take where both
 /// sides are under 16 (source runs in bytes, destination runs in elements),
-/// and the extension at and past those bounds: every element size,
+/// or destination runs under 32 elements of 4 or 8 bytes continued both
+/// ways, and the extension at and past those bounds: every element size,
 /// misaligned too.
 #[test]
 fn scalar_slices_take_the_gathers() {
@@ -1227,7 +1228,18 @@ fn scalar_slices_take_the_gathers() {
             ] {
                 check_permute(&[5, 7, 9, 11, 2], &perm, e, shift);
             }
-            for (a, b) in [(13, 2), (15, 3), (16, 2), (9, 15), (9, 16), (11, 13)] {
+            check_permute(&[17, 19, 23, 2], &[3, 1, 2, 0], e, shift);
+            for (a, b) in [
+                (13, 2),
+                (15, 3),
+                (16, 2),
+                (9, 15),
+                (9, 16),
+                (11, 13),
+                (31, 2),
+                (31, 3),
+                (32, 2),
+            ] {
                 check_permute(&[3, 5, a, 7, b], &[1, 4, 0, 3, 2], e, shift);
                 check_permute(&[3, 5, a, 7, b], &[0, 3, 1, 4, 2], e, shift);
             }

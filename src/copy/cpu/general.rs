@@ -142,7 +142,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
 /// 2130 1.16×, 2031 1.16×, 3120 1.37×, 3210 1.32×, 0321 1.32×; 31 × 29 × 27
 /// × 3 f64 2031 1.15×, 3021 1.19×; five other permutes 0.99–1.01×. Up to 64,
 /// 17 × 19 × 23 × 2 f64 2031 lost (0.81×).
-const SHORT_GATHER: usize = 32;
+pub(super) const SHORT_GATHER: usize = 32;
 
 /// [`general_k`]'s gathers of rows of `d0.len` (under [`SHORT_GATHER`])
 /// elements: the odometer steps over the dims past `outer[0]`, and each of
