@@ -192,15 +192,15 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
 /// 10 × 11 × 12 × 13 u16 14032, 26 bytes: 53 → 61), nor longer destination
 /// runs (5 × 7 × 30 × 11 × 2 u16 14032: 8 → 13).
 ///
-/// Also destination runs up to [`SHORT_GATHER`] elements of 4 or 8 bytes
-/// where a batch dim continues both sides (its destination stride an `a`
-/// run, its source stride a `b` run, as in `x[i, k, j] → out[j, k, i]`):
-/// f32, the least of three runs alternated with the extension, µs (torch):
-/// 17 × 19 × 23 × 2 permuted 3120 10.5 → 6.2 (8.9), 1320 10.8 → 6.4, 3021
-/// 10.3 → 6.6, 0321 10.3 → 6.8; 31 × 29 × 27 × 2 3120 14.5 → 11.8 (15.1),
-/// 1320 and 3021 1.13×; 31 × 29 × 27 × 3 3120 20.5 → 16.8; 70 other f32
-/// permutes of those shapes and of 29 × 27 × 3, 64² × 2 and 100² × 3 within
-/// the noise. Not 1- and 2-byte elements (31 × 29 × 27 × 2 u8 3201: 7.7 →
+/// Also destination runs under [`SHORT_GATHER`] elements of 4 bytes (8-byte
+/// ones have no source run under 16 bytes) where a batch dim continues both
+/// sides (its destination stride an `a` run, its source stride a `b` run, as
+/// in `x[i, k, j] → out[j, k, i]`): f32, the least of three runs alternated
+/// with the extension, µs (torch): 17 × 19 × 23 × 2 permuted 3120 10.5 →
+/// 6.2 (8.9), 1320 10.8 → 6.4, 3021 10.3 → 6.6, 0321 10.3 → 6.8; 31 × 29 ×
+/// 27 × 2 3120 14.5 → 11.8 (15.1), 1320 and 3021 1.13×; 31 × 29 × 27 × 3
+/// 3120 20.5 → 16.8; 70 other f32 permutes of those shapes and of 29 × 27 ×
+/// 3, 64² × 2 and 100² × 3 within the noise. Not 1- and 2-byte elements (31 × 29 × 27 × 2 u8 3201: 7.7 →
 /// 26.6), nor 4-element source runs (33 × 35 × 37 × 4 f32 3120: 43 → 56).
 fn scalar_slices(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
     let continued_both_ways = || {
@@ -208,7 +208,7 @@ fn scalar_slices(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
             .iter()
             .any(|c| c.dst == (a.len * e) as isize && c.src == (b.len * e) as isize)
     };
-    b.len * e < 16 && (a.len < 16 || e >= 4 && a.len < SHORT_GATHER && continued_both_ways())
+    b.len * e < 16 && (a.len < 16 || e == 4 && a.len < SHORT_GATHER && continued_both_ways())
 }
 
 /// Lines of a small tile's destination that share one L1 set, at most: `rows`
