@@ -184,13 +184,14 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
 /// each run out apart; the general kernel's gathers write them once. Zen 2
 /// VM, Python, µs, the least of two `bench/cpu_permute_sweep.py` runs
 /// alternated with the extension (NumPy): 5 × 7 × 9 × 11 × 2 u8 permuted
-/// 03142 8.80 → 6.10 (7.3), 43210 8.72 → 6.36, 14032 11.2 → 4.4 (6.6); f32
-/// 03142 7.43 → 6.15 (6.9), 14032 8.4 → 4.2; u16 43210 7.88 → 6.55; 9 × 10 ×
-/// 11 × 12 × 13 u8 03142 48.8 → 38.6, 43210 57.7 → 53.4; the other cases
-/// within the noise but two that still beat their peers: u16 03142 5.4 →
-/// 6.1 (NumPy 7), f32 43210 7.5 → 8.0–8.8 (10). Not wider source runs (9 ×
-/// 10 × 11 × 12 × 13 u16 14032, 26 bytes: 53 → 61), nor longer destination
-/// runs (5 × 7 × 30 × 11 × 2 u16 14032: 8 → 13).
+/// 14032 11.2 → 6.0 (6.6; 4.4 since the gathers step their pointers),
+/// 03142 8.80 → 6.10 (7.3), 43210 8.72 → 6.36; f32 14032 8.4 → 6.3, 03142
+/// 7.43 → 6.15 (6.9); u16 43210 7.88 → 6.55; 9 × 10 × 11 × 12 × 13 u8 03142
+/// 48.8 → 38.6, 43210 57.7 → 53.4; the other cases within the noise but two
+/// that still beat their peers: u16 03142 5.4 → 6.1 (NumPy 7), f32 43210
+/// 7.5 → 8.0–8.8 (10). Not wider source runs (9 × 10 × 11 × 12 × 13 u16
+/// 14032, 26 bytes: 53 → 61), nor longer destination runs (5 × 7 × 30 × 11
+/// × 2 u16 14032: 8 → 13).
 ///
 /// Also destination runs under [`SHORT_GATHER`] elements of 4 bytes (8-byte
 /// ones have no source run under 16 bytes) where a batch dim continues both
@@ -200,8 +201,9 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
 /// 6.2 (8.9), 1320 10.8 → 6.4, 3021 10.3 → 6.6, 0321 10.3 → 6.8; 31 × 29 ×
 /// 27 × 2 3120 14.5 → 11.8 (15.1), 1320 and 3021 1.13×; 31 × 29 × 27 × 3
 /// 3120 20.5 → 16.8; 70 other f32 permutes of those shapes and of 29 × 27 ×
-/// 3, 64² × 2 and 100² × 3 within the noise. Not 1- and 2-byte elements (31 × 29 × 27 × 2 u8 3201: 7.7 →
-/// 26.6), nor 4-element source runs (33 × 35 × 37 × 4 f32 3120: 43 → 56).
+/// 3, 64² × 2 and 100² × 3 within the noise. Not 1- and 2-byte elements
+/// (31 × 29 × 27 × 2 u8 3201: 7.7 → 26.6), nor 4-element source runs (33 ×
+/// 35 × 37 × 4 f32 3120: 43 → 56).
 fn scalar_slices(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
     let continued_both_ways = || {
         batch
