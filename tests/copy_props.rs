@@ -1212,8 +1212,8 @@ fn short_gathered_rows_in_blocks() {
 /// Slices of a few elements a side (`x[i, k, j] → out[j, k, i]` and other
 /// 5-D permutes of them), which the general kernel's gathers take where both
 /// sides are under 16 (source runs in bytes, destination runs in elements),
-/// or destination runs under 32 elements of 4 or 8 bytes continued both
-/// ways, and the extension at and past those bounds: every element size,
+/// or destination runs under 32 elements of 4 bytes continued both ways,
+/// and the extension at and past those bounds: every element size,
 /// misaligned too.
 #[test]
 fn scalar_slices_take_the_gathers() {
