@@ -205,12 +205,16 @@ fn few_channels_of_wide_pixels(a: PlanDim, b: PlanDim, e: usize) -> bool {
 /// (31 × 29 × 27 × 2 u8 3201: 7.7 → 26.6), nor 4-element source runs (33 ×
 /// 35 × 37 × 4 f32 3120: 43 → 56).
 fn scalar_slices(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> bool {
-    let continued_both_ways = || {
-        batch
-            .iter()
-            .any(|c| c.dst == (a.len * e) as isize && c.src == (b.len * e) as isize)
-    };
-    b.len * e < 16 && (a.len < 16 || e == 4 && a.len < SHORT_GATHER && continued_both_ways())
+    b.len * e < 16 && (a.len < 16 || e == 4 && a.len < SHORT_GATHER && continuing_both_sides(a, b, batch, e).is_some())
+}
+
+/// The batch dim that continues the runs of both sides, if any: its
+/// destination stride is a whole `a` run and its source stride a whole `b`
+/// run (`k` in `x[i, k, j] → out[j, k, i]`).
+fn continuing_both_sides(a: PlanDim, b: PlanDim, batch: &[PlanDim], e: usize) -> Option<usize> {
+    batch
+        .iter()
+        .position(|c| c.dst == (a.len * e) as isize && c.src == (b.len * e) as isize)
 }
 
 /// Lines of a small tile's destination that share one L1 set, at most: `rows`
@@ -1436,7 +1440,7 @@ impl Extension {
         // 38.2 → 17.2 (18.0), 3021 36.8 → 17.5, 1320 37.2 → 17.4; 29 × 27 × 3
         // f32 210 2.32 → 1.13 (NumPy 1.09).
         let to_source = (b.len < T::micro_len(avx2_enabled()))
-            .then(|| batch.iter().position(|c| c.dst == ra as isize && c.src == rb as isize))
+            .then(|| continuing_both_sides(a, b, batch, e))
             .flatten();
         let da = batch
             .iter()
