@@ -1,5 +1,5 @@
 //! A process-wide cache of freed large host blocks (the mappings of
-//! [`huge_pages`](super::huge_pages)), so that a loop allocating large CPU
+//! [`huge_pages`]), so that a loop allocating large CPU
 //! tensors does not page-fault every one of them in again.
 //!
 //! A fresh mapping reads as zeros, and the kernel zeroes each page on its

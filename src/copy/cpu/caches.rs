@@ -1,7 +1,7 @@
 //! CPU cache sizes, from Linux sysfs: the last level's sets the streaming
 //! threshold ([`super::runs`]), a core's L2 the parallel schedule
 //! ([`super::parallel`]), the L2's associativity the transposes' tiles
-//! ([`super::transpose`]) and where whole runs stream ([`super::runs`]).
+//! ([`mod@super::transpose`]) and where whole runs stream ([`super::runs`]).
 
 use std::sync::OnceLock;
 

@@ -192,7 +192,7 @@ impl Channels {
     /// if there are pixels for a [`split_wide`] step: one pass over the
     /// pixels, where gathers a channel (as NumPy copies them) read every line
     /// of the source `k` times, from L2 at best. The caller decides when
-    /// these beat tiles ([`super::transpose`]'s `few_channels_of_wide_pixels`).
+    /// these beat tiles ([`mod@super::transpose`]'s `few_channels_of_wide_pixels`).
     /// Zen 2 VM, Python, into a new output, µs, gathers → one pass (NumPy):
     /// `x[:, :2].T` of 4000 × 20 f32 6.10 → 3.51 (5.79), u16 3.95 → 2.39
     /// (4.18); `x[:, :3].T` of 1000 × 16 f32 2.71 → 1.45 (2.52), f64 2.82 →
