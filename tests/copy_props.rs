@@ -983,6 +983,65 @@ fn sliced_rows_and_flips() {
     }
 }
 
+/// Rows of 257 bytes to 2 KiB (the AVX2 row loop): slices of a matrix whose
+/// rows are a few or many row lengths apart (sparse rows keep ordinary stores
+/// where a copy streams), under two outer dims that do not merge, flipped,
+/// at odd addresses, split across threads, with each kernel, streamed and
+/// not.
+#[test]
+fn row_loops_of_mid_rows() {
+    with_each_kernel_and_stream(|| {
+        // (row bytes, source row stride in bytes): rows 257 to 2047 bytes, a
+        // few lengths apart or a page and more.
+        for (row, pitch) in [
+            (260usize, 300usize),
+            (384, 4096),
+            (1000, 1100),
+            (1000, 4000),
+            (2044, 8192),
+            (2047, 2049),
+        ] {
+            // (planes, rows a plane): 1 × 700 (one outer dim, past the
+            // threads' split), 3 × 5 (two outer dims: planes one row more
+            // apart than their rows fill).
+            for (planes, rows) in [(1usize, 700usize), (3, 5)] {
+                for (flip, shift) in [(false, 0usize), (false, 3), (true, 1)] {
+                    let plane = (rows + 1) * pitch;
+                    let src = pattern(planes * plane + shift, (row + pitch + rows) as u64);
+                    let mut got = vec![0u8; planes * rows * row + shift];
+                    let mut want = got.clone();
+                    let shape = [planes, rows, row];
+                    let (mut src_strides, mut off) = ([plane as isize, pitch as isize, 1], shift);
+                    if flip {
+                        src_strides[1] = -(pitch as isize);
+                        off += (rows - 1) * pitch;
+                    }
+                    let dst_strides = [(rows * row) as isize, row as isize, 1];
+                    reference(&mut want, shift, &dst_strides, &src, off, &src_strides, &shape, 1);
+                    // SAFETY: every row of the view lies inside `src` (the
+                    // flipped one's first row at `off`), every destination row
+                    // inside `got` past `shift`.
+                    unsafe {
+                        copy_strided(
+                            got.as_mut_ptr().add(shift),
+                            &dst_strides,
+                            src.as_ptr().add(off),
+                            &src_strides,
+                            &shape,
+                            1,
+                        )
+                        .unwrap()
+                    };
+                    assert!(
+                        got == want,
+                        "{planes} × {rows} rows of {row} bytes, {pitch} apart, flipped {flip}, shift {shift}"
+                    );
+                }
+            }
+        }
+    });
+}
+
 /// A few columns of a matrix whose rows lie a page or more apart (the gather
 /// that copies each row's lanes one by one), for several element sizes and
 /// at odd addresses.

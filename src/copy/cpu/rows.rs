@@ -71,6 +71,30 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
     // against cached: 16 MiB of 4 KiB rows 57 / 111 against 65 / 123 (torch
     // 58–64 / 111–120); 20 MiB 55 / 111 against 51–57 (torch 50–56 / 89–96).
     let nt = nt || plan.bytes() >= runs_stream_threshold(false);
+    // Rows of a few hundred bytes to 2 KiB: one loop over the rows of each
+    // slice, where the CPU has AVX2 ([`ROW_LOOP_MAX`], [`SPARSE_ROWS_SPAN`]).
+    #[cfg(target_arch = "x86_64")]
+    if let Some((o, batch)) = outer.split_first()
+        && (SHORT_ROW_MAX + 1..ROW_LOOP_MAX).contains(&row)
+        && (!nt || o.src.unsigned_abs() >= SPARSE_ROWS_SPAN * row as usize)
+        && super::avx2::enabled()
+    {
+        let rows = plan.numel / len;
+        par_for(rows, plan.bytes(), |r0, r1| {
+            for_each_segment(batch, o.len, r0, r1, |dof, so, j0, n| {
+                // SAFETY: rows `j0..j0 + n` of one slice of the plan, in bounds
+                // on both sides; the CPU has AVX2 (checked).
+                unsafe {
+                    let (dp, sp) = (
+                        d.get().offset(dof + j0 as isize * o.dst),
+                        s.get().offset(so + j0 as isize * o.src),
+                    );
+                    super::avx2::copy_runs(dp, sp, n, row as usize, o.dst, o.src);
+                }
+            });
+        });
+        return;
+    }
     par_for(plan.numel, plan.bytes(), |w0, w1| {
         for_each_segment(outer, len, w0, w1, |dof, so, i0, n| {
             let off = (i0 * e) as isize;
@@ -80,6 +104,38 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         store_fence(nt);
     });
 }
+
+/// Rows longer than [`SHORT_ROW_MAX`] and shorter than this many bytes go
+/// through one loop a slice ([`super::avx2::copy_runs`]: 32-byte loads, four
+/// before their stores), not a [`copy_run`] a row (a call to libc's memcpy for
+/// these lengths, through [`for_each_segment`]'s closure): a row a page or more
+/// from the next is a demand miss, and the fewer instructions each row costs,
+/// the more rows' misses the core keeps in flight. Zen 2 VM, Python, into a new
+/// output, alternated processes, µs, a row at a time → the loop (torch): one
+/// thread, `x[:, :96]` of 8192² f32 774–776 → 536–574 (487–511), `[:, :128]`
+/// 832–836 → 645–668 (601–735); two cores, 100³ f32 `[:, ::2]` 49–54 → 35–40
+/// (40–47), 2000 × 512 `[:, :100]` 20–23 → 16–18 (18–21), 2048² u8 flipped
+/// `[::-1, :1000]` 40–42 → 37–38. Rows of 2 KiB and more keep [`copy_run`],
+/// whose AVX2 blocks and `rep movsb` take them; shorter ones [`short_rows`]
+/// (this loop lost on 64-byte rows, 146–157 → 174–180 µs, and matched it on 128
+/// and 256).
+const ROW_LOOP_MAX: isize = 2048;
+
+/// Streamed copies of rows past [`SHORT_ROW_MAX`] and under [`ROW_LOOP_MAX`]
+/// bytes whose rows lie this many row lengths apart or more take the row loop's
+/// ordinary stores too. Their source is read a few lines a page, at the pace of
+/// one miss a row, which the stores' write-backs do not slow, while streamed
+/// stores lost. Zen 2 VM, Python, into a new output, alternated processes, µs,
+/// streamed → the loop (torch, NumPy): one thread, `x[:, :200]` of 8192² f32
+/// 1455–1577 → 929–932 (925–945), `[:, :256]` 1657–1672 → 1127–1140
+/// (1186–1223), 16384 × 4096 `[:, :256]` 3197–3249 → 2313–2360 (2346–2411),
+/// 32768 × 2048 `[:, :256]` (32 MiB) 6396–6475 → 4584–4765 (NumPy 4947–7441);
+/// two cores, 65536 × 512 `[:, :128]` (2 KiB apart) 5150–5212 → 3597–3664,
+/// 8192² `[:, :200]` 815–846 → 540–550 (608–666). Denser rows keep streaming: 1
+/// KiB rows 4 KiB apart even (32768 × 1024 `[:, :256]`, 3440–3503 streamed,
+/// 3474–3522 cached), 1600-byte rows 4 KiB apart 4653–4682 streamed against
+/// 5390–5528, `[:, :500]` of 32768 × 512 3862–4076 against 4859–4986.
+const SPARSE_ROWS_SPAN: usize = 4;
 
 /// Rows up to this many bytes, under one outer dim, take [`short_rows`]
 /// (ordinary stores: streaming whole lines of short rows measured slower).
