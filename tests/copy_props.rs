@@ -983,41 +983,46 @@ fn sliced_rows_and_flips() {
     }
 }
 
-/// Rows of 257 bytes to 2 KiB (the AVX2 row loop): slices of a matrix whose
-/// rows are a few or many row lengths apart (sparse rows keep ordinary stores
-/// where a copy streams), under two outer dims that do not merge, flipped,
-/// at odd addresses, split across threads, with each kernel, streamed and
-/// not.
+/// Rows of 128 and 256 bytes (AVX2's whole-row loop) and of 257 bytes to 2
+/// KiB (its loop over a slice's rows) of 4-byte elements: slices of a matrix
+/// whose rows are a few or many row lengths apart (sparse rows keep ordinary
+/// stores where a copy streams), under two outer dims that do not merge,
+/// flipped, off the elements' alignment, split across threads, with each
+/// kernel, streamed and not.
 #[test]
-fn row_loops_of_mid_rows() {
+fn row_loops_of_short_and_mid_rows() {
+    const E: usize = 4;
     with_each_kernel_and_stream(|| {
-        // (row bytes, source row stride in bytes): rows 257 to 2047 bytes, a
-        // few lengths apart or a page and more.
+        // (row, source row stride), in elements: a few lengths apart or a
+        // page and more.
         for (row, pitch) in [
-            (260usize, 300usize),
-            (384, 4096),
-            (1000, 1100),
-            (1000, 4000),
-            (2044, 8192),
-            (2047, 2049),
+            (32usize, 50usize),
+            (32, 2048),
+            (64, 75),
+            (64, 1024),
+            (65, 75),
+            (96, 1024),
+            (250, 275),
+            (250, 1000),
+            (511, 2048),
         ] {
-            // (planes, rows a plane): 1 × 700 (one outer dim, past the
+            // (planes, rows a plane): 1 × 1100 (one outer dim, past the
             // threads' split), 3 × 5 (two outer dims: planes one row more
             // apart than their rows fill).
-            for (planes, rows) in [(1usize, 700usize), (3, 5)] {
+            for (planes, rows) in [(1usize, 1100usize), (3, 5)] {
                 for (flip, shift) in [(false, 0usize), (false, 3), (true, 1)] {
                     let plane = (rows + 1) * pitch;
-                    let src = pattern(planes * plane + shift, (row + pitch + rows) as u64);
-                    let mut got = vec![0u8; planes * rows * row + shift];
+                    let src = pattern(planes * plane * E + shift, (row + pitch + rows) as u64);
+                    let mut got = vec![0u8; planes * rows * row * E + shift];
                     let mut want = got.clone();
                     let shape = [planes, rows, row];
                     let (mut src_strides, mut off) = ([plane as isize, pitch as isize, 1], shift);
                     if flip {
                         src_strides[1] = -(pitch as isize);
-                        off += (rows - 1) * pitch;
+                        off += (rows - 1) * pitch * E;
                     }
                     let dst_strides = [(rows * row) as isize, row as isize, 1];
-                    reference(&mut want, shift, &dst_strides, &src, off, &src_strides, &shape, 1);
+                    reference(&mut want, shift, &dst_strides, &src, off, &src_strides, &shape, E);
                     // SAFETY: every row of the view lies inside `src` (the
                     // flipped one's first row at `off`), every destination row
                     // inside `got` past `shift`.
@@ -1028,13 +1033,13 @@ fn row_loops_of_mid_rows() {
                             src.as_ptr().add(off),
                             &src_strides,
                             &shape,
-                            1,
+                            E,
                         )
                         .unwrap()
                     };
                     assert!(
                         got == want,
-                        "{planes} × {rows} rows of {row} bytes, {pitch} apart, flipped {flip}, shift {shift}"
+                        "{planes} × {rows} rows of {row} elements, {pitch} apart, flipped {flip}, shift {shift}"
                     );
                 }
             }

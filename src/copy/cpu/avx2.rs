@@ -361,3 +361,34 @@ pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: 
         }
     }
 }
+
+/// Copies `count` rows of `ROW` bytes (128 or 256), `ds` and `ss` bytes
+/// apart, each row loaded whole (four or eight 32-byte loads) before it is
+/// stored: the least work a row, so that the core keeps the most rows' misses
+/// in flight where rows lie far apart ([`super::rows`]'s short rows).
+///
+/// # Safety
+///
+/// The CPU has AVX2; every row `dst + j·ds`, `src + j·ss` (`j < count`) as
+/// `ptr::copy_nonoverlapping(src, dst, ROW)`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn copy_rows<const ROW: usize>(dst: *mut u8, src: *const u8, count: usize, ds: isize, ss: isize) {
+    const { assert!(ROW == 128 || ROW == 256) };
+    let (mut d, mut s) = (dst, src);
+    for _ in 0..count {
+        // SAFETY: bytes `0..ROW` of this row of both operands (the caller's
+        // contract).
+        unsafe {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (k, x) in v.iter_mut().take(ROW / 32).enumerate() {
+                *x = _mm256_loadu_si256(s.add(32 * k).cast());
+            }
+            for (k, x) in v.iter().take(ROW / 32).enumerate() {
+                _mm256_storeu_si256(d.add(32 * k).cast(), *x);
+            }
+        }
+        // Wrapping: past the last row the pointers may leave the operands.
+        d = d.wrapping_offset(ds);
+        s = s.wrapping_offset(ss);
+    }
+}

@@ -46,8 +46,19 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
             // SAFETY: rows `r0..r1` of the plan, in bounds on both sides.
             unsafe {
                 let (dp, sp) = (d.get().offset(r0 as isize * ds), s.get().offset(r0 as isize * ss));
-                // Literal sizes inline to fixed-size copies; others stay dynamic.
                 let n = r1 - r0;
+                // Rows of 128 and 256 bytes that are not prefetched: AVX2's
+                // whole-row loop ([`SHORT_ROWS_AVX2`]).
+                #[cfg(target_arch = "x86_64")]
+                if ahead == 0 && SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled() {
+                    // SAFETY: as above; the CPU has AVX2 (checked), `row` is 128 or 256.
+                    return if row == 128 {
+                        super::avx2::copy_rows::<128>(dp, sp, n, ds, ss)
+                    } else {
+                        super::avx2::copy_rows::<256>(dp, sp, n, ds, ss)
+                    };
+                }
+                // Literal sizes inline to fixed-size copies; others stay dynamic.
                 match row {
                     4 => short_rows(dp, sp, ds, ss, n, 4, ahead, false),
                     8 => short_rows(dp, sp, ds, ss, n, 8, ahead, false),
@@ -55,6 +66,7 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
                     32 => short_rows(dp, sp, ds, ss, n, 32, ahead, false),
                     64 => short_rows(dp, sp, ds, ss, n, 64, ahead, false),
                     128 => short_rows(dp, sp, ds, ss, n, 128, ahead, false),
+                    256 => short_rows(dp, sp, ds, ss, n, 256, ahead, false),
                     other => short_rows(dp, sp, ds, ss, n, other as usize, ahead, false),
                 }
             }
@@ -136,6 +148,23 @@ const ROW_LOOP_MAX: isize = 2048;
 /// 3474–3522 cached), 1600-byte rows 4 KiB apart 4653–4682 streamed against
 /// 5390–5528, `[:, :500]` of 32768 × 512 3862–4076 against 4859–4986.
 const SPARSE_ROWS_SPAN: usize = 4;
+
+/// Short rows of 128 and 256 bytes go through [`super::avx2::copy_rows`]
+/// where the CPU has AVX2 and they are not prefetched ([`short_rows_ahead`]):
+/// each row loaded whole in four or eight 32-byte loads, then stored, a loop
+/// a call. [`short_rows`] moved them in 16-byte blocks (and 256-byte rows
+/// through a call to libc's memcpy each: a literal 256 there took 326–365
+/// µs where the call took 429–439 on the first figure below). Zen 2 VM,
+/// Python, into a new output, alternated processes, µs (torch): one thread,
+/// `x[:, :64]` of 8192² f32 424–439 → 309–343 (333–358), `[:, :32]` 256–282 →
+/// 205–233 (213–234); two cores, `[:, :64]` 404–431 → 275–286 (295–329),
+/// `[:, :32]` 203–218 → 155–156 (172–207), 20000 × 300 `[:, :16]` f64
+/// 183–186 → 127–148 (154–216), 4000 × 40 `[:, :32]` f32 14–15 → 12 (15–17),
+/// 2000² u8 `[:, :256]` 18–19 → 13–14 (17–23), 1000 × 300 `[:, :64]` f32
+/// 10–15 → 11–13 (10–15). Not 64-byte rows: 139–165 → 476 (two loads and
+/// stores a row; the cause is not found).
+#[cfg(target_arch = "x86_64")]
+const SHORT_ROWS_AVX2: [isize; 2] = [128, 256];
 
 /// Rows up to this many bytes, under one outer dim, take [`short_rows`]
 /// (ordinary stores: streaming whole lines of short rows measured slower).
