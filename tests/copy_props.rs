@@ -983,12 +983,11 @@ fn sliced_rows_and_flips() {
     }
 }
 
-/// Rows of 128 and 256 bytes (AVX2's whole-row loop) and of 257 bytes to 2
-/// KiB (its loop over a slice's rows) of 4-byte elements: slices of a matrix
-/// whose rows are a few or many row lengths apart (sparse rows keep ordinary
-/// stores where a copy streams), under two outer dims that do not merge,
-/// flipped, off the elements' alignment, split across threads, with each
-/// kernel, streamed and not.
+/// Short rows (32 to 64 bytes, a pointer walk; 128 and 256 bytes, AVX2's whole-row loop) and rows of
+/// 257 bytes to 2 KiB (its loop over a slice's rows) of 4-byte elements: slices of a matrix whose
+/// rows are a few or many row lengths apart (sparse rows keep ordinary stores where a copy
+/// streams), under two outer dims that do not merge, flipped, off the elements' alignment, split
+/// across threads, with each kernel, streamed and not.
 #[test]
 fn row_loops_of_short_and_mid_rows() {
     const E: usize = 4;
@@ -996,7 +995,9 @@ fn row_loops_of_short_and_mid_rows() {
         // (row, source row stride), in elements: a few lengths apart or a
         // page and more.
         for (row, pitch) in [
-            (32usize, 50usize),
+            (8usize, 1024usize),
+            (16, 20),
+            (32, 50),
             (32, 2048),
             (64, 75),
             (64, 1024),
@@ -1007,9 +1008,9 @@ fn row_loops_of_short_and_mid_rows() {
             (511, 2048),
         ] {
             // (planes, rows a plane): 1 × 1100 (one outer dim, past the
-            // threads' split), 3 × 5 (two outer dims: planes one row more
-            // apart than their rows fill).
-            for (planes, rows) in [(1usize, 1100usize), (3, 5)] {
+            // threads' split), 5 × 60 (two outer dims: planes one row more
+            // apart than their rows fill; past the tiny copies' 2 KiB).
+            for (planes, rows) in [(1usize, 1100usize), (5, 60)] {
                 for (flip, shift) in [(false, 0usize), (false, 3), (true, 1)] {
                     let plane = (rows + 1) * pitch;
                     let src = pattern(planes * plane * E + shift, (row + pitch + rows) as u64);
