@@ -708,6 +708,46 @@ fn large_transposes_of_few_long_rows() {
     });
 }
 
+/// Transposes whose runs are 1 KiB or more on both sides, into line-aligned
+/// destination rows, from source rows whose lines spread over L1 sets: AVX2's
+/// whole-line tiles when streamed on a CPU without AVX-512 (its own route
+/// where it has it), of 1-, 2- and 4-byte elements, with every kernel set,
+/// streamed and not; several tiles each way and partial ones, edge rows and
+/// columns, a batch dim, operands on and off a line, and source rows flipped.
+#[test]
+fn whole_line_tiles_from_spread_rows() {
+    with_each_kernel_and_stream(|| {
+        for (src_at, dst_at) in [(0, 0), (16, 40), (33, 0)] {
+            check_permute_at(&[1088, 1100], &[1, 0], 1, src_at, dst_at);
+            check_permute_at(&[576, 1030], &[1, 0], 2, src_at, dst_at);
+            check_permute_at(&[2, 320, 300], &[0, 2, 1], 4, src_at, dst_at);
+        }
+        // Rows read bottom up: x[::-1].T of 1152 × 1040 bytes.
+        for e in [1, 2, 4] {
+            let (rows, cols) = (1152 / e, 1040 / e);
+            let src = pattern(rows * cols * e, e as u64);
+            let mut got = vec![0u8; rows * cols * e];
+            let mut want = got.clone();
+            let (shape, dst_strides, src_strides) = ([cols, rows], [rows as isize, 1], [1, -(cols as isize)]);
+            let last = (rows - 1) * cols * e;
+            reference(&mut want, 0, &dst_strides, &src, last, &src_strides, &shape, e);
+            // SAFETY: the view's elements lie inside `src`, the destination's in `got`.
+            unsafe {
+                copy_strided(
+                    got.as_mut_ptr(),
+                    &dst_strides,
+                    src.as_ptr().add(last),
+                    &src_strides,
+                    &shape,
+                    e,
+                )
+                .unwrap();
+            }
+            assert!(got == want, "flipped rows, e = {e}");
+        }
+    });
+}
+
 #[test]
 fn unaligned_pointers() {
     for shift in [1, 3, 5] {

@@ -1,6 +1,7 @@
 //! AVX2 register transposes for 1-, 2-, 4- and 8-byte elements (32×32,
 //! 16×16, 8×8, 4×4 blocks of 32-byte rows), used when the CPU has AVX2 (detected at run
-//! time; the x86-64 baseline is SSE2). Twice the bytes per instruction of the
+//! time; the x86-64 baseline is SSE2), and whole-line tiles of 1-, 2- and
+//! 4-byte elements for streamed transposes ([`line_tiles`]). Twice the bytes per instruction of the
 //! SSE2 kernels: a large transpose is bound by instructions as much as by
 //! memory on two cores (4096² f32, one run: 16×16 SSE2 blocks 27 GB/s, AVX2
 //! 53 GB/s, streaming memcpy 79 GB/s).
@@ -15,6 +16,7 @@ use std::arch::x86_64::{
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::blocks::{self, Kernel};
+use super::runs::{Cache, prefetch};
 
 /// 0: not yet decided, 1: off, 2: on.
 static STATE: AtomicU8 = AtomicU8::new(0);
@@ -73,6 +75,50 @@ macro_rules! avx2_kernel {
         $(#[$doc])*
         pub(super) struct $name;
 
+        impl $name {
+            /// Source rows `0..M` × elements `0..M` of `src` transposed:
+            /// register `q` holds element `q` of every row (32 bytes).
+            ///
+            /// # Safety
+            ///
+            /// The CPU has AVX2; rows `src + k·sa` (`k < M`) readable for 32 bytes.
+            #[target_feature(enable = "avx2")]
+            #[inline]
+            unsafe fn columns(src: *const u8, sa: isize) -> [__m256i; 2 * $half] {
+                const HALF: usize = $half;
+                let zero = _mm256_setzero_si256();
+                let mut a = [zero; HALF];
+                let mut b = [zero; HALF];
+                // SAFETY: the caller's contract.
+                unsafe {
+                    for k in 0..HALF {
+                        a[k] = _mm256_loadu_si256(src.offset(k as isize * sa).cast());
+                        b[k] = _mm256_loadu_si256(src.offset((HALF + k) as isize * sa).cast());
+                    }
+                }
+                let mut rounds = HALF.trailing_zeros();
+                while rounds > 0 {
+                    let (mut ta, mut tb) = ([zero; HALF], [zero; HALF]);
+                    for k in 0..HALF / 2 {
+                        ta[2 * k] = $lo(a[k], a[k + HALF / 2]);
+                        ta[2 * k + 1] = $hi(a[k], a[k + HALF / 2]);
+                        tb[2 * k] = $lo(b[k], b[k + HALF / 2]);
+                        tb[2 * k + 1] = $hi(b[k], b[k + HALF / 2]);
+                    }
+                    (a, b) = (ta, tb);
+                    rounds -= 1;
+                }
+                // Lane 0 of a[q] / b[q]: column q of rows 0..HALF / HALF..M;
+                // lane 1: column HALF + q.
+                let mut out = [zero; 2 * HALF];
+                for q in 0..HALF {
+                    out[q] = _mm256_permute2x128_si256::<0x20>(a[q], b[q]);
+                    out[HALF + q] = _mm256_permute2x128_si256::<0x31>(a[q], b[q]);
+                }
+                out
+            }
+        }
+
         impl Kernel for $name {
             const E: usize = 16 / $half;
             const M: usize = 2 * $half;
@@ -80,41 +126,15 @@ macro_rules! avx2_kernel {
             #[target_feature(enable = "avx2")]
             #[inline]
             unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-                const HALF: usize = $half;
-                let zero = _mm256_setzero_si256();
                 // SAFETY: the caller's contract: rows `src + k·sa` readable and
                 // `dst + q·db` writable for 32 bytes (32-byte aligned with `NT`).
                 unsafe {
-                    let mut a = [zero; HALF];
-                    let mut b = [zero; HALF];
-                    for k in 0..HALF {
-                        a[k] = _mm256_loadu_si256(src.offset(k as isize * sa).cast());
-                        b[k] = _mm256_loadu_si256(src.offset((HALF + k) as isize * sa).cast());
-                    }
-                    let mut rounds = HALF.trailing_zeros();
-                    while rounds > 0 {
-                        let (mut ta, mut tb) = ([zero; HALF], [zero; HALF]);
-                        for k in 0..HALF / 2 {
-                            ta[2 * k] = $lo(a[k], a[k + HALF / 2]);
-                            ta[2 * k + 1] = $hi(a[k], a[k + HALF / 2]);
-                            tb[2 * k] = $lo(b[k], b[k + HALF / 2]);
-                            tb[2 * k + 1] = $hi(b[k], b[k + HALF / 2]);
-                        }
-                        (a, b) = (ta, tb);
-                        rounds -= 1;
-                    }
-                    // Lane 0 of a[q] / b[q]: column q of rows 0..HALF / HALF..M;
-                    // lane 1: column HALF + q.
-                    for q in 0..HALF {
-                        let lo = _mm256_permute2x128_si256::<0x20>(a[q], b[q]);
-                        let hi = _mm256_permute2x128_si256::<0x31>(a[q], b[q]);
-                        let (dl, dh) = (dst.offset(q as isize * db), dst.offset((HALF + q) as isize * db));
+                    for (q, v) in Self::columns(src, sa).into_iter().enumerate() {
+                        let d = dst.offset(q as isize * db);
                         if NT {
-                            _mm256_stream_si256(dl.cast(), lo);
-                            _mm256_stream_si256(dh.cast(), hi);
+                            _mm256_stream_si256(d.cast(), v);
                         } else {
-                            _mm256_storeu_si256(dl.cast(), lo);
-                            _mm256_storeu_si256(dh.cast(), hi);
+                            _mm256_storeu_si256(d.cast(), v);
                         }
                     }
                 }
@@ -135,6 +155,40 @@ macro_rules! avx2_kernel {
 /// 64⁴ 3021 1.01×, 32⁵ 03142 0.98×, 200000 × 128 1.01×.
 pub(super) struct U8;
 
+impl U8 {
+    /// Source rows `0..32` × bytes `0..16` of `src` transposed: register `q`
+    /// holds byte `q` of every row (one half of the micro tile).
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX2; rows `src + k·sa` (`k < 32`) readable for 16 bytes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn columns(src: *const u8, sa: isize) -> [__m256i; 16] {
+        let zero = _mm256_setzero_si256();
+        let mut r = [zero; 16];
+        // SAFETY: the caller's contract.
+        unsafe {
+            let mut s = src;
+            for row in r.iter_mut() {
+                let lo = _mm256_castsi128_si256(_mm_loadu_si128(s.cast()));
+                *row = _mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(s.offset(16 * sa).cast()));
+                s = s.offset(sa);
+            }
+        }
+        for _ in 0..4 {
+            let mut t = [zero; 16];
+            for k in 0..8 {
+                t[2 * k] = _mm256_unpacklo_epi8(r[k], r[k + 8]);
+                t[2 * k + 1] = _mm256_unpackhi_epi8(r[k], r[k + 8]);
+            }
+            r = t;
+        }
+        // Lane 0 of r[q]: column q of rows 0..16; lane 1: of rows 16..32.
+        r
+    }
+}
+
 impl Kernel for U8 {
     const E: usize = 1;
     const M: usize = 32;
@@ -142,33 +196,16 @@ impl Kernel for U8 {
     #[target_feature(enable = "avx2")]
     #[inline]
     unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-        let zero = _mm256_setzero_si256();
         for h in 0..2 {
             // SAFETY: the caller's contract: rows `src + k·sa` readable and
             // `dst + q·db` writable for 32 bytes (32-byte aligned with `NT`).
             unsafe {
-                let mut s = src.add(16 * h);
-                let mut r = [zero; 16];
-                for row in r.iter_mut() {
-                    let lo = _mm256_castsi128_si256(_mm_loadu_si128(s.cast()));
-                    *row = _mm256_inserti128_si256::<1>(lo, _mm_loadu_si128(s.offset(16 * sa).cast()));
-                    s = s.offset(sa);
-                }
-                for _ in 0..4 {
-                    let mut t = [zero; 16];
-                    for k in 0..8 {
-                        t[2 * k] = _mm256_unpacklo_epi8(r[k], r[k + 8]);
-                        t[2 * k + 1] = _mm256_unpackhi_epi8(r[k], r[k + 8]);
-                    }
-                    r = t;
-                }
-                // Lane 0 of r[q]: column 16·h + q of rows 0..16; lane 1: of rows 16..32.
                 let mut d = dst.offset(16 * h as isize * db);
-                for row in r.iter() {
+                for row in U8::columns(src.add(16 * h), sa) {
                     if NT {
-                        _mm256_stream_si256(d.cast(), *row);
+                        _mm256_stream_si256(d.cast(), row);
                     } else {
-                        _mm256_storeu_si256(d.cast(), *row);
+                        _mm256_storeu_si256(d.cast(), row);
                     }
                     d = d.offset(db);
                 }
@@ -365,7 +402,7 @@ pub(super) unsafe fn copy_runs(dst: *mut u8, src: *const u8, count: usize, run: 
 /// Copies `count` rows of `ROW` bytes (128 or 256), `ds` and `ss` bytes
 /// apart, each row loaded whole (four or eight 32-byte loads) before it is
 /// stored: the least work a row, so that the core keeps the most rows' misses
-/// in flight where rows lie far apart ([`super::rows`]'s short rows).
+/// in flight where rows lie far apart ([`super::rows`](mod@super::rows)'s short rows).
 ///
 /// # Safety
 ///
@@ -390,5 +427,110 @@ pub(super) unsafe fn copy_rows<const ROW: usize>(dst: *mut u8, src: *const u8, c
         // Wrapping: past the last row the pointers may leave the operands.
         d = d.wrapping_offset(ds);
         s = s.wrapping_offset(ss);
+    }
+}
+
+/// Element sizes with a whole-line kernel ([`line_tiles`]).
+pub(super) fn has_line_kernel(e: usize) -> bool {
+    matches!(e, 1 | 2 | 4)
+}
+
+/// Source rows `0..32 / E` × elements `0..16` of `src` transposed: register
+/// `q` holds element `q` of every row (32 bytes, half a destination line).
+///
+/// # Safety
+///
+/// The CPU has AVX2; `E` is 1, 2 or 4; rows `src + k·sa` (`k < 32 / E`)
+/// readable for `16·E` bytes.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn half_lines<const E: usize>(src: *const u8, sa: isize) -> [__m256i; 16] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match E {
+            1 => U8::columns(src, sa),
+            2 => U16::columns(src, sa),
+            _ => {
+                let mut out = [_mm256_setzero_si256(); 16];
+                out[..8].copy_from_slice(&U32::columns(src, sa));
+                out[8..].copy_from_slice(&U32::columns(src.add(32), sa));
+                out
+            }
+        }
+    }
+}
+
+/// `64 / E` source rows × 16 elements into 16 whole destination lines, each
+/// streamed in two 32-byte stores back to back, so that no line is ever left
+/// half written: the first half of the rows' columns wait in L1 (16 stores)
+/// while the second half's are transposed.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `E` is 1, 2 or 4; rows `src + k·sa` (`k < 64 / E`)
+/// readable for `16·E` bytes, `dst + q·db` (`q < 16`) writable for 64 bytes
+/// and 64-byte aligned.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn line_micro<const E: usize>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let held = half_lines::<E>(src, sa);
+        let last = half_lines::<E>(src.offset((32 / E) as isize * sa), sa);
+        for (q, (h, l)) in held.into_iter().zip(last).enumerate() {
+            let d = dst.offset(q as isize * db);
+            _mm256_stream_si256(d.cast(), h);
+            _mm256_stream_si256(d.add(32).cast(), l);
+        }
+    }
+}
+
+/// Source lines ahead along each row that [`line_tiles`] prefetches into L2.
+/// Zen 2 VM, one thread, `devtensor bench` (% of memcpy), 8192² u8 from an
+/// 8256-wide matrix: tiles of 512 rows × 512 bytes, one 51.5, two 52–53,
+/// three 50.6; 128 rows × 2 KiB, none 39.6, two 43.8; 256 × 1 KiB, two
+/// 49.6, four 47.6.
+const LINES_AHEAD: isize = 2;
+
+/// `dst[i·E + j·db] = src[i·sa + j·E]` for `i < fi`, `j < fj` (multiples of
+/// `64 / E` and 16) in whole streamed lines ([`line_micro`]), a column of
+/// micro tiles after another (`j` outer), as [`super::avx512::line_tiles`]
+/// walks them; at the first micro tile of each source line, the line
+/// [`LINES_AHEAD`] further along its rows is prefetched: a tile reads a line
+/// of each of hundreds of rows a step, more streams than the hardware
+/// prefetchers follow.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `E` is 1, 2 or 4; every address formed is an element of
+/// its operand; `dst` and `db` are multiples of a line.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn line_tiles<const E: usize>(
+    dst: *mut u8,
+    src: *const u8,
+    fi: usize,
+    fj: usize,
+    sa: isize,
+    db: isize,
+) {
+    const LINE: usize = blocks::LINE;
+    let rows = LINE / E;
+    let mut j = 0;
+    while j < fj {
+        let mut i = 0;
+        while i < fi {
+            let at = src.wrapping_offset(i as isize * sa).wrapping_add(j * E);
+            if (j * E).is_multiple_of(LINE) {
+                let ahead = at.wrapping_offset(LINES_AHEAD * LINE as isize);
+                for k in 0..rows {
+                    prefetch(ahead.wrapping_offset(k as isize * sa), Cache::L2);
+                }
+            }
+            // SAFETY: micro tile (i, j) lies inside the block (the caller's
+            // contract); its destination rows start on lines.
+            unsafe { line_micro::<E>(dst.add(i * E).offset(j as isize * db), at, sa, db) };
+            i += rows;
+        }
+        j += 16;
     }
 }

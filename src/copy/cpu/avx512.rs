@@ -8,7 +8,8 @@
 //! line a store, so a line completes only when a second store reaches it;
 //! streamed that way, the CPU's few write-combining buffers flush lines in
 //! pieces, and those kernels go through an L1 staging tile instead (a second
-//! load and store of every byte). A whole-line store leaves nothing open:
+//! load and store of every byte), or pair two micro tiles' halves of each
+//! line ([`super::avx2::line_tiles`]). A whole-line store leaves nothing open:
 //! tiles go straight from the source to memory. Also the whole-line copy of
 //! streamed runs ([`stream_lines`]) and the row copies of row tiles in cache
 //! ([`copy_runs`]).

@@ -185,7 +185,7 @@ unsafe fn direct<K: Kernel, const NT: bool>(
 /// the 64 sets that lines a page apart share. Asked once per block, so
 /// cheap where it can be: blocks of permutes are a micro tile or two.
 #[inline(always)]
-fn rows_crowd_l1_sets(sa: isize, m: usize) -> bool {
+pub(super) fn rows_crowd_l1_sets(sa: isize, m: usize) -> bool {
     const WAYS: usize = 8;
     if m <= WAYS {
         return false;

@@ -18,14 +18,14 @@ use smallvec::SmallVec;
 use self::extension::{Extension, extended_split};
 use self::prefetches::{NextTile, RunEnds};
 use self::tile_sizes::{
-    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, prefetched_tile, small_runs,
-    small_src_len,
+    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile, prefetched_tile,
+    small_runs, small_src_len,
 };
 #[cfg(target_arch = "x86_64")]
-use super::avx2::enabled as avx2_enabled;
+use super::avx2::{self, enabled as avx2_enabled};
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
-use super::blocks::LINE;
+use super::blocks::{LINE, rows_crowd_l1_sets};
 use super::caches::{l2_bytes, l2_has_few_ways};
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
@@ -44,6 +44,20 @@ use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_enabled() -> bool {
     false
+}
+
+/// Whether AVX2's whole-line kernels ([`avx2::line_tiles`]) run and have one
+/// for `e`-byte elements (none off x86-64).
+fn has_avx2_line_kernel(e: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        avx2_enabled() && avx2::has_line_kernel(e)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = e;
+        false
+    }
 }
 
 /// Whether the AVX-512 kernels ([`avx512`]) run and have one for `e`-byte
@@ -343,6 +357,31 @@ enum Route {
     /// 3000 × 5001 37.9 → 47.2, 5000 × 3000 31.2 → 51.7; f64 2049 × 4095 38.1
     /// → 48.9, 1025 × 2047 39.8 → 43.4, 16 × 1025 × 511 021 44.4 → 49.6.
     Avx512Sheared,
+    /// The AVX-512 route's walk where the CPU has AVX2 only, for 1-, 2- and
+    /// 4-byte elements with runs of [`PREFETCHED_MIN_RUN`] or more on both
+    /// sides, from source rows whose lines spread over L1 sets
+    /// ([`rows_crowd_l1_sets`]): micro tiles of a line's rows × 16 elements
+    /// whose lines are streamed whole, each in two stores back to back
+    /// ([`avx2::line_tiles`]), in tiles of 512 source rows
+    /// ([`avx2_line_tile`]), each row's lines prefetched two ahead. On the
+    /// prefetched route every byte is stored twice, into the staging tile
+    /// and out of it, and the tile's ordinary stores queue behind the
+    /// streamed ones in the store buffer: the transposes wait on the writes
+    /// to memory instead of overlapping them. Zen 2 VM, two cores,
+    /// `devtensor bench` (% of memcpy), three alternated runs, prefetched →
+    /// here: from a matrix wider than its rows, 8192² u8 60–61 → 70–71, 4096²
+    /// f16 63–64 → 80–81, f32 70–72 → 89–90; 32 × 512² f32 batched 68 → 78,
+    /// NCHW → NHWC 16 × 256 × 56² f32 66–68 → 85–87, NHWC → NCHW 61–63 →
+    /// 69–70, 256³ f32 permuted 201 61–62 → 73–76. Python, two cores, from
+    /// NumPy arrays into a reused output, two alternated runs, µs: `x.T` of
+    /// 6144 × 6000 u8 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 →
+    /// 1306–1785, 2048 × 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16
+    /// permuted 021 937–1049 → 605–769. Rows a multiple of 4 KiB apart keep
+    /// the prefetched route (a micro tile's rows in one L1 set; one thread,
+    /// 8192² u8 37 → 18, through a copy of each strip 37 → 38), and so do
+    /// shorter runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one
+    /// thread: 60 → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51).
+    Avx2Lines,
 }
 
 /// Which micro tiles a transpose's tiles are made of (one choice a copy).
@@ -354,16 +393,20 @@ enum Kernels {
     Avx2,
     /// The whole-line AVX-512 kernels ([`avx512::line_tiles`]), streamed only.
     Avx512,
+    /// AVX2's whole-line kernels ([`super::avx2::line_tiles`]), streamed only.
+    Avx2Lines,
 }
 
 impl Kernels {
     /// The micro tile for `T` as (source rows, source elements a row): the
-    /// element type's square one, or the AVX-512 kernel's
-    /// ([`avx512::micro_dims`]: 64 × 16 for 3-byte pixels).
+    /// element type's square one, the AVX-512 kernel's
+    /// ([`avx512::micro_dims`]: 64 × 16 for 3-byte pixels), or AVX2's
+    /// whole-line one (a line's elements × 16).
     fn micro_dims<T: Elem>(self) -> (usize, usize) {
         match self {
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512 => avx512::micro_dims(size_of::<T>()),
+            Kernels::Avx2Lines => (LINE / size_of::<T>(), 16),
             k => {
                 let m = T::micro_len(k == Kernels::Avx2);
                 (m, m)
@@ -482,6 +525,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         };
     let dst_rows_elem_aligned = b.dst % e as isize == 0 && (dst as usize).is_multiple_of(e);
     let whole_line_runs = a.len * e >= LINE && (a.len * e).is_multiple_of(LINE);
+    // Where the CPU has AVX2 and not AVX-512 (whose route above comes first),
+    // streamed copies with long runs on both sides, line-aligned destination
+    // rows and source rows whose lines spread over L1 sets take whole-line
+    // micro tiles too ([`Route::Avx2Lines`]).
+    let avx2_lines = nt
+        && has_avx2_line_kernel(e)
+        && dst_rows_line_aligned
+        && a.len * e >= PREFETCHED_MIN_RUN
+        && b.len * e >= PREFETCHED_MIN_RUN
+        && !rows_crowd_l1_sets(a.src, LINE / e);
     let route = if small && !rows_share_sets() {
         Route::Small
     } else if nt
@@ -499,6 +552,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && a.len * e >= SHEARED_MIN_ROW
     {
         Route::Avx512Sheared
+    } else if avx2_lines {
+        Route::Avx2Lines
     } else if prefetched {
         Route::Prefetched
     } else if e.is_power_of_two() && dst_rows_line_aligned && a.len * e >= LINES_MIN_ROW {
@@ -685,7 +740,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let kernels = if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
+    let kernels = if route == Route::Avx2Lines {
+        Kernels::Avx2Lines
+    } else if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         Kernels::Avx512
     } else if (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled() {
         Kernels::Avx2
@@ -713,6 +770,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
+        Route::Avx2Lines => avx2_line_tile(e),
         Route::Avx512 if e == 3 => AVX512_TILE_3,
         Route::Avx512 => AVX512_TILE,
         Route::Avx512Sheared => AVX512_SHEARED_TILE,
@@ -742,7 +800,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // Assumes the batch keeps the alignment: a slice that does not is still
     // correct, only slower (tile() cuts partial lines off itself).
     let lead = |p: usize, len: usize| match route {
-        Route::Lines | Route::Prefetched | Route::Avx512 => ((LINE - p % LINE) % LINE / e).min(len),
+        Route::Lines | Route::Prefetched | Route::Avx512 | Route::Avx2Lines => ((LINE - p % LINE) % LINE / e).min(len),
         _ => 0,
     };
     let cols = Blocks::new(a.len, bi, lead(dst as usize, a.len));
@@ -835,7 +893,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         match route {
                             Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false),
                             Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true),
-                            Route::Avx512 => tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true),
+                            Route::Avx512 | Route::Avx2Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true),
                             Route::Avx512Sheared => sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0),
                             Route::Prefetched | Route::Staged => {
                                 tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false);
@@ -958,7 +1016,7 @@ unsafe fn tile<T: Elem>(
     // 300 u8 transposed 4.5–4.7 → 4.3–4.6. Not for wider elements, whose
     // micro tiles leave at most 3 (SSE2) or 7 (AVX2) behind: f32 100 × 100
     // 1.73 → 1.81, 20 × 30 × 40 3.54 → 3.72.
-    if size_of::<T>() <= 2 && !nt && kernels != Kernels::Avx512 && ni >= mi && nj >= m {
+    if size_of::<T>() <= 2 && !nt && !matches!(kernels, Kernels::Avx512 | Kernels::Avx2Lines) && ni >= mi && nj >= m {
         let avx2 = kernels == Kernels::Avx2;
         // SAFETY: every block below lies within the `ni × nj` tile.
         let block = |i: usize, j: usize, fi: usize, fj: usize| unsafe {
@@ -993,6 +1051,12 @@ unsafe fn tile<T: Elem>(
         match kernels {
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512 => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db),
+            #[cfg(target_arch = "x86_64")]
+            Kernels::Avx2Lines => match e {
+                1 => avx2::line_tiles::<1>(dst_body, src_body, body, fj, sa, db),
+                2 => avx2::line_tiles::<2>(dst_body, src_body, body, fj, sa, db),
+                _ => avx2::line_tiles::<4>(dst_body, src_body, body, fj, sa, db),
+            },
             k => T::micro_tiles(k == Kernels::Avx2, dst_body, src_body, body, fj, sa, db, nt, lines),
         }
         if fj < nj {

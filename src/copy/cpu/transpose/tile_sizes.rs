@@ -275,3 +275,26 @@ pub(super) fn prefetched_tile(e: usize, a: PlanDim, nt: bool, bytes: usize) -> (
     };
     tile.filter(|t| a.len * e >= 2 * t.0).unwrap_or(PREFETCHED_DEFAULT)
 }
+
+/// Source rows of the tiles of AVX2's whole-line route
+/// ([`Route::Avx2Lines`](super::Route::Avx2Lines)).
+const AVX2_LINE_TILE_ROWS: usize = 512;
+
+/// Source bytes of each row of those tiles.
+const AVX2_LINE_TILE_SRC: usize = 512;
+
+/// The tile of AVX2's whole-line route for `e`-byte elements (destination
+/// run, source run, most bytes): [`AVX2_LINE_TILE_ROWS`] ×
+/// [`AVX2_LINE_TILE_SRC`] bytes, 256 KiB. Zen 2 VM, one thread, `devtensor
+/// bench` (% of memcpy), transposes from a matrix wider than its rows
+/// (8256 bytes a row): u8 512 rows × 512 bytes 52–53, 256 × 1 KiB 49, 1024 ×
+/// 512 48–49, 128 × 2 KiB 44, 64 × 2 KiB (the AVX-512 route's tile) 23;
+/// f16 512 to 1024 rows × 256 to 1024 bytes 65–67, 256 × 1 KiB 57; f32 512
+/// rows 67–68, 1024 rows 69, 256 rows 67.
+pub(super) fn avx2_line_tile(e: usize) -> (usize, usize, usize) {
+    (
+        AVX2_LINE_TILE_ROWS * e,
+        AVX2_LINE_TILE_SRC,
+        AVX2_LINE_TILE_ROWS * AVX2_LINE_TILE_SRC,
+    )
+}
