@@ -721,6 +721,7 @@ fn whole_line_tiles_from_spread_rows() {
             check_permute_at(&[1088, 1100], &[1, 0], 1, src_at, dst_at);
             check_permute_at(&[576, 1030], &[1, 0], 2, src_at, dst_at);
             check_permute_at(&[2, 320, 300], &[0, 2, 1], 4, src_at, dst_at);
+            check_permute_at(&[3, 256, 1100], &[0, 2, 1], 1, src_at, dst_at);
         }
         // Rows read bottom up: x[::-1].T of 1152 × 1040 bytes.
         for e in [1, 2, 4] {

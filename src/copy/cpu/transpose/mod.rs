@@ -280,6 +280,18 @@ fn small_tile_lines_per_set(db: isize, rows: usize, row_bytes: usize) -> usize {
 /// 5.5 MiB, 2.30×), which stream from the row copies' threshold instead.
 const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 
+/// Fewest elements of each destination run for [`Route::Avx2Lines`] (where
+/// source runs are [`PREFETCHED_MIN_RUN`] or longer): 256 bytes, 512 or 1
+/// KiB. Python, two cores, from NumPy arrays into a reused output, two
+/// alternated runs, µs, prefetched route → this one, NCHW → NHWC of N × C ×
+/// 56 × 56: u8 16 × 512 2920–3139 → 1643–1865, 32 × 256 2597–2707 →
+/// 1761–1853; f16 32 × 256 4921–4931 → 3118–3353; but 128 channels of f16
+/// 2202–2276 → 2207–2381, of f32 4453–4594 → 4295–4490, 64 of f32
+/// 2019–2055 → 2085–2283. Shorter source runs lost (64 × 1024 × 384 u8
+/// permuted 021, 384-byte source runs: 2376–2799 → 5768–6003; 64 × 2048 ×
+/// 128 f32 5901–6020 → 6368–8876).
+const AVX2_LINES_MIN_DST_LEN: usize = 256;
+
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
 /// are mostly the narrow blocks before the first and after the last line of
 /// each row when the operands are not line-aligned, and the staged route's
@@ -358,28 +370,28 @@ enum Route {
     /// → 48.9, 1025 × 2047 39.8 → 43.4, 16 × 1025 × 511 021 44.4 → 49.6.
     Avx512Sheared,
     /// The AVX-512 route's walk where the CPU has AVX2 only, for 1-, 2- and
-    /// 4-byte elements with runs of [`PREFETCHED_MIN_RUN`] or more on both
-    /// sides, from source rows whose lines spread over L1 sets
-    /// ([`rows_crowd_l1_sets`]): micro tiles of a line's rows × 16 elements
-    /// whose lines are streamed whole, each in two stores back to back
-    /// ([`avx2::line_tiles`]), in tiles of 512 source rows
-    /// ([`avx2_line_tile`]), each row's lines prefetched two ahead. On the
-    /// prefetched route every byte is stored twice, into the staging tile
-    /// and out of it, and the tile's ordinary stores queue behind the
-    /// streamed ones in the store buffer: the transposes wait on the writes
-    /// to memory instead of overlapping them. Zen 2 VM, two cores,
-    /// `devtensor bench` (% of memcpy), three alternated runs, prefetched →
-    /// here: from a matrix wider than its rows, 8192² u8 60–61 → 70–71, 4096²
-    /// f16 63–64 → 80–81, f32 70–72 → 89–90; 32 × 512² f32 batched 68 → 78,
-    /// NCHW → NHWC 16 × 256 × 56² f32 66–68 → 85–87, NHWC → NCHW 61–63 →
-    /// 69–70, 256³ f32 permuted 201 61–62 → 73–76. Python, two cores, from
-    /// NumPy arrays into a reused output, two alternated runs, µs: `x.T` of
-    /// 6144 × 6000 u8 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 →
-    /// 1306–1785, 2048 × 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16
-    /// permuted 021 937–1049 → 605–769. Rows a multiple of 4 KiB apart keep
-    /// the prefetched route (a micro tile's rows in one L1 set; one thread,
-    /// 8192² u8 37 → 18, through a copy of each strip 37 → 38), and so do
-    /// shorter runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one
+    /// 4-byte elements with source runs of [`PREFETCHED_MIN_RUN`] or more and
+    /// destination runs of [`AVX2_LINES_MIN_DST_LEN`] elements, from source
+    /// rows whose lines spread over L1 sets ([`rows_crowd_l1_sets`]): micro
+    /// tiles of a line's rows × 16 elements whose lines are streamed whole,
+    /// each in two stores back to back ([`avx2::line_tiles`]), in tiles of 512
+    /// source rows ([`avx2_line_tile`]), each row's lines prefetched two ahead.
+    /// On the prefetched route every byte is stored twice, into the staging
+    /// tile and out of it, and the tile's ordinary stores queue behind the
+    /// streamed ones in the store buffer: the transposes wait on the writes to
+    /// memory instead of overlapping them. Zen 2 VM, two cores, `devtensor
+    /// bench` (% of memcpy), three alternated runs, prefetched → here: from a
+    /// matrix wider than its rows, 8192² u8 60–61 → 70–71, 4096² f16 63–64 →
+    /// 80–81, f32 70–72 → 89–90; 32 × 512² f32 batched 68 → 78, NCHW → NHWC 16
+    /// × 256 × 56² f32 66–68 → 85–87, NHWC → NCHW 61–63 → 69–70, 256³ f32
+    /// permuted 201 61–62 → 73–76. Python, two cores, from NumPy arrays into a
+    /// reused output, two alternated runs, µs: `x.T` of 6144 × 6000 u8
+    /// 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 → 1306–1785, 2048 ×
+    /// 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16 permuted 021 937–1049
+    /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Rows a multiple of 4 KiB
+    /// apart keep the prefetched route (a micro tile's rows in one L1 set; one
+    /// thread, 8192² u8 37 → 18, through a copy of each strip 37 → 38), and so
+    /// do shorter runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one
     /// thread: 60 → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51).
     Avx2Lines,
 }
@@ -528,11 +540,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // Where the CPU has AVX2 and not AVX-512 (whose route above comes first),
     // streamed copies with long runs on both sides, line-aligned destination
     // rows and source rows whose lines spread over L1 sets take whole-line
-    // micro tiles too ([`Route::Avx2Lines`]).
+    // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]).
     let avx2_lines = nt
         && has_avx2_line_kernel(e)
         && dst_rows_line_aligned
-        && a.len * e >= PREFETCHED_MIN_RUN
+        && a.len >= AVX2_LINES_MIN_DST_LEN
         && b.len * e >= PREFETCHED_MIN_RUN
         && !rows_crowd_l1_sets(a.src, LINE / e);
     let route = if small && !rows_share_sets() {
