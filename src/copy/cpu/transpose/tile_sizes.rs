@@ -287,10 +287,10 @@ const AVX2_LINE_TILE_SRC: usize = 512;
 /// run, source run, most bytes): [`AVX2_LINE_TILE_ROWS`] ×
 /// [`AVX2_LINE_TILE_SRC`] bytes, 256 KiB. Zen 2 VM, one thread, `devtensor
 /// bench` (% of memcpy), transposes from a matrix wider than its rows
-/// (8256 bytes a row): u8 512 rows × 512 bytes 52–53, 256 × 1 KiB 49, 1024 ×
-/// 512 48–49, 128 × 2 KiB 44, 64 × 2 KiB (the AVX-512 route's tile) 23;
-/// f16 512 to 1024 rows × 256 to 1024 bytes 65–67, 256 × 1 KiB 57; f32 512
-/// rows 67–68, 1024 rows 69, 256 rows 67.
+/// (source rows × bytes): u8 512 × 512 52–53, 512 × 256 51, 512 × 1 KiB 50,
+/// 256 × 1 KiB 49, 1024 × 256 or 512 48–49, 128 × 2 KiB 44, 64 × 2 KiB
+/// 25–34; f16 512 or 1024 × 256 to 1024 65–67, 256 × 1 KiB 57, 128 × 1 KiB
+/// 49; f32 512 × 256 to 1024 66–68, 1024 × 512 69, 256 × 512 67.
 pub(super) fn avx2_line_tile(e: usize) -> (usize, usize, usize) {
     (
         AVX2_LINE_TILE_ROWS * e,
