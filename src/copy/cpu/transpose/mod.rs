@@ -986,7 +986,9 @@ impl Blocks {
 /// the CPU has the instructions of `kernels`; with `nt`, `size_of::<T>()` is a
 /// power of two (or 3, on the AVX-512 kernels) and every destination row
 /// `dst + j·db` has the alignment of `dst` modulo a line; the AVX-512
-/// kernels only with `nt` and `db` a multiple of a line. `lines`: micro tiles in line blocks ([`Elem::micro_tiles`]).
+/// kernels and AVX2's whole-line ones only with `nt` and `db` a multiple of a
+/// line, the latter for 1-, 2- and 4-byte elements. `lines`: micro tiles in
+/// line blocks ([`Elem::micro_tiles`]).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<T: Elem>(
