@@ -43,38 +43,31 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         let touched = if far { 256 } else { 64 };
         let work = rows.saturating_mul((row as usize).max(touched));
         let ahead = short_rows_ahead(ss);
-        par_for(rows, work, |r0, r1| {
-            for_each_segment(batch, o.len, r0, r1, |dof, so, j0, n| {
-                // SAFETY: rows `j0..j0 + n` of one slice of the plan, in bounds on both sides.
-                unsafe {
-                    let (dp, sp) = (
-                        d.get().offset(dof + j0 as isize * ds),
-                        s.get().offset(so + j0 as isize * ss),
-                    );
-                    // Rows of 128 and 256 bytes that are not prefetched: AVX2's
-                    // whole-row loop ([`SHORT_ROWS_AVX2`]).
-                    #[cfg(target_arch = "x86_64")]
-                    if ahead == 0 && SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled() {
-                        // SAFETY: as above; the CPU has AVX2 (checked), `row` is 128 or 256.
-                        return if row == 128 {
-                            super::avx2::copy_rows::<128>(dp, sp, n, ds, ss)
-                        } else {
-                            super::avx2::copy_rows::<256>(dp, sp, n, ds, ss)
-                        };
-                    }
-                    // Literal sizes inline to fixed-size copies; others stay dynamic.
-                    match row {
-                        4 => short_rows(dp, sp, ds, ss, n, 4, ahead, false),
-                        8 => short_rows(dp, sp, ds, ss, n, 8, ahead, false),
-                        16 => short_rows(dp, sp, ds, ss, n, 16, ahead, false),
-                        32 => short_rows(dp, sp, ds, ss, n, 32, ahead, false),
-                        64 => short_rows(dp, sp, ds, ss, n, 64, ahead, false),
-                        128 => short_rows(dp, sp, ds, ss, n, 128, ahead, false),
-                        256 => short_rows(dp, sp, ds, ss, n, 256, ahead, false),
-                        other => short_rows(dp, sp, ds, ss, n, other as usize, ahead, false),
-                    }
-                }
-            });
+        // SAFETY: the runs are rows `j0..j0 + n` of one slice of the plan, in
+        // bounds on both sides.
+        row_runs(d, s, o, batch, rows, work, |dp, sp, n| unsafe {
+            // Rows of 128 and 256 bytes that are not prefetched: AVX2's
+            // whole-row loop ([`SHORT_ROWS_AVX2`]).
+            #[cfg(target_arch = "x86_64")]
+            if ahead == 0 && SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled() {
+                // SAFETY: as above; the CPU has AVX2 (checked), `row` is 128 or 256.
+                return if row == 128 {
+                    super::avx2::copy_rows::<128>(dp, sp, n, ds, ss)
+                } else {
+                    super::avx2::copy_rows::<256>(dp, sp, n, ds, ss)
+                };
+            }
+            // Literal sizes inline to fixed-size copies; others stay dynamic.
+            match row {
+                4 => short_rows(dp, sp, ds, ss, n, 4, ahead, false),
+                8 => short_rows(dp, sp, ds, ss, n, 8, ahead, false),
+                16 => short_rows(dp, sp, ds, ss, n, 16, ahead, false),
+                32 => short_rows(dp, sp, ds, ss, n, 32, ahead, false),
+                64 => short_rows(dp, sp, ds, ss, n, 64, ahead, false),
+                128 => short_rows(dp, sp, ds, ss, n, 128, ahead, false),
+                256 => short_rows(dp, sp, ds, ss, n, 256, ahead, false),
+                other => short_rows(dp, sp, ds, ss, n, other as usize, ahead, false),
+            }
         });
         return;
     }
@@ -96,19 +89,10 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         && (!nt || o.src.unsigned_abs() >= SPARSE_ROWS_SPAN * row as usize)
         && super::avx2::enabled()
     {
-        let rows = plan.numel / len;
-        par_for(rows, plan.bytes(), |r0, r1| {
-            for_each_segment(batch, o.len, r0, r1, |dof, so, j0, n| {
-                // SAFETY: rows `j0..j0 + n` of one slice of the plan, in bounds
-                // on both sides; the CPU has AVX2 (checked).
-                unsafe {
-                    let (dp, sp) = (
-                        d.get().offset(dof + j0 as isize * o.dst),
-                        s.get().offset(so + j0 as isize * o.src),
-                    );
-                    super::avx2::copy_runs(dp, sp, n, row as usize, o.dst, o.src);
-                }
-            });
+        // SAFETY: the runs are rows `j0..j0 + n` of one slice of the plan, in
+        // bounds on both sides; the CPU has AVX2 (checked).
+        row_runs(d, s, o, batch, plan.numel / len, plan.bytes(), |dp, sp, n| unsafe {
+            super::avx2::copy_runs(dp, sp, n, row as usize, o.dst, o.src)
         });
         return;
     }
@@ -119,6 +103,29 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
             unsafe { copy_run(d.get().offset(dof + off), s.get().offset(so + off), n * e, nt) }
         });
         store_fence(nt);
+    });
+}
+
+/// Calls `f(dst, src, n)` for each run of `n` consecutive rows along the
+/// outer dim `o` within one slice of the other outer dims `batch` (the
+/// pointers at the run's first row), over `rows` rows in all, split across
+/// threads as `work` bytes.
+fn row_runs(
+    d: Shared<*mut u8>,
+    s: Shared<*const u8>,
+    o: &PlanDim,
+    batch: &[PlanDim],
+    rows: usize,
+    work: usize,
+    f: impl Fn(*mut u8, *const u8, usize) + Sync,
+) {
+    par_for(rows, work, |r0, r1| {
+        for_each_segment(batch, o.len, r0, r1, |dof, so, j0, n| {
+            // Wrapping: the plan's offsets, which `f`'s caller vouches for.
+            let dp = d.get().wrapping_offset(dof + j0 as isize * o.dst);
+            let sp = s.get().wrapping_offset(so + j0 as isize * o.src);
+            f(dp, sp, n);
+        });
     });
 }
 
