@@ -749,6 +749,22 @@ fn whole_line_tiles_from_spread_rows() {
     });
 }
 
+/// AVX2's whole-line tiles of 4-byte elements from source rows a multiple of
+/// 4 KiB apart, whose lines crowd one L1 set (the kernel reads 8 rows' whole
+/// lines at a time), in their shorter tiles: 4 and 12 KiB apart, a batch
+/// dim, partial tiles each way, line-aligned destination rows, operands on
+/// and off a line, with every kernel set, streamed and not.
+#[test]
+fn whole_line_tiles_from_rows_pages_apart() {
+    with_each_kernel_and_stream(|| {
+        for (src_at, dst_at) in [(0, 0), (16, 0), (4, 40)] {
+            check_permute_at(&[336, 1024], &[1, 0], 4, src_at, dst_at);
+            check_permute_at(&[2, 272, 1024], &[0, 2, 1], 4, src_at, dst_at);
+            check_permute_at(&[304, 3072], &[1, 0], 4, src_at, dst_at);
+        }
+    });
+}
+
 #[test]
 fn unaligned_pointers() {
     for shift in [1, 3, 5] {

@@ -46,6 +46,21 @@ fn avx2_enabled() -> bool {
     false
 }
 
+/// Source rows whose lines AVX2's whole-line kernel for `e`-byte elements
+/// needs in L1 together: of 4-byte ones, a half micro tile's 8 rows, read a
+/// whole line each, which no other micro tile reads again; of 1- and 2-byte
+/// ones, all of the micro tile's 64 / `e`, read 16 elements at a time, to
+/// which the micro tiles beside it come back. [`Route::Avx2Lines`] takes
+/// source rows whose lines do not crowd L1 sets that many at a time
+/// ([`rows_crowd_l1_sets`]). From rows a multiple of 4 KiB apart (every
+/// line of a micro tile in one set), two cores, `devtensor bench` (% of
+/// memcpy), two runs each: 8192² u8 54–55 prefetched, 25–33 in tiles of
+/// 64 to 128 rows; 4096² f16 56–57, 48–49 in 512-row tiles, 58–59 in
+/// 32-row ones; f32 took these, in shorter tiles ([`avx2_line_tile`]).
+fn avx2_line_rows_in_l1(e: usize) -> usize {
+    if e == 4 { 8 } else { LINE / e }
+}
+
 /// Whether AVX2's whole-line kernels ([`avx2::line_tiles`]) run and have one
 /// for `e`-byte elements (none off x86-64).
 fn has_avx2_line_kernel(e: usize) -> bool {
@@ -388,11 +403,21 @@ enum Route {
     /// reused output, two alternated runs, µs: `x.T` of 6144 × 6000 u8
     /// 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 → 1306–1785, 2048 ×
     /// 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16 permuted 021 937–1049
-    /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Rows a multiple of 4 KiB
-    /// apart keep the prefetched route (a micro tile's rows in one L1 set; one
-    /// thread, 8192² u8 37 → 18, through a copy of each strip 37 → 38), and so
-    /// do shorter runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one
-    /// thread: 60 → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51).
+    /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Rows of 1- and 2-byte
+    /// elements a multiple of 4 KiB apart keep the prefetched route (a micro
+    /// tile's rows in one L1 set, [`avx2_line_rows_in_l1`]; one thread, 8192²
+    /// u8 37 → 18, through a copy of each strip 37 → 38), and so do shorter
+    /// runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one thread: 60
+    /// → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of
+    /// 4-byte ones come here, in shorter tiles ([`avx2_line_tile`]): two
+    /// cores, three alternated runs, 4096² f32 68–69 → 78–84; Python, into a
+    /// reused output, GB/s, two alternated runs, from NumPy arrays: 4096²
+    /// f32 28.2–29.1 → 31.5–32.2, 2048 × 4096 25.6–29.0 → 32.5–33.1, 8192 ×
+    /// 1024 26.5–26.8 → 29.1–29.8, 16 × 1024² permuted 021 26.9–27.6 →
+    /// 31.4–31.7; from line-aligned ones, one run: 4096 × 2048 27.6 → 33.3,
+    /// 3072² 28.3 → 31.3, 64 × 512 × 1024 021 27.4 → 33.9 (a third run from
+    /// NumPy arrays, the new build's with the machine's memory slower: 24–32
+    /// against 26–29).
     Avx2Lines,
 }
 
@@ -540,13 +565,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // Where the CPU has AVX2 and not AVX-512 (whose route above comes first),
     // streamed copies with long runs on both sides, line-aligned destination
     // rows and source rows whose lines spread over L1 sets take whole-line
-    // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]).
+    // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]):
+    // those lines of rows the kernel reads together ([`avx2_line_rows_in_l1`]).
     let avx2_lines = nt
         && has_avx2_line_kernel(e)
         && dst_rows_line_aligned
         && a.len >= AVX2_LINES_MIN_DST_LEN
         && b.len * e >= PREFETCHED_MIN_RUN
-        && !rows_crowd_l1_sets(a.src, LINE / e);
+        && !rows_crowd_l1_sets(a.src, avx2_line_rows_in_l1(e));
     let route = if small && !rows_share_sets() {
         Route::Small
     } else if nt
@@ -782,7 +808,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
-        Route::Avx2Lines => avx2_line_tile(e),
+        Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),
         Route::Avx512 if e == 3 => AVX512_TILE_3,
         Route::Avx512 => AVX512_TILE,
         Route::Avx512Sheared => AVX512_SHEARED_TILE,

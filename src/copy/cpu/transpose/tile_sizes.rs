@@ -291,10 +291,22 @@ const AVX2_LINE_TILE_SRC: usize = 512;
 /// 256 × 1 KiB 49, 1024 × 256 or 512 48–49, 128 × 2 KiB 44, 64 × 2 KiB
 /// 25–34; f16 512 or 1024 × 256 to 1024 65–67, 256 × 1 KiB 57, 128 × 1 KiB
 /// 49; f32 512 × 256 to 1024 66–68, 1024 × 512 69, 256 × 512 67.
-pub(super) fn avx2_line_tile(e: usize) -> (usize, usize, usize) {
-    (
-        AVX2_LINE_TILE_ROWS * e,
-        AVX2_LINE_TILE_SRC,
-        AVX2_LINE_TILE_ROWS * AVX2_LINE_TILE_SRC,
-    )
+pub(super) fn avx2_line_tile(e: usize, rows_crowd_sets: bool) -> (usize, usize, usize) {
+    let (rows, src) = if rows_crowd_sets {
+        AVX2_LINE_TILE_CROWDED
+    } else {
+        (AVX2_LINE_TILE_ROWS, AVX2_LINE_TILE_SRC)
+    };
+    (rows * e, src, rows * src)
 }
+
+/// AVX2's whole-line tiles (source rows, bytes of each) from source rows whose
+/// lines crowd L1 sets ([`rows_crowd_l1_sets`](super::super::blocks::rows_crowd_l1_sets)
+/// over a line's rows), which crowd L2 sets as well: of 4096² f32, rows 16
+/// KiB apart, every fourth row's lines share the sets of the 8-way 512 KiB
+/// L2, so a tile of 512 rows puts 128 lines of each column in one set, and
+/// the lines prefetched ahead are gone before they are read; 32 rows put
+/// 8, the L2's ways. Zen 2 VM, two cores, `devtensor bench` (% of memcpy),
+/// two runs each: 4096² f32 512 × 512 79, 64 rows × 4 KiB 79–81, 32 × 1,
+/// 2, 4 or 8 KiB 83–86, 16 × 8 KiB 63–65.
+const AVX2_LINE_TILE_CROWDED: (usize, usize) = (32, 2048);
