@@ -410,14 +410,15 @@ enum Route {
     /// runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one thread: 60
     /// → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of
     /// 4-byte ones come here, in shorter tiles ([`avx2_line_tile`]): two
-    /// cores, three alternated runs, 4096² f32 68–69 → 78–84; Python, into a
-    /// reused output, GB/s, two alternated runs, from NumPy arrays: 4096²
-    /// f32 28.2–29.1 → 31.5–32.2, 2048 × 4096 25.6–29.0 → 32.5–33.1, 8192 ×
-    /// 1024 26.5–26.8 → 29.1–29.8, 16 × 1024² permuted 021 26.9–27.6 →
-    /// 31.4–31.7; from line-aligned ones, one run: 4096 × 2048 27.6 → 33.3,
-    /// 3072² 28.3 → 31.3, 64 × 512 × 1024 021 27.4 → 33.9 (a third run from
-    /// NumPy arrays, the new build's with the machine's memory slower: 24–32
-    /// against 26–29).
+    /// cores, two alternated runs, 4096² f32 73–75 → 86–87, 256³ permuted 210
+    /// 58–63 → 76–77, offset by one 4096 × 4095 69 → 77–82; Python, into a
+    /// reused output, GB/s, from NumPy arrays, the medians of four alternated
+    /// runs: 4096² f32 27.0 → 28.0, 2048 × 4096 27.3 → 31.6, 4096 × 2048 26.5
+    /// → 30.0, 8192 × 1024 25.3 → 27.8, 3072² 26.6 → 31.3, 16 × 1024²
+    /// permuted 021 25.2 → 29.5, 64 × 512 × 1024 021 26.7 → 30.2; from
+    /// line-aligned ones, three alternated runs: 256³ 210 21.6–22.4 →
+    /// 26.1–27.6, 512 × 16384 26.4–27.8 → 32.1–33.2, 256 × 32768 22.9–23.6 →
+    /// 30.8–33.2.
     Avx2Lines,
 }
 

@@ -304,9 +304,13 @@ pub(super) fn avx2_line_tile(e: usize, rows_crowd_sets: bool) -> (usize, usize, 
 /// lines crowd L1 sets ([`rows_crowd_l1_sets`](super::super::blocks::rows_crowd_l1_sets)
 /// over a line's rows), which crowd L2 sets as well: of 4096² f32, rows 16
 /// KiB apart, every fourth row's lines share the sets of the 8-way 512 KiB
-/// L2, so a tile of 512 rows puts 128 lines of each column in one set, and
-/// the lines prefetched ahead are gone before they are read; 32 rows put
-/// 8, the L2's ways. Zen 2 VM, two cores, `devtensor bench` (% of memcpy),
-/// two runs each: 4096² f32 512 × 512 79, 64 rows × 4 KiB 79–81, 32 × 1,
-/// 2, 4 or 8 KiB 83–86, 16 × 8 KiB 63–65.
-const AVX2_LINE_TILE_CROWDED: (usize, usize) = (32, 2048);
+/// L2, so that a tile of 512 rows puts 128 lines of each column in one set
+/// and the lines prefetched ahead are gone before they are read; 32 rows put
+/// 8, the L2's ways. Rows further apart crowd more (256³ f32 permuted 210,
+/// rows 256 KiB apart: all 32 in one set), yet fewer rows still win there
+/// too. Zen 2 VM, `devtensor bench` (% of memcpy): two cores, two runs each,
+/// 4096² 512 × 512 bytes 79, 64 rows × 4 KiB 79–81, 32 × 1, 2, 4 or 8 KiB
+/// 83–86, 16 × 8 KiB 63–65; one thread, two runs each, 32 rows × 1 KiB
+/// against 32 × 2 KiB (64 rows of 210's 1 KiB source rows): 4096² 65–67
+/// against 67–71, 210 56–60 against 39–40.
+const AVX2_LINE_TILE_CROWDED: (usize, usize) = (32, 1024);
