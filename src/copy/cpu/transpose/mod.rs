@@ -418,7 +418,9 @@ enum Route {
     /// permuted 021 25.2 → 29.5, 64 × 512 × 1024 021 26.7 → 30.2; from
     /// line-aligned ones, three alternated runs: 256³ 210 21.6–22.4 →
     /// 26.1–27.6, 512 × 16384 26.4–27.8 → 32.1–33.2, 256 × 32768 22.9–23.6 →
-    /// 30.8–33.2.
+    /// 30.8–33.2. 4096² called back to back gains little (5.7–6.1 ms → 5.5–6.3,
+    /// three processes each); with a 64 MiB copy between calls, as in the
+    /// bench, 5.9 → 5.2–5.5.
     Avx2Lines,
 }
 
