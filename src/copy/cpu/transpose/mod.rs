@@ -307,6 +307,17 @@ const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 /// 128 f32 5901–6020 → 6368–8876).
 const AVX2_LINES_MIN_DST_LEN: usize = 256;
 
+/// Shortest source runs (bytes) whose tiles on [`Route::Avx2Lines`] start
+/// where source lines do, after a narrow first block. Shorter ones start at
+/// the run's first element and load across lines: a narrow first block and
+/// the narrow last one left 16 of 1 KiB runs' 256 f32 to the tiles' scalar
+/// edges, whose ordinary stores wait among the streamed ones. Python, two
+/// cores, from NumPy arrays (16 bytes past a line), % of a copy, three
+/// alternated runs: 256³ f32 permuted 210 40.8–41.5 → 51.7–53.4. Longer
+/// runs keep the first block (from an array offset by one element, 4096 ×
+/// 4095 f32 transposed, two runs: 79–83 with it, 73–74 without).
+const AVX2_LINES_LEAD_MIN_SRC_RUN: usize = 2048;
+
 /// Shortest destination rows (bytes) worth line-aligned tiles. Shorter ones
 /// are mostly the narrow blocks before the first and after the last line of
 /// each row when the operands are not line-aligned, and the staged route's
@@ -410,8 +421,8 @@ enum Route {
     /// runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one thread: 60
     /// → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of
     /// 4-byte ones come here, in shorter tiles ([`avx2_line_tile`]): two
-    /// cores, two alternated runs, 4096² f32 73–75 → 86–87, 256³ permuted 210
-    /// 58–63 → 76–77, offset by one 4096 × 4095 69 → 77–82; Python, into a
+    /// cores, alternated runs, 4096² f32 73–75 → 86–87, 256³ permuted 210
+    /// 58–63 → 76–77, offset by one 4096 × 4095 66–75 → 82–85; Python, into a
     /// reused output, GB/s, from NumPy arrays, the medians of four alternated
     /// runs: 4096² f32 27.0 → 28.0, 2048 × 4096 27.3 → 31.6, 4096 × 2048 26.5
     /// → 30.0, 8192 × 1024 25.3 → 27.8, 3072² 26.6 → 31.3, 16 × 1024²
@@ -850,8 +861,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // lines, while a narrow first block leaves source rows of a line or two
     // (permutes) to the scalar edges. From NumPy arrays (data 16 bytes past
     // a line), without the lead block against with: 32⁵ f16 03142 4.2×, 16 ×
-    // 4096 × 128 f16 1.21×, 2-D transposes 0.99–1.00×.
-    let src_lead = if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
+    // 4096 × 128 f16 1.21×, 2-D transposes 0.99–1.00×. Nor on AVX2's
+    // whole-line route from source runs under [`AVX2_LINES_LEAD_MIN_SRC_RUN`].
+    let src_lead = if matches!(route, Route::Avx512 | Route::Avx512Sheared)
+        || (route == Route::Avx2Lines && b.len * e < AVX2_LINES_LEAD_MIN_SRC_RUN)
+    {
         0
     } else {
         lead(src as usize, b.len)
