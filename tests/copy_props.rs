@@ -487,6 +487,11 @@ fn transposes_every_alignment_and_kernel() {
                             // 100 pixels (a partial last micro tile); batched.
                             check_permute_at(&[384, 100], &[1, 0], e, src_at, dst_at);
                             check_permute_at(&[2, 384, 100], &[0, 2, 1], e, src_at, dst_at);
+                            // Streamed from the last-level cache's size on (the
+                            // threshold of the streamed runs), into destination
+                            // rows of 768 pixels or more: the prefetched route's
+                            // tiles of 384 × 128 pixels, partial ones each way.
+                            check_permute_at(&[1000, 300], &[1, 0], e, src_at, dst_at);
                         }
                         check_permute_at(&[2 * run + 72, run + 9], &[1, 0], e, src_at, dst_at);
                         check_permute_at(&[3, run + 17, run + 1], &[0, 2, 1], e, src_at, dst_at);

@@ -189,11 +189,12 @@ const PREFETCHED_1_ALIASED: (usize, usize, usize) = (256, 128, 32 << 10);
 
 /// The prefetched route's tile of three-byte elements (RGB pixels) whose
 /// source cannot stay in the last-level cache (from three eighths of it,
-/// [`PIXELS_LARGE`]): 576-byte destination runs (192 pixels, nine lines) ×
-/// 240 source bytes (80 pixels), 45 KiB. [`PREFETCHED_DEFAULT`]'s 512 bytes
-/// made runs of 168 pixels, 504 bytes, which end inside a line (the partial
-/// lines at either end of every run take ordinary stores among the streamed
-/// ones, a read of the line each). Zen 3 VM, two cores, Python, into a
+/// [`PIXELS_LARGE`], to its size, [`PREFETCHED_3_HUGE`]): 576-byte
+/// destination runs (192 pixels, nine lines) × 240 source bytes (80 pixels),
+/// 45 KiB. [`PREFETCHED_DEFAULT`]'s 512 bytes made runs of 168 pixels, 504
+/// bytes, which end inside a line (the partial lines at either end of every
+/// run take ordinary stores among the streamed ones, a read of the line
+/// each). Zen 3 VM, two cores, Python, into a
 /// reused output, the median of 11–21 paired calls in one process, speed-up
 /// over that tile:
 /// - 4096 × 2048 pixels transposed (the bench's): 1.37×, 1.23×, 1.30×;
@@ -213,6 +214,30 @@ const PREFETCHED_3: (usize, usize, usize) = (576, 240, 45 << 10);
 /// Eighths of the last-level cache ([`stream_threshold`]) from which
 /// transposes of pixels take [`PREFETCHED_3`]: 12 MiB of a 32 MiB one.
 const PIXELS_LARGE: usize = 3;
+
+/// The prefetched route's tile of three-byte elements from the size of the
+/// last-level cache on ([`stream_threshold`]), where destination rows hold it
+/// twice: 1152-byte destination runs (384 pixels, 18 lines) × 384 source
+/// bytes (128 pixels, six lines), 144 KiB, staged in L2. Each tile reads and
+/// writes longer runs of each row than [`PREFETCHED_3`]'s. Zen 2 VM,
+/// `devtensor bench`, 4096 × 2048 pixels transposed: one thread, % of memcpy,
+/// 40.2 and 37.6 with [`PREFETCHED_3`], 44.9 and 43.5 with this tile (other
+/// tiles of 768–2304 × 240–1536 bytes 40.6–43.4, 384 or 576 × 96–240
+/// 31.7–38.4, 192 × 96–384 23.9–27.1); two cores, three alternated runs,
+/// 23.5–23.6 → 25.5–25.7 GB/s. Python, two cores, from NumPy arrays of (h, w,
+/// 3) bytes permuted 102, into a new output, the median of 11 calls, GB/s,
+/// three alternated processes each, then two more in a slower memory mode:
+/// - 4096 × 2048 23.4–23.9 → 26.0–26.4, then 21.2–21.3 → 22.0–22.7;
+///   2160 × 3840 22.4–23.1 → 24.8–25.3, 19.0–19.3 → 20.8–20.9; 3840 × 2160
+///   23.9–24.5 → 25.9–26.2, 21.8–22.3 → 21.9–23.0; 4000 × 3000 21.7–22.2 →
+///   24.1–24.2, 20.5–20.7 → 21.9–22.1; 3000 × 5001 19.9–20.6 → 22.2–22.6,
+///   19.6–20.3 → 20.8–20.9; 4096 × 2047 23.4–23.7 → 25.6–26.0; 2600² (20 MB)
+///   24.8–25.9 → 25.6–25.8, 20.1–20.7 → 22.2–22.4;
+/// - below the last-level cache it lost (1500² 26.1–26.4 → 24.4–24.8, 2000 ×
+///   1600 26.0–26.1 → 24.2–24.7), and there the copies keep [`PREFETCHED_3`];
+/// - 768 × 384 bytes gained less (4096 × 2048 21.8–21.9, 2600² 20.3–20.8),
+///   1536 × 768 less still (21.4–22.4, 18.6–19.0).
+const PREFETCHED_3_HUGE: (usize, usize, usize) = (1152, 384, 144 << 10);
 
 /// The prefetched route's tile where no other applies (and f32's where the L2
 /// has few ways): 512-byte destination runs × 256 source bytes, 32 KiB.
@@ -270,6 +295,7 @@ pub(super) fn prefetched_tile(e: usize, a: PlanDim, nt: bool, bytes: usize) -> (
         1 if few_l2_ways => Some(PREFETCHED_1_FEW_WAYS),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
         1 if nt => Some(PREFETCHED_1_ALIASED),
+        3 if bytes >= stream_threshold() && a.len * e >= 2 * PREFETCHED_3_HUGE.0 => Some(PREFETCHED_3_HUGE),
         3 if bytes >= stream_threshold() / 8 * PIXELS_LARGE => Some(PREFETCHED_3),
         _ => None,
     };
