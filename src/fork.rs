@@ -47,7 +47,7 @@ fn watch() {
 }
 
 /// The current fork generation (0 in the process that registered the handler).
-fn generation() -> u64 {
+pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::SeqCst)
 }
 
@@ -90,6 +90,7 @@ pub(crate) fn copy_pool() -> Option<(&'static rayon::ThreadPool, usize)> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(workers.saturating_sub(1).max(1))
         .thread_name(|i| format!("devtensor-copy-{i}"))
+        .start_handler(|_| crate::copy::cpu::placement::register_pool_thread())
         .build()
         .ok()?;
     let fresh: *mut Pool = Box::leak(Box::new(Pool {

@@ -28,7 +28,8 @@
 //! across rayon over a flat index space — rows × row elements, or batch × tiles
 //! — so a short outer dimension still feeds every thread.
 //!
-//! The kernels, one concept a file: `parallel` (the parallel loop), `runs`
+//! The kernels, one concept a file: `parallel` (the parallel loop; `placement`:
+//! which CPUs its threads may use), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer;
 //! `shuffled_gather`: every 2nd to 8th byte or pair by byte shuffles),
 //! `transpose` (`channels`: images of three channels, pixels to planes and back,
@@ -52,6 +53,7 @@ mod fill;
 mod folded512;
 mod general;
 mod parallel;
+pub(crate) mod placement;
 mod rows;
 mod runs;
 #[cfg(target_arch = "x86_64")]

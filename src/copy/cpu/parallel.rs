@@ -368,6 +368,10 @@ impl Job {
         let first = job.first.load(Ordering::Relaxed);
         let late = if preferred { grace.min(POOL_LATE) } else { POOL_LATE };
         let start = (first != u64::MAX).then(|| Duration::from_nanos(first));
+        if start.is_none() {
+            // Perhaps queued behind this thread on its CPU ([`super::placement`]).
+            super::placement::keep_pool_off_caller_cpu();
+        }
         Backoff::observe(start, job.handed.elapsed(), late);
         wait_until(|| job.active.load(Ordering::SeqCst) == 0);
         let panic = job.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
@@ -665,6 +669,7 @@ mod tests {
         });
         running.recv().unwrap();
         let me = std::thread::current().id();
+        let moves = super::super::placement::tests::KEEP_OFF_CALLS.load(Ordering::Relaxed);
         for total in [2, 3, 1000] {
             let t = Instant::now();
             let by = visits(total, |f| static_shares(&pool, 2, total, Duration::from_millis(1), f));
@@ -673,6 +678,9 @@ mod tests {
             assert!(by.iter().all(|&t| t == me), "balanced, total {total}");
             assert!(t.elapsed() < Duration::from_secs(5));
         }
+        // Each copy the pool missed asked to keep it off this thread's CPU.
+        let missed = super::super::placement::tests::KEEP_OFF_CALLS.load(Ordering::Relaxed) - moves;
+        assert!(missed >= 6, "{missed} of 6 missed copies moved the pool");
         release.send(()).unwrap();
         // The pool runs its late broadcasts, which find the jobs closed, and
         // stays usable.
