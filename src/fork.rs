@@ -91,6 +91,7 @@ pub(crate) fn copy_pool() -> Option<(&'static rayon::ThreadPool, usize)> {
         .num_threads(workers.saturating_sub(1).max(1))
         .thread_name(|i| format!("devtensor-copy-{i}"))
         .start_handler(|_| crate::copy::cpu::placement::register_pool_thread())
+        .exit_handler(|_| crate::copy::cpu::placement::unregister_pool_thread())
         .build()
         .ok()?;
     let fresh: *mut Pool = Box::leak(Box::new(Pool {

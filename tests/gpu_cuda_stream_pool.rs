@@ -31,17 +31,15 @@ fn a_new_stream_has_nothing_queued_even_when_reused() {
     let busy_raw = busy.raw() as usize;
     dst.copy_from_on_stream(&src.transpose(0, 1).unwrap(), busy.handle())
         .unwrap();
-    let queued = !busy.query().unwrap();
-    drop(busy); // with the transpose still running
+    drop(busy); // with the transpose perhaps still running
+    // Handed out again only once its transpose is done (which may be by now),
+    // so whichever stream comes has nothing queued.
     let fresh = CudaStream::new(0).unwrap();
     assert!(
         fresh.query().unwrap(),
         "a new stream (reused: {}) has work queued",
         fresh.raw() as usize == busy_raw
     );
-    if queued {
-        assert_ne!(fresh.raw() as usize, busy_raw, "the busy stream was handed out again");
-    }
     fresh.synchronize().unwrap();
     drop(fresh);
     // Two streams were ever made here, and one of them is idle: every later

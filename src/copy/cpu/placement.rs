@@ -7,14 +7,15 @@
 //! thread waits behind it until its time slice ends, milliseconds, while
 //! another CPU idles, and copy after copy runs on the caller alone. A copy
 //! that no pool thread joined therefore keeps the pool's threads off the
-//! caller's CPU ([`keep_pool_off_caller_cpu`]), within the CPUs the caller
-//! may use; the next such copy on another CPU moves them off that one.
+//! caller's CPU ([`keep_pool_off_caller_cpu`]), within the CPUs they started
+//! with; a later such copy on another CPU moves them off that one instead.
 //!
 //! Zen 2 VM (two vCPUs, Linux 6.18), Python, the 16 first columns of an
 //! 8192² f32 matrix copied (512 KiB), 30 blocks of 50 copies, each block
-//! 30 ms after the last and followed by 50 of torch's copies (67 µs), three
-//! processes each: blocks whose median ran at the caller's speed alone
-//! (over 100 µs) 23–26 → 1–2, mean copy 132–142 → 74–82 µs. Torch's copies
+//! 30 ms after the last and followed by 50 of torch's copies (67 µs), builds
+//! alternated, six to nine processes each: blocks whose median ran at the
+//! caller's speed alone (over 100 µs) 11–27 of 30 → 0–1, mean copy 122–143 →
+//! 80–92 µs. Torch's copies
 //! alternated call by call with ours are another matter: its OpenMP threads
 //! spin for milliseconds after each of its copies and hold the other CPU
 //! (the README's Environment section).
@@ -25,16 +26,17 @@ mod linux {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     use std::time::Instant;
 
-    /// The pool's threads, by the fork generation they belong to (a forked
-    /// child has none of its parent's threads, and their ids may name others).
+    /// The pool's live threads, by the fork generation they belong to (a
+    /// forked child has none of its parent's threads, and their ids may name
+    /// others), with the CPUs each started with.
     struct Threads {
         generation: u64,
-        tids: Vec<libc::pid_t>,
+        threads: Vec<(libc::pid_t, libc::cpu_set_t)>,
     }
 
     static THREADS: Mutex<Threads> = Mutex::new(Threads {
         generation: 0,
-        tids: Vec::new(),
+        threads: Vec::new(),
     });
 
     /// The CPU the pool's threads are kept off (`usize::MAX`: none).
@@ -43,7 +45,8 @@ mod linux {
     /// When the pool's threads last moved (nanoseconds after [`epoch`] + 1; 0:
     /// never). They move at most once per [`MOVE_INTERVAL_NS`]: with callers on
     /// several CPUs whose copies miss the pool (it is busy with another's), each
-    /// move would undo the last, a system call per pool thread each time.
+    /// move would undo the last, a system call per pool thread each time, on
+    /// the copy's own time (some 100 µs for 64 threads).
     static MOVED: AtomicU64 = AtomicU64::new(0);
     const MOVE_INTERVAL_NS: u64 = 10_000_000;
 
@@ -52,27 +55,55 @@ mod linux {
         *EPOCH.get_or_init(Instant::now)
     }
 
-    pub(crate) fn register_pool_thread() {
-        let generation = crate::fork::generation();
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
-        // Tried, never waited for without end: a fork may have left the list
-        // locked (threads starting together only wait for each other briefly).
-        let Some(mut threads) = (0..1000).find_map(|_| {
+    /// The list, tried rather than waited for without end: a fork taken while
+    /// a thread held it leaves it locked in the child, where the pool's
+    /// threads then start unlisted and are never moved.
+    fn threads() -> Option<std::sync::MutexGuard<'static, Threads>> {
+        (0..1000).find_map(|_| {
             let threads = THREADS.try_lock().ok();
             if threads.is_none() {
                 std::thread::yield_now();
             }
             threads
-        }) else {
+        })
+    }
+
+    pub(super) fn tid() -> libc::pid_t {
+        // SAFETY: gettid has no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
+    }
+
+    /// The calling thread's CPUs, `None` where they cannot be read.
+    pub(super) fn own_cpus() -> Option<libc::cpu_set_t> {
+        // SAFETY: an all-zero cpu_set_t is an empty set; the call gets its size
+        // and a valid pointer.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            (libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) == 0).then_some(set)
+        }
+    }
+
+    pub(crate) fn register_pool_thread() {
+        let generation = crate::fork::generation();
+        let (Some(cpus), Some(mut list)) = (own_cpus(), threads()) else {
             return;
         };
-        if threads.generation != generation {
-            threads.generation = generation;
-            threads.tids.clear();
-            KEPT_OFF.store(usize::MAX, Ordering::Relaxed);
+        if list.generation != generation {
+            list.generation = generation;
+            list.threads.clear();
         }
-        threads.tids.push(tid);
+        list.threads.push((tid(), cpus));
+        // The next missed copy moves this thread too.
+        KEPT_OFF.store(usize::MAX, Ordering::Relaxed);
+    }
+
+    /// Before the thread exits (its pool dropped, as the one a thread that
+    /// lost the race to make the pool makes): its id may then name another.
+    pub(crate) fn unregister_pool_thread() {
+        let me = tid();
+        if let Some(mut list) = threads() {
+            list.threads.retain(|&(tid, _)| tid != me);
+        }
     }
 
     pub(crate) fn keep_pool_off_caller_cpu() {
@@ -83,60 +114,48 @@ mod linux {
         if KEPT_OFF.load(Ordering::Relaxed) == cpu {
             return;
         }
-        let now = epoch().elapsed().as_nanos() as u64 + 1;
         let last = MOVED.load(Ordering::Relaxed);
-        if last != 0 && now - last < MOVE_INTERVAL_NS {
+        let now = epoch().elapsed().as_nanos() as u64 + 1;
+        if last != 0 && now.saturating_sub(last) < MOVE_INTERVAL_NS {
             return;
         }
         if MOVED
             .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+            .is_err()
         {
-            keep_off(cpu);
+            return;
         }
-    }
-
-    /// Limits every pool thread to the CPUs the calling thread may use, less
-    /// `cpu`; false where that leaves none, or the threads are another fork
-    /// generation's (or their list is locked: never waited for, as a fork
-    /// may have left it locked).
-    pub(super) fn keep_off(cpu: usize) -> bool {
-        let Ok(threads) = THREADS.try_lock() else {
-            return false;
+        let Some(list) = threads() else {
+            return;
         };
-        if threads.generation != crate::fork::generation() || cpu >= libc::CPU_SETSIZE as usize {
-            return false;
+        if list.generation == crate::fork::generation() && keep_off(&list.threads, cpu) {
+            KEPT_OFF.store(cpu, Ordering::Relaxed);
         }
-        let size = size_of::<libc::cpu_set_t>();
-        // SAFETY: an all-zero cpu_set_t is an empty set; the calls get its
-        // size and a valid pointer, and CPU_CLR an index below CPU_SETSIZE.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, size, &mut set) != 0 {
-                return false;
-            }
-            libc::CPU_CLR(cpu, &mut set);
-            if libc::CPU_COUNT(&set) == 0 {
-                return false;
-            }
-            // A thread that has exited (its id gone) fails alone.
-            for &tid in &threads.tids {
-                libc::sched_setaffinity(tid, size, &set);
-            }
-        }
-        KEPT_OFF.store(cpu, Ordering::Relaxed);
-        true
     }
 
-    /// The pool's threads of this fork generation.
-    #[cfg(test)]
-    pub(super) fn pool_threads() -> Vec<libc::pid_t> {
-        let threads = THREADS.lock().unwrap_or_else(|p| p.into_inner());
-        if threads.generation == crate::fork::generation() {
-            threads.tids.clone()
-        } else {
-            Vec::new()
+    /// Limits each of `threads` to the CPUs it started with, less `cpu`,
+    /// unless that leaves it none or `cpu` was not among them; true where
+    /// any was moved. A thread that has exited fails alone.
+    pub(super) fn keep_off(threads: &[(libc::pid_t, libc::cpu_set_t)], cpu: usize) -> bool {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
         }
+        let mut moved = false;
+        for &(tid, mut cpus) in threads {
+            // SAFETY: `cpu` is below CPU_SETSIZE; the call gets the set's
+            // size and a valid pointer.
+            unsafe {
+                if !libc::CPU_ISSET(cpu, &cpus) {
+                    continue;
+                }
+                libc::CPU_CLR(cpu, &mut cpus);
+                if libc::CPU_COUNT(&cpus) == 0 {
+                    continue;
+                }
+                moved |= libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &cpus) == 0;
+            }
+        }
+        moved
     }
 }
 
@@ -144,6 +163,12 @@ mod linux {
 pub(crate) fn register_pool_thread() {
     #[cfg(target_os = "linux")]
     linux::register_pool_thread();
+}
+
+/// Forgets the calling thread, one of the copy pool's (its exit handler).
+pub(crate) fn unregister_pool_thread() {
+    #[cfg(target_os = "linux")]
+    linux::unregister_pool_thread();
 }
 
 /// After a copy that no pool thread joined: keeps the pool's threads off the
@@ -164,15 +189,17 @@ pub(super) mod tests {
     /// check that a copy the pool missed makes one).
     pub(in super::super) static KEEP_OFF_CALLS: AtomicUsize = AtomicUsize::new(0);
 
+    /// On threads of its own (the pool's are moved by other tests' copies).
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_pool_threads_are_kept_off_the_cpu_named() {
-        let size = size_of::<libc::cpu_set_t>();
+    fn threads_are_kept_off_the_cpu_named_within_their_own() {
+        use super::linux::{keep_off, own_cpus, tid};
         let cpus = |tid: libc::pid_t| {
             // SAFETY: an all-zero cpu_set_t is an empty set; valid pointer and size.
             let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
             // SAFETY: as above.
-            assert_eq!(unsafe { libc::sched_getaffinity(tid, size, &mut set) }, 0);
+            let rc = unsafe { libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut set) };
+            assert_eq!(rc, 0);
             (0..libc::CPU_SETSIZE as usize)
                 // SAFETY: an index below CPU_SETSIZE.
                 .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
@@ -180,27 +207,46 @@ pub(super) mod tests {
         };
         let mine = cpus(0);
         if mine.len() < 2 {
-            println!("the_pool_threads_are_kept_off_the_cpu_named: one CPU, nothing to keep off");
+            println!("threads_are_kept_off_the_cpu_named_within_their_own: one CPU, nothing to keep off");
             return;
         }
-        let (_, workers) = crate::fork::copy_pool().expect("threads can start");
-        // The pool's threads note themselves as they start.
-        let start = std::time::Instant::now();
-        while super::linux::pool_threads().len() < workers.saturating_sub(1).max(1) {
-            assert!(start.elapsed().as_secs() < 10, "the pool's threads never registered");
-            std::thread::yield_now();
-        }
-        for &cpu in &mine[..2] {
-            assert!(super::linux::keep_off(cpu));
-            for tid in super::linux::pool_threads() {
-                let theirs = cpus(tid);
-                assert!(!theirs.contains(&cpu), "pool thread {tid} may still run on CPU {cpu}");
-                assert!(
-                    theirs.iter().all(|c| mine.contains(c)),
-                    "pool thread {tid} got CPUs the caller has not"
-                );
-                assert!(!theirs.is_empty());
+        std::thread::scope(|s| {
+            let (ids, got) = std::sync::mpsc::channel();
+            let stops: Vec<_> = (0..2)
+                .map(|_| {
+                    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+                    let ids = ids.clone();
+                    s.spawn(move || {
+                        ids.send((tid(), own_cpus().unwrap())).unwrap();
+                        let _ = stopped.recv();
+                    });
+                    stop
+                })
+                .collect();
+            let threads: Vec<_> = (0..2).map(|_| got.recv().unwrap()).collect();
+            for &cpu in &mine[..2] {
+                assert!(keep_off(&threads, cpu));
+                for &(tid, _) in &threads {
+                    let theirs = cpus(tid);
+                    assert!(!theirs.contains(&cpu), "thread {tid} may still run on CPU {cpu}");
+                    // Within the CPUs it started with: the CPU named before is back.
+                    assert_eq!(theirs.len(), mine.len() - 1, "thread {tid}: {theirs:?} of {mine:?}");
+                }
             }
-        }
+            // Threads that never had the CPU, or had only it, are not moved.
+            let with = |f: &dyn Fn(&mut libc::cpu_set_t)| -> Vec<_> {
+                threads.iter().map(|&(t, mut c)| (t, (f(&mut c), c).1)).collect()
+            };
+            // SAFETY: indices below CPU_SETSIZE; all-zero cpu_set_t is an empty set.
+            let never = with(&|c| unsafe { libc::CPU_CLR(mine[0], c) });
+            assert!(!keep_off(&never, mine[0]));
+            // SAFETY: as above.
+            let only = with(&|c| unsafe {
+                *c = std::mem::zeroed();
+                libc::CPU_SET(mine[0], c);
+            });
+            assert!(!keep_off(&only, mine[0]));
+            drop(stops);
+        });
     }
 }
