@@ -15,10 +15,9 @@
 //! 30 ms after the last and followed by 50 of torch's copies (67 µs), builds
 //! alternated, six to nine processes each: blocks whose median ran at the
 //! caller's speed alone (over 100 µs) 11–27 of 30 → 0–1, mean copy 122–143 →
-//! 80–92 µs. Torch's copies
-//! alternated call by call with ours are another matter: its OpenMP threads
-//! spin for milliseconds after each of its copies and hold the other CPU
-//! (the README's Environment section).
+//! 80–92 µs. Torch's copies alternated call by call with ours are another
+//! matter: its OpenMP threads spin for milliseconds after each of its copies
+//! and hold the other CPU (the README's Environment section).
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -234,18 +233,17 @@ pub(super) mod tests {
                 }
             }
             // Threads that never had the CPU, or had only it, are not moved.
-            let with = |f: &dyn Fn(&mut libc::cpu_set_t)| -> Vec<_> {
-                threads.iter().map(|&(t, mut c)| (t, (f(&mut c), c).1)).collect()
-            };
-            // SAFETY: indices below CPU_SETSIZE; all-zero cpu_set_t is an empty set.
-            let never = with(&|c| unsafe { libc::CPU_CLR(mine[0], c) });
-            assert!(!keep_off(&never, mine[0]));
-            // SAFETY: as above.
-            let only = with(&|c| unsafe {
-                *c = std::mem::zeroed();
-                libc::CPU_SET(mine[0], c);
-            });
-            assert!(!keep_off(&only, mine[0]));
+            let started_with = |cpus: libc::cpu_set_t| threads.iter().map(|&(tid, _)| (tid, cpus)).collect::<Vec<_>>();
+            let mut without = threads[0].1;
+            // SAFETY: an all-zero cpu_set_t is an empty set.
+            let mut only: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: an index below CPU_SETSIZE.
+            unsafe {
+                libc::CPU_CLR(mine[0], &mut without);
+                libc::CPU_SET(mine[0], &mut only);
+            }
+            assert!(!keep_off(&started_with(without), mine[0]));
+            assert!(!keep_off(&started_with(only), mine[0]));
             drop(stops);
         });
     }
