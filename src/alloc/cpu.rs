@@ -307,7 +307,12 @@ mod tests {
         for size in [MAPPED_MIN + 12_345, HUGE_PAGE_MIN + 12_345] {
             let mut last: Option<(usize, u8)> = None;
             let mut reused = 0;
-            for round in 0..3u8 {
+            // Tests running beside take and free large blocks too, and the
+            // cache is skipped while one of them holds it: a block may be
+            // another's, or a fresh mapping at the address just unmapped. So
+            // the block's state is read from `zero_filled`, and rounds go on
+            // until the block freed last came back once with its contents.
+            for round in 0..16u8 {
                 let p = a.allocate(size, 64, None).unwrap();
                 let at = p.ptr.as_ptr() as usize;
                 assert!(at.is_multiple_of(HUGE_PAGE) || !linux && size < HUGE_PAGE_MIN, "{size}");
@@ -317,19 +322,15 @@ mod tests {
                     if a.zero_filled(&p) {
                         assert!(s.iter().step_by(4096).all(|&b| b == 0), "{size} round {round}");
                         assert_eq!(s[size - 1], 0);
-                    }
-                    // The block freed last, taken back with what was written
-                    // into it (unless a test running beside took it first).
-                    if last.is_some_and(|(before, _)| before == at) {
+                    } else if linux && last.is_some_and(|(before, fill)| before == at && s[size - 1] == fill) {
                         reused += 1;
-                        assert!(!a.zero_filled(&p), "{size} round {round}");
-                        assert_eq!(s[size - 1], last.unwrap().1);
-                    } else {
-                        assert_eq!(a.zero_filled(&p), linux, "{size} round {round}");
                     }
                     s.fill(round + 1);
                     last = Some((at, round + 1));
                     a.deallocate(p, None);
+                }
+                if reused > 0 || !linux && round == 2 {
+                    break;
                 }
             }
             assert!(!linux || reused > 0, "{size}: no block was reused");
