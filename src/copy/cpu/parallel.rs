@@ -612,11 +612,70 @@ mod tests {
         }
     }
 
+    /// Pins the calling thread to its first CPU and `pool`'s threads to the
+    /// others (on Linux, with at least two); the caller's CPUs come back on drop.
+    struct PinnedApart {
+        #[cfg(target_os = "linux")]
+        caller: Option<libc::cpu_set_t>,
+    }
+
+    impl PinnedApart {
+        fn new(pool: &rayon::ThreadPool) -> Self {
+            #[cfg(target_os = "linux")]
+            {
+                let caller = super::super::placement::own_cpus();
+                let set = |cpus: &libc::cpu_set_t| {
+                    // SAFETY: the call gets the set's size and a valid pointer.
+                    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), cpus) };
+                    assert_eq!(rc, 0, "sched_setaffinity");
+                };
+                if let Some(mut others) = caller {
+                    // SAFETY: an all-zero cpu_set_t is an empty set; indices
+                    // below CPU_SETSIZE.
+                    let (count, first, mut only) = unsafe {
+                        let first = (0..libc::CPU_SETSIZE as usize).find(|&i| libc::CPU_ISSET(i, &others));
+                        (libc::CPU_COUNT(&others), first, std::mem::zeroed::<libc::cpu_set_t>())
+                    };
+                    if let (2.., Some(first)) = (count, first) {
+                        // SAFETY: `first` is below CPU_SETSIZE.
+                        unsafe {
+                            libc::CPU_SET(first, &mut only);
+                            libc::CPU_CLR(first, &mut others);
+                        }
+                        set(&only);
+                        pool.broadcast(|_| set(&others));
+                        return Self { caller };
+                    }
+                }
+                Self { caller: None }
+            }
+            #[cfg(not(target_os = "linux"))]
+            {
+                let _ = pool;
+                Self {}
+            }
+        }
+    }
+
+    impl Drop for PinnedApart {
+        fn drop(&mut self) {
+            #[cfg(target_os = "linux")]
+            if let Some(cpus) = &self.caller {
+                // SAFETY: the call gets the set's size and a valid pointer.
+                unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), cpus) };
+            }
+        }
+    }
+
     #[test]
     fn a_pool_thread_that_has_just_copied_joins_the_next_copy_of_its_own_pool_without_a_wake_up() {
         let [a, b] = [0, 1].map(|_| rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap());
         let thread_of = |p: &rayon::ThreadPool| p.install(|| std::thread::current().id());
         let (ta, tb) = (thread_of(&a), thread_of(&b));
+        // The caller and `a`'s thread on CPUs of their own where there are
+        // two: sharing one (as a loaded machine may leave them, for seconds),
+        // one never runs while the other watches.
+        let _pinned = PinnedApart::new(&a);
         // Back-to-back copies on one pool: its thread, still watching after
         // one, joins the next through the handoff (not every time, should
         // the machine hold a thread off its core past the watch: for up to

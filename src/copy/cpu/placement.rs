@@ -19,6 +19,9 @@
 //! matter: its OpenMP threads spin for milliseconds after each of its copies
 //! and hold the other CPU (the README's Environment section).
 
+#[cfg(all(test, target_os = "linux"))]
+pub(super) use linux::own_cpus;
+
 #[cfg(target_os = "linux")]
 mod linux {
     use std::sync::Mutex;
@@ -73,7 +76,7 @@ mod linux {
     }
 
     /// The calling thread's CPUs, `None` where they cannot be read.
-    pub(super) fn own_cpus() -> Option<libc::cpu_set_t> {
+    pub(in crate::copy::cpu) fn own_cpus() -> Option<libc::cpu_set_t> {
         // SAFETY: an all-zero cpu_set_t is an empty set; the call gets its size
         // and a valid pointer.
         unsafe {
