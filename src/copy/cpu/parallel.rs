@@ -167,7 +167,7 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
 /// runs of nine at 21–26 (torch 42–57; alone, either copy runs at 56–62).
 struct Backoff;
 
-/// Nanoseconds after [`Backoff::epoch`] until which copies stay serial.
+/// A [`clock_ns`] time until which copies stay serial.
 static UNTIL: AtomicU64 = AtomicU64::new(0);
 /// Late pools in a row, and how many make a back-off: one late start can be
 /// a pool thread whose core the VM had put to sleep (the best single 1 MiB
@@ -185,19 +185,16 @@ const POOL_LATE: Duration = Duration::from_millis(1);
 /// How long copies stay on the calling thread after that.
 const BACKOFF: Duration = Duration::from_millis(20);
 
+/// Nanoseconds since the first call in the process: times that fit an atomic.
+pub(super) fn clock_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
 impl Backoff {
-    fn epoch() -> Instant {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        *EPOCH.get_or_init(Instant::now)
-    }
-
-    fn now() -> u64 {
-        Backoff::epoch().elapsed().as_nanos() as u64
-    }
-
     fn active() -> bool {
         let until = UNTIL.load(Ordering::Relaxed);
-        until != 0 && Backoff::now() < until
+        until != 0 && clock_ns() < until
     }
 
     /// Records how long the pool took to start on a copy (`None`: it had not
@@ -208,7 +205,7 @@ impl Backoff {
             LATE_STREAK.store(0, Ordering::Relaxed);
         } else if LATE_STREAK.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_STREAK_MAX {
             LATE_STREAK.store(0, Ordering::Relaxed);
-            UNTIL.store(Backoff::now() + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
+            UNTIL.store(clock_ns() + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
         }
     }
 }

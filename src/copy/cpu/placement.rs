@@ -26,7 +26,6 @@ pub(super) use linux::own_cpus;
 mod linux {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    use std::time::Instant;
 
     /// The pool's live threads, by the fork generation they belong to (a
     /// forked child has none of its parent's threads, and their ids may name
@@ -44,18 +43,13 @@ mod linux {
     /// The CPU the pool's threads are kept off (`usize::MAX`: none).
     static KEPT_OFF: AtomicUsize = AtomicUsize::new(usize::MAX);
 
-    /// When the pool's threads last moved (nanoseconds after [`epoch`] + 1; 0:
-    /// never). They move at most once per [`MOVE_INTERVAL_NS`]: with callers on
+    /// When the pool's threads last moved
+    /// ([`clock_ns`](super::super::parallel::clock_ns) + 1; 0: never). They move at most once per [`MOVE_INTERVAL_NS`]: with callers on
     /// several CPUs whose copies miss the pool (it is busy with another's), each
     /// move would undo the last, a system call per pool thread each time, on
     /// the copy's own time (some 100 µs for 64 threads).
     static MOVED: AtomicU64 = AtomicU64::new(0);
     const MOVE_INTERVAL_NS: u64 = 10_000_000;
-
-    fn epoch() -> Instant {
-        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-        *EPOCH.get_or_init(Instant::now)
-    }
 
     /// The list, tried rather than waited for without end: a fork taken while
     /// a thread held it leaves it locked in the child, where the pool's
@@ -117,7 +111,7 @@ mod linux {
             return;
         }
         let last = MOVED.load(Ordering::Relaxed);
-        let now = epoch().elapsed().as_nanos() as u64 + 1;
+        let now = super::super::parallel::clock_ns() + 1;
         if last != 0 && now.saturating_sub(last) < MOVE_INTERVAL_NS {
             return;
         }
