@@ -179,9 +179,12 @@ fn current_stream_carries_allocations_copies_and_fills() {
         &[h],
         "allocated on the current stream"
     );
-    let host = t.to(Device::Cpu).unwrap(); // a device-to-host copy on `s`, synchronised
+    // A device-to-host copy on `s`, synchronised: the host sees the fill's
+    // values (the stream is not asked whether it is idle: beside the other
+    // tests, memory they free records events on pooled streams such as `s`,
+    // as tests/gpu_cuda_stream_pool.rs notes).
+    let host = t.to(Device::Cpu).unwrap();
     assert_eq!(host.to_vec::<f32>().unwrap(), vec![2.5; 256]);
-    assert!(s.query().unwrap(), "the copy synchronised the stream it ran on");
     assert_eq!(set_current_stream(dev(0), None), Some(h));
     assert_eq!(current_stream(dev(0)), None);
     // The default stream touches `t` next: order it after `s` first.

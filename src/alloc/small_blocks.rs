@@ -168,6 +168,8 @@ mod tests {
     }
 
     #[test]
+    // The counters `CpuAlloc::stats` reads move with the cache's blocks.
+    #[serial_test::serial(cpu_alloc_counters)]
     fn a_block_comes_back_for_the_same_layout_only() {
         std::thread::spawn(|| {
             let l = layout(4096 + 240);
@@ -185,6 +187,8 @@ mod tests {
     }
 
     #[test]
+    // The counters `CpuAlloc::stats` reads move with the cache's blocks.
+    #[serial_test::serial(cpu_alloc_counters)]
     fn the_cache_is_bounded() {
         std::thread::spawn(|| {
             let big = layout(MAX_BLOCK + 16);

@@ -231,6 +231,9 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        // Its pinned-memory check reads the host pool's total, which another
+        // test's 2 GiB of pinned rows would move.
+        #[serial_test::serial(gpu_memory)]
         fn index_math_beyond_2_pow_31_elements() {
             if !ready("index_math_beyond_2_pow_31_elements") {
                 return;

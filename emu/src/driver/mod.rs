@@ -95,6 +95,11 @@ pub fn null_arg<T>(name: &str) -> Result<T> {
 
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static LAST_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
+thread_local! {
+    /// The last message printed on this thread: a call's own error, which
+    /// another thread's errors printed since cannot replace.
+    static OWN_LAST_MESSAGE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
 
 /// Locks a mutex, ignoring poisoning (bodies run under `catch_unwind`).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,12 +114,18 @@ pub(crate) fn report_message(call: &str, message: &str) {
         None => format!("{call}: {message}"),
     };
     eprintln!("devtensor-emu: {line}");
+    let _ = OWN_LAST_MESSAGE.try_with(|own| *own.borrow_mut() = Some(line.clone()));
     *lock(&LAST_MESSAGE) = Some(line);
 }
 
-/// The last error message printed (for tests).
+/// The last error message printed on this thread, else on any (an error
+/// found on a stream's own thread), for tests.
 pub fn last_error_message() -> Option<String> {
-    lock(&LAST_MESSAGE).clone()
+    OWN_LAST_MESSAGE
+        .try_with(|own| own.borrow().clone())
+        .ok()
+        .flatten()
+        .or_else(|| lock(&LAST_MESSAGE).clone())
 }
 
 /// Whether `cuInit` succeeded.

@@ -137,7 +137,7 @@ fn slow_counted(bytes: usize) -> usize {
 /// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     // No copy touches rayon while the pool is backed off.
-    let split = if total < 2 || Backoff::active() {
+    let split = if total < 2 || COPY_BACKOFF.active(clock_ns()) {
         None
     } else {
         split_pool(bytes)
@@ -165,15 +165,20 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
 /// devtensor and torch, call by call, two cores, median GB/s: in a third of
 /// the runs both fell to 3–4 (torch 8) without the back-off; with it, nine
 /// runs of nine at 21–26 (torch 42–57; alone, either copy runs at 56–62).
-struct Backoff;
+struct Backoff {
+    /// A [`clock_ns`] time until which copies stay serial (0: none).
+    until: AtomicU64,
+    /// Late pools in a row, up to [`LATE_STREAK_MAX`].
+    late_streak: AtomicUsize,
+}
 
-/// A [`clock_ns`] time until which copies stay serial.
-static UNTIL: AtomicU64 = AtomicU64::new(0);
-/// Late pools in a row, and how many make a back-off: one late start can be
-/// a pool thread whose core the VM had put to sleep (the best single 1 MiB
-/// clone fell from 167 to 124 GB/s when each late start backed off: the
-/// first copy after a back-off found the pool asleep again, and late).
-static LATE_STREAK: AtomicUsize = AtomicUsize::new(0);
+/// The copy pool's.
+static COPY_BACKOFF: Backoff = Backoff::new();
+
+/// Late pools in a row that make a back-off: one late start can be a pool
+/// thread whose core the VM had put to sleep (the best single 1 MiB clone
+/// fell from 167 to 124 GB/s when each late start backed off: the first copy
+/// after a back-off found the pool asleep again, and late).
 const LATE_STREAK_MAX: usize = 3;
 
 /// A pool that starts this long after a copy was handed out is late; with
@@ -192,20 +197,28 @@ pub(super) fn clock_ns() -> u64 {
 }
 
 impl Backoff {
-    fn active() -> bool {
-        let until = UNTIL.load(Ordering::Relaxed);
-        until != 0 && clock_ns() < until
+    const fn new() -> Self {
+        Backoff {
+            until: AtomicU64::new(0),
+            late_streak: AtomicUsize::new(0),
+        }
     }
 
-    /// Records how long the pool took to start on a copy (`None`: it had not
-    /// started when the copy was over, `waited` after it was handed out), late
-    /// from `late` on.
-    fn observe(start: Option<Duration>, waited: Duration, late: Duration) {
+    /// Whether copies stay serial at `now` (a [`clock_ns`] time).
+    fn active(&self, now: u64) -> bool {
+        let until = self.until.load(Ordering::Relaxed);
+        until != 0 && now < until
+    }
+
+    /// Records how long the pool took to start on a copy that ended at `now`
+    /// (`None`: it had not started when the copy was over, `waited` after it
+    /// was handed out), late from `late` on.
+    fn observe(&self, now: u64, start: Option<Duration>, waited: Duration, late: Duration) {
         if start.unwrap_or(waited) < late {
-            LATE_STREAK.store(0, Ordering::Relaxed);
-        } else if LATE_STREAK.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_STREAK_MAX {
-            LATE_STREAK.store(0, Ordering::Relaxed);
-            UNTIL.store(clock_ns() + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
+            self.late_streak.store(0, Ordering::Relaxed);
+        } else if self.late_streak.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_STREAK_MAX {
+            self.late_streak.store(0, Ordering::Relaxed);
+            self.until.store(now + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
         }
     }
 }
@@ -369,7 +382,7 @@ impl Job {
             // Perhaps queued behind this thread on its CPU ([`super::placement`]).
             super::placement::keep_pool_off_caller_cpu();
         }
-        Backoff::observe(start, job.handed.elapsed(), late);
+        COPY_BACKOFF.observe(clock_ns(), start, job.handed.elapsed(), late);
         wait_until(|| job.active.load(Ordering::SeqCst) == 0);
         let panic = job.panic.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(payload) = panic {
@@ -564,8 +577,8 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::{
-        BACKOFF, Backoff, FINISH_SPIN, HANDED_OFF, LATE_STREAK, LATE_STREAK_MAX, PAR_MIN_BYTES, POOL_LATE,
-        SLOW_KERNEL_COST, UNTIL, balanced, slow_counted, spin_until, static_share_count, static_shares,
+        BACKOFF, Backoff, COPY_BACKOFF, FINISH_SPIN, HANDED_OFF, LATE_STREAK_MAX, PAR_MIN_BYTES, POOL_LATE,
+        SLOW_KERNEL_COST, balanced, slow_counted, spin_until, static_share_count, static_shares,
     };
 
     /// Which thread visited each index of `0..total`, once per index.
@@ -702,9 +715,15 @@ mod tests {
     #[test]
     fn the_caller_spins_until_the_pool_is_done_and_no_longer_than_its_cap() {
         // Done already: no wait.
-        let t = Instant::now();
-        spin_until(|| true, FINISH_SPIN);
-        assert!(t.elapsed() < FINISH_SPIN);
+        let asked = std::cell::Cell::new(0);
+        spin_until(
+            || {
+                asked.set(asked.get() + 1);
+                true
+            },
+            FINISH_SPIN,
+        );
+        assert_eq!(asked.get(), 1);
         // Never done: it gives up after the cap (and not long after).
         let t = Instant::now();
         spin_until(|| false, FINISH_SPIN);
@@ -745,34 +764,41 @@ mod tests {
     }
 
     #[test]
-    #[serial_test::serial(copy_backoff)]
     fn a_late_pool_sends_copies_to_the_caller_alone_for_a_while() {
-        UNTIL.store(0, Ordering::SeqCst);
-        LATE_STREAK.store(0, Ordering::SeqCst);
-        let late = |start, waited, limit| {
-            for _ in 0..LATE_STREAK_MAX {
-                assert!(!Backoff::active());
-                Backoff::observe(start, waited, limit);
+        // A back-off of its own, on a clock of its own: the copy pool's is
+        // fed by every copy the tests beside make.
+        let b = Backoff::new();
+        let ms = |n: u64| n * 1_000_000;
+        let late = |now: u64, start, waited, limit| {
+            for k in 0..LATE_STREAK_MAX as u64 {
+                assert!(!b.active(now + k));
+                b.observe(now + k, start, waited, limit);
             }
         };
         // Started 50 µs after it was handed out, in a copy of 5 ms: on time.
-        Backoff::observe(Some(Duration::from_micros(50)), Duration::from_millis(5), POOL_LATE);
-        assert!(!Backoff::active());
+        b.observe(
+            ms(1),
+            Some(Duration::from_micros(50)),
+            Duration::from_millis(5),
+            POOL_LATE,
+        );
+        assert!(!b.active(ms(1)));
         // Not started within a copy that took 0.5 ms: not late either.
-        Backoff::observe(None, Duration::from_micros(500), POOL_LATE);
-        assert!(!Backoff::active());
-        // Late, then on time: no back-off; late three times in a row: back-off.
-        Backoff::observe(Some(POOL_LATE), POOL_LATE, POOL_LATE);
-        Backoff::observe(Some(POOL_LATE), POOL_LATE, POOL_LATE);
-        Backoff::observe(Some(Duration::ZERO), POOL_LATE, POOL_LATE);
-        late(Some(POOL_LATE), POOL_LATE, POOL_LATE);
-        assert!(Backoff::active());
-        std::thread::sleep(BACKOFF + Duration::from_millis(5));
-        assert!(!Backoff::active());
+        b.observe(ms(2), None, Duration::from_micros(500), POOL_LATE);
+        assert!(!b.active(ms(2)));
+        // Late, then on time: no back-off; late three times in a row: back-off
+        // for BACKOFF from the third.
+        b.observe(ms(3), Some(POOL_LATE), POOL_LATE, POOL_LATE);
+        b.observe(ms(4), Some(POOL_LATE), POOL_LATE, POOL_LATE);
+        b.observe(ms(5), Some(Duration::ZERO), POOL_LATE, POOL_LATE);
+        assert!(!b.active(ms(5)));
+        late(ms(6), Some(POOL_LATE), POOL_LATE, POOL_LATE);
+        let end = ms(6) + 2 + BACKOFF.as_nanos() as u64;
+        assert!(b.active(ms(6) + 2) && b.active(end - 1));
+        assert!(!b.active(end));
         // Not started within the grace of static shares, three times.
-        late(None, FINISH_SPIN, FINISH_SPIN);
-        assert!(Backoff::active());
-        UNTIL.store(0, Ordering::SeqCst);
+        late(end + ms(1), None, FINISH_SPIN, FINISH_SPIN);
+        assert!(b.active(end + ms(1) + 2));
     }
 
     /// The calls `par_for` makes for a copy of `total` indices and `bytes`.
@@ -792,9 +818,9 @@ mod tests {
         let (total, big) = (1000, 64 << 20);
         assert_eq!(calls(total, super::PAR_MIN_BYTES - 1), [(0, total)]);
         // Backed off: large copies run serially too.
-        UNTIL.store(u64::MAX, Ordering::SeqCst);
+        COPY_BACKOFF.until.store(u64::MAX, Ordering::SeqCst);
         assert_eq!(calls(total, big), [(0, total)]);
-        UNTIL.store(0, Ordering::SeqCst);
+        COPY_BACKOFF.until.store(0, Ordering::SeqCst);
         // Split where there is a pool of two or more (unless other tests' copies
         // have just made it back off), and then the parts tile the range.
         let split = calls(total, big);
@@ -805,8 +831,8 @@ mod tests {
         } else {
             assert_eq!(split, [(0, total)]);
         }
-        UNTIL.store(0, Ordering::SeqCst);
-        LATE_STREAK.store(0, Ordering::SeqCst);
+        COPY_BACKOFF.until.store(0, Ordering::SeqCst);
+        COPY_BACKOFF.late_streak.store(0, Ordering::SeqCst);
     }
 
     #[test]
