@@ -96,8 +96,9 @@ pub fn null_arg<T>(name: &str) -> Result<T> {
 static INITIALIZED: AtomicBool = AtomicBool::new(false);
 static LAST_MESSAGE: Mutex<Option<String>> = Mutex::new(None);
 thread_local! {
-    /// The last message printed on this thread: a call's own error, which
-    /// another thread's errors printed since cannot replace.
+    /// The message of this thread's last failed call, `None` when it printed
+    /// none: a call's own error, which another thread's printed since cannot
+    /// replace.
     static OWN_LAST_MESSAGE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
@@ -118,8 +119,9 @@ pub(crate) fn report_message(call: &str, message: &str) {
     *lock(&LAST_MESSAGE) = Some(line);
 }
 
-/// The last error message printed on this thread, else on any (an error
-/// found on a stream's own thread), for tests.
+/// The message of this thread's last failed call, else (it printed none, as a
+/// call returning a fault found and printed on a stream's own thread) the last
+/// printed on any thread; for tests.
 pub fn last_error_message() -> Option<String> {
     OWN_LAST_MESSAGE
         .try_with(|own| own.borrow().clone())
@@ -163,8 +165,11 @@ pub(crate) fn entry(call: &'static str, needs_init: bool, since: i32, body: impl
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(Ok(())) => CUDA_SUCCESS,
         Ok(Err(e)) => {
-            if let Some(m) = &e.message {
-                report_message(call, m);
+            match &e.message {
+                Some(m) => report_message(call, m),
+                None => {
+                    let _ = OWN_LAST_MESSAGE.try_with(|own| own.borrow_mut().take());
+                }
             }
             e.code
         }

@@ -137,7 +137,7 @@ fn slow_counted(bytes: usize) -> usize {
 /// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     // No copy touches rayon while the pool is backed off.
-    let split = if total < 2 || COPY_BACKOFF.active(clock_ns()) {
+    let split = if total < 2 || COPY_BACKOFF.active(clock_ns) {
         None
     } else {
         split_pool(bytes)
@@ -172,7 +172,7 @@ struct Backoff {
     late_streak: AtomicUsize,
 }
 
-/// The copy pool's.
+/// The one copies follow (every job feeds it, a test's pool of its own too).
 static COPY_BACKOFF: Backoff = Backoff::new();
 
 /// Late pools in a row that make a back-off: one late start can be a pool
@@ -204,10 +204,11 @@ impl Backoff {
         }
     }
 
-    /// Whether copies stay serial at `now` (a [`clock_ns`] time).
-    fn active(&self, now: u64) -> bool {
+    /// Whether copies stay serial at `now()` (a [`clock_ns`] time, read only
+    /// after a back-off).
+    fn active(&self, now: impl FnOnce() -> u64) -> bool {
         let until = self.until.load(Ordering::Relaxed);
-        until != 0 && now < until
+        until != 0 && now() < until
     }
 
     /// Records how long the pool took to start on a copy that ended at `now`
@@ -623,7 +624,9 @@ mod tests {
     }
 
     /// Pins the calling thread to its first CPU and `pool`'s threads to the
-    /// others (on Linux, with at least two); the caller's CPUs come back on drop.
+    /// others (on Linux, with at least two); the caller's CPUs come back on
+    /// drop. Threads the caller starts meanwhile inherit its one CPU: the
+    /// copy pool must not be first made then.
     struct PinnedApart {
         #[cfg(target_os = "linux")]
         caller: Option<libc::cpu_set_t>,
@@ -652,9 +655,11 @@ mod tests {
                             libc::CPU_SET(first, &mut only);
                             libc::CPU_CLR(first, &mut others);
                         }
+                        // The guard first: it restores the caller should a pin fail.
+                        let guard = Self { caller };
                         set(&only);
                         pool.broadcast(|_| set(&others));
-                        return Self { caller };
+                        return guard;
                     }
                 }
                 Self { caller: None }
@@ -771,7 +776,7 @@ mod tests {
         let ms = |n: u64| n * 1_000_000;
         let late = |now: u64, start, waited, limit| {
             for k in 0..LATE_STREAK_MAX as u64 {
-                assert!(!b.active(now + k));
+                assert!(!b.active(|| now + k));
                 b.observe(now + k, start, waited, limit);
             }
         };
@@ -782,23 +787,23 @@ mod tests {
             Duration::from_millis(5),
             POOL_LATE,
         );
-        assert!(!b.active(ms(1)));
+        assert!(!b.active(|| ms(1)));
         // Not started within a copy that took 0.5 ms: not late either.
         b.observe(ms(2), None, Duration::from_micros(500), POOL_LATE);
-        assert!(!b.active(ms(2)));
+        assert!(!b.active(|| ms(2)));
         // Late, then on time: no back-off; late three times in a row: back-off
         // for BACKOFF from the third.
         b.observe(ms(3), Some(POOL_LATE), POOL_LATE, POOL_LATE);
         b.observe(ms(4), Some(POOL_LATE), POOL_LATE, POOL_LATE);
         b.observe(ms(5), Some(Duration::ZERO), POOL_LATE, POOL_LATE);
-        assert!(!b.active(ms(5)));
+        assert!(!b.active(|| ms(5)));
         late(ms(6), Some(POOL_LATE), POOL_LATE, POOL_LATE);
         let end = ms(6) + 2 + BACKOFF.as_nanos() as u64;
-        assert!(b.active(ms(6) + 2) && b.active(end - 1));
-        assert!(!b.active(end));
+        assert!(b.active(|| ms(6) + 2) && b.active(|| end - 1));
+        assert!(!b.active(|| end));
         // Not started within the grace of static shares, three times.
         late(end + ms(1), None, FINISH_SPIN, FINISH_SPIN);
-        assert!(b.active(end + ms(1) + 2));
+        assert!(b.active(|| end + ms(1) + 2));
     }
 
     /// The calls `par_for` makes for a copy of `total` indices and `bytes`.

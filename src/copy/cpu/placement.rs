@@ -44,10 +44,11 @@ mod linux {
     static KEPT_OFF: AtomicUsize = AtomicUsize::new(usize::MAX);
 
     /// When the pool's threads last moved
-    /// ([`clock_ns`](super::super::parallel::clock_ns) + 1; 0: never). They move at most once per [`MOVE_INTERVAL_NS`]: with callers on
-    /// several CPUs whose copies miss the pool (it is busy with another's), each
-    /// move would undo the last, a system call per pool thread each time, on
-    /// the copy's own time (some 100 µs for 64 threads).
+    /// ([`clock_ns`](super::super::parallel::clock_ns) + 1; 0: never). They
+    /// move at most once per [`MOVE_INTERVAL_NS`]: with callers on several
+    /// CPUs whose copies miss the pool (it is busy with another's), each move
+    /// would undo the last, a system call per pool thread each time, on the
+    /// copy's own time (some 100 µs for 64 threads).
     static MOVED: AtomicU64 = AtomicU64::new(0);
     const MOVE_INTERVAL_NS: u64 = 10_000_000;
 
