@@ -628,41 +628,25 @@ mod tests {
     /// drop. Threads the caller starts meanwhile inherit its one CPU: the
     /// copy pool must not be first made then.
     struct PinnedApart {
+        /// The caller's CPUs before (none: nothing was pinned).
         #[cfg(target_os = "linux")]
-        caller: Option<libc::cpu_set_t>,
+        caller: Vec<usize>,
     }
 
     impl PinnedApart {
         fn new(pool: &rayon::ThreadPool) -> Self {
             #[cfg(target_os = "linux")]
             {
-                let caller = super::super::placement::own_cpus();
-                let set = |cpus: &libc::cpu_set_t| {
-                    // SAFETY: the call gets the set's size and a valid pointer.
-                    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), cpus) };
-                    assert_eq!(rc, 0, "sched_setaffinity");
-                };
-                if let Some(mut others) = caller {
-                    // SAFETY: an all-zero cpu_set_t is an empty set; indices
-                    // below CPU_SETSIZE.
-                    let (count, first, mut only) = unsafe {
-                        let first = (0..libc::CPU_SETSIZE as usize).find(|&i| libc::CPU_ISSET(i, &others));
-                        (libc::CPU_COUNT(&others), first, std::mem::zeroed::<libc::cpu_set_t>())
-                    };
-                    if let (2.., Some(first)) = (count, first) {
-                        // SAFETY: `first` is below CPU_SETSIZE.
-                        unsafe {
-                            libc::CPU_SET(first, &mut only);
-                            libc::CPU_CLR(first, &mut others);
-                        }
-                        // The guard first: it restores the caller should a pin fail.
-                        let guard = Self { caller };
-                        set(&only);
-                        pool.broadcast(|_| set(&others));
-                        return guard;
-                    }
+                use super::super::placement::{cpu_list, pin};
+                let mine = cpu_list(0);
+                if mine.len() < 2 {
+                    return Self { caller: Vec::new() };
                 }
-                Self { caller: None }
+                // The guard first: it restores the caller should a pin fail.
+                let guard = Self { caller: mine.clone() };
+                pin(&mine[..1]);
+                pool.broadcast(|_| pin(&mine[1..]));
+                guard
             }
             #[cfg(not(target_os = "linux"))]
             {
@@ -675,9 +659,8 @@ mod tests {
     impl Drop for PinnedApart {
         fn drop(&mut self) {
             #[cfg(target_os = "linux")]
-            if let Some(cpus) = &self.caller {
-                // SAFETY: the call gets the set's size and a valid pointer.
-                unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), cpus) };
+            if !self.caller.is_empty() {
+                super::super::placement::pin(&self.caller);
             }
         }
     }

@@ -20,7 +20,7 @@
 //! and hold the other CPU (the README's Environment section).
 
 #[cfg(all(test, target_os = "linux"))]
-pub(super) use linux::own_cpus;
+pub(super) use linux::{cpu_list, pin};
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -70,8 +70,37 @@ mod linux {
         unsafe { libc::syscall(libc::SYS_gettid) as libc::pid_t }
     }
 
+    /// The CPUs thread `tid` (0: the caller) may run on, in order (for tests).
+    #[cfg(test)]
+    pub(in crate::copy::cpu) fn cpu_list(tid: libc::pid_t) -> Vec<usize> {
+        // SAFETY: an all-zero cpu_set_t is an empty set; valid pointer and size.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let rc = unsafe { libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut set) };
+        assert_eq!(rc, 0, "sched_getaffinity");
+        (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: an index below CPU_SETSIZE.
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect()
+    }
+
+    /// Limits the calling thread to `cpus` (for tests).
+    #[cfg(test)]
+    pub(in crate::copy::cpu) fn pin(cpus: &[usize]) {
+        // SAFETY: an all-zero cpu_set_t is an empty set; the CPUs named come
+        // from `cpu_list`, below CPU_SETSIZE.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &c in cpus {
+            // SAFETY: as above.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+        // SAFETY: the call gets the set's size and a valid pointer.
+        let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+        assert_eq!(rc, 0, "sched_setaffinity");
+    }
+
     /// The calling thread's CPUs, `None` where they cannot be read.
-    pub(in crate::copy::cpu) fn own_cpus() -> Option<libc::cpu_set_t> {
+    pub(super) fn own_cpus() -> Option<libc::cpu_set_t> {
         // SAFETY: an all-zero cpu_set_t is an empty set; the call gets its size
         // and a valid pointer.
         unsafe {
@@ -190,18 +219,7 @@ pub(super) mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn threads_are_kept_off_the_cpu_named_within_their_own() {
-        use super::linux::{keep_off, own_cpus, tid};
-        let cpus = |tid: libc::pid_t| {
-            // SAFETY: an all-zero cpu_set_t is an empty set; valid pointer and size.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let rc = unsafe { libc::sched_getaffinity(tid, size_of::<libc::cpu_set_t>(), &mut set) };
-            assert_eq!(rc, 0);
-            (0..libc::CPU_SETSIZE as usize)
-                // SAFETY: an index below CPU_SETSIZE.
-                .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-                .collect::<Vec<_>>()
-        };
+        use super::linux::{cpu_list as cpus, keep_off, own_cpus, tid};
         let mine = cpus(0);
         if mine.len() < 2 {
             println!("threads_are_kept_off_the_cpu_named_within_their_own: one CPU, nothing to keep off");
