@@ -211,6 +211,8 @@ DLPACK_DTYPES = {
     "float8_e8m0fnu": (14, 8),
 }
 FLOAT8_NAMES = [n for n in DLPACK_DTYPES if n.startswith("float8")]
+# The dtypes NumPy itself has (no bfloat16, complex32 or float8 without ml_dtypes).
+NUMPY_DTYPES = [n for n in DLPACK_DTYPES if n != "bfloat16" and n != "complex32" and not n.startswith("float8")]
 
 
 class DLDevice(ctypes.Structure):

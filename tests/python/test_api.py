@@ -11,26 +11,10 @@ import time
 import pytest
 
 import devtensor
-from conftest import DLPACK_DTYPES, FLOAT8_NAMES
+from conftest import DLPACK_DTYPES, FLOAT8_NAMES, NUMPY_DTYPES
 
 np = pytest.importorskip("numpy")
 
-NUMPY_DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
 ALL_DTYPES = list(DLPACK_DTYPES)
 ITEMSIZE = {name: bits // 8 for name, (_code, bits) in DLPACK_DTYPES.items()}
 

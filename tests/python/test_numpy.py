@@ -6,25 +6,9 @@ import sys
 import pytest
 
 import devtensor
+from conftest import NUMPY_DTYPES
 
 np = pytest.importorskip("numpy")
-
-NUMPY_DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
 
 
 def sample(shape, dtype):

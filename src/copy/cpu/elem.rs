@@ -219,76 +219,23 @@ mod sse {
         const MICRO: usize = 4;
         with_avx2!(E3);
     }
-    impl Elem for u8 {
-        const MICRO: usize = 16;
-        with_avx2!(U8);
-        #[inline(always)]
-        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-            // SAFETY: forwarded.
-            unsafe {
-                transpose::<16, NT>(
-                    dst,
-                    src,
-                    sa,
-                    db,
-                    |a, b| _mm_unpacklo_epi8(a, b),
-                    |a, b| _mm_unpackhi_epi8(a, b),
-                )
+    /// A power-of-two element's SSE2 kernel: an `n`-row network of the
+    /// unpacks of its width.
+    macro_rules! sse2_elem {
+        ($t:ty, $n:literal, $avx2:ident, $lo:ident, $hi:ident) => {
+            impl Elem for $t {
+                const MICRO: usize = $n;
+                with_avx2!($avx2);
+                #[inline(always)]
+                unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
+                    // SAFETY: forwarded.
+                    unsafe { transpose::<$n, NT>(dst, src, sa, db, |a, b| $lo(a, b), |a, b| $hi(a, b)) }
+                }
             }
-        }
+        };
     }
-    impl Elem for u16 {
-        const MICRO: usize = 8;
-        with_avx2!(U16);
-        #[inline(always)]
-        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-            // SAFETY: forwarded.
-            unsafe {
-                transpose::<8, NT>(
-                    dst,
-                    src,
-                    sa,
-                    db,
-                    |a, b| _mm_unpacklo_epi16(a, b),
-                    |a, b| _mm_unpackhi_epi16(a, b),
-                )
-            }
-        }
-    }
-    impl Elem for u32 {
-        const MICRO: usize = 4;
-        with_avx2!(U32);
-        #[inline(always)]
-        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-            // SAFETY: forwarded.
-            unsafe {
-                transpose::<4, NT>(
-                    dst,
-                    src,
-                    sa,
-                    db,
-                    |a, b| _mm_unpacklo_epi32(a, b),
-                    |a, b| _mm_unpackhi_epi32(a, b),
-                )
-            }
-        }
-    }
-    impl Elem for u64 {
-        const MICRO: usize = 2;
-        with_avx2!(U64);
-        #[inline(always)]
-        unsafe fn micro<const NT: bool>(dst: *mut u8, src: *const u8, sa: isize, db: isize) {
-            // SAFETY: forwarded.
-            unsafe {
-                transpose::<2, NT>(
-                    dst,
-                    src,
-                    sa,
-                    db,
-                    |a, b| _mm_unpacklo_epi64(a, b),
-                    |a, b| _mm_unpackhi_epi64(a, b),
-                )
-            }
-        }
-    }
+    sse2_elem!(u8, 16, U8, _mm_unpacklo_epi8, _mm_unpackhi_epi8);
+    sse2_elem!(u16, 8, U16, _mm_unpacklo_epi16, _mm_unpackhi_epi16);
+    sse2_elem!(u32, 4, U32, _mm_unpacklo_epi32, _mm_unpackhi_epi32);
+    sse2_elem!(u64, 2, U64, _mm_unpacklo_epi64, _mm_unpackhi_epi64);
 }
