@@ -43,6 +43,16 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
     Ok(n)
 }
 
+/// The bytes of `shape`'s elements of `elem_size` bytes, checked: at most
+/// `isize::MAX`, as every tensor's are (so `Tensor::nbytes` cannot overflow,
+/// even for a broadcast view whose elements share a few bytes).
+pub fn nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
+    match numel(shape)?.checked_mul(elem_size) {
+        Some(n) if n <= isize::MAX as usize => Ok(n),
+        _ => Err(Error::Overflow { what: "size in bytes" }),
+    }
+}
+
 /// Row-major (C-contiguous) strides for `shape`.
 #[inline]
 pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
@@ -144,17 +154,26 @@ pub fn slice_indices(size: usize, start: Option<isize>, stop: Option<isize>, ste
     let (first, len) = if step > 0 {
         let a = start.map_or(0, |v| resolve(v, 0, n));
         let b = stop.map_or(n, |v| resolve(v, 0, n));
-        let len = if b > a { (b - a - 1) / step + 1 } else { 0 };
+        let len = if b > a {
+            (b - a - 1) as usize / step as usize + 1
+        } else {
+            0
+        };
         (a, len)
     } else {
         let a = start.map_or(n - 1, |v| resolve(v, -1, n - 1));
         let b = stop.map_or(-1, |v| resolve(v, -1, n - 1));
-        let len = if a > b { (a - b - 1) / (-step) + 1 } else { 0 };
+        // `unsigned_abs`: a step of `isize::MIN` has no negation.
+        let len = if a > b {
+            (a - b - 1) as usize / step.unsigned_abs() + 1
+        } else {
+            0
+        };
         (a, len)
     };
     // An empty slice may start at `n` or -1; clamp so the base offset stays in bounds.
     let first = if len == 0 { 0 } else { first };
-    Ok((first as usize, len as usize))
+    Ok((first as usize, len))
 }
 
 /// Resolves a requested shape with at most one `-1` against `numel`.

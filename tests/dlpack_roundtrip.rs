@@ -334,6 +334,31 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
             |m| unsafe { *m.dl_tensor.strides = i64::MAX },
             |e| matches!(e, Error::Overflow { .. }),
         ),
+        (
+            // 2^62 f32 elements broadcast from one: 2^64 bytes, more than any
+            // tensor's `nbytes` can say (it read 0 in release).
+            "2^64 bytes",
+            // SAFETY: `shape` and `strides` point at the producer's live 2-element arrays.
+            |m| unsafe {
+                *m.dl_tensor.shape = 1 << 61;
+                *m.dl_tensor.shape.add(1) = 2;
+                *m.dl_tensor.strides = 0;
+                *m.dl_tensor.strides.add(1) = 0;
+            },
+            |e| matches!(e, Error::Overflow { .. }),
+        ),
+        (
+            // Extents of both signs, each within `isize`, together 2^64 - 4
+            // bytes (the address is never read: the import refuses first).
+            "extent past isize::MAX",
+            // SAFETY: as above.
+            |m| unsafe {
+                m.dl_tensor.data = (1usize << 63) as *mut c_void;
+                *m.dl_tensor.strides = -(1 << 61);
+                *m.dl_tensor.strides.add(1) = (1 << 60) - 1;
+            },
+            |e| matches!(e, Error::Overflow { .. }),
+        ),
     ];
     for (name, edit, expected) in cases {
         let before = DELETED.load(Ordering::SeqCst);
@@ -349,6 +374,59 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
     // SAFETY: null is allowed and owns nothing.
     let err = unsafe { devtensor::from_dlpack_versioned(std::ptr::null_mut()) }.unwrap_err();
     assert!(matches!(err, Error::DLPack(DLPackError::NullTensor)));
+}
+
+unsafe extern "C" fn count_only(_: *mut DLManagedTensorVersioned) {
+    DELETED.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Another major version may have another, shorter struct: only the fields
+/// DLPack keeps in place (`version`, `manager_ctx`, `deleter`) may be read.
+/// Here the struct ends where a page without access begins, so reading
+/// `flags` (as the import did before it checked the major) faults.
+#[test]
+#[cfg(target_os = "linux")]
+#[serial(counters)]
+fn another_major_is_refused_reading_only_its_version_and_deleter() {
+    let page = 4096;
+    // SAFETY: a fresh anonymous mapping of two pages, the second made
+    // inaccessible; both unmapped at the end.
+    let base = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        assert_eq!(
+            libc::mprotect(p.cast::<u8>().add(page).cast(), page, libc::PROT_NONE),
+            0
+        );
+        p.cast::<u8>()
+    };
+    let head = size_of::<DLPackVersion>() + 2 * size_of::<usize>();
+    // SAFETY: the last `head` bytes of the accessible page; fields are written
+    // through raw places, never a reference to the whole (partly unmapped) struct.
+    let m = unsafe {
+        let m = base.add(page - head).cast::<DLManagedTensorVersioned>();
+        (&raw mut (*m).version).write(DLPackVersion { major: 2, minor: 0 });
+        (&raw mut (*m).manager_ctx).write(std::ptr::null_mut());
+        (&raw mut (*m).deleter).write(Some(count_only));
+        m
+    };
+    let before = DELETED.load(Ordering::SeqCst);
+    // SAFETY: `version` and `deleter` are readable; the deleter may run once.
+    let err = unsafe { devtensor::from_dlpack_versioned(m) }.unwrap_err();
+    assert!(
+        matches!(err, Error::DLPack(DLPackError::UnsupportedVersion { major: 2 })),
+        "{err}"
+    );
+    assert_eq!(DELETED.load(Ordering::SeqCst), before + 1, "the deleter runs once");
+    // SAFETY: the mapping made above, no longer used.
+    assert_eq!(unsafe { libc::munmap(base.cast(), 2 * page) }, 0);
 }
 
 #[test]

@@ -147,6 +147,29 @@ fn shape_overflow_is_an_error_not_a_panic() {
 }
 
 #[test]
+fn extreme_strides_and_broadcasts_are_errors_or_right_never_panics() {
+    let t = arange(&[10]);
+    // Python: list(range(10))[::-2**63] == [9].
+    let last = t.slice(0, None, None, isize::MIN).unwrap();
+    assert_eq!(last.to_vec::<i32>().unwrap(), vec![9]);
+    // Size-1 dims' strides address nothing and may be anything: the one
+    // element is copied, and flipped, as it is.
+    let one = t.as_strided(&[1, 1], &[isize::MAX, isize::MIN], 3).unwrap();
+    assert_eq!(one.contiguous().unwrap().to_vec::<i32>().unwrap(), vec![3]);
+    assert_eq!(one.flip(&[0, 1]).unwrap().to_vec::<i32>().unwrap(), vec![3]);
+    // Broadcasts whose bytes would pass isize::MAX (`nbytes` wrapped to 0,
+    // `to_vec` panicked on the capacity).
+    let b = Tensor::from_slice(&[1u8], &[1]).unwrap();
+    assert!(matches!(b.expand(&[1 << 62, 2]), Err(Error::Overflow { .. })));
+    let f = Tensor::from_slice(&[1f64], &[1]).unwrap();
+    assert!(matches!(f.expand(&[1 << 61]), Err(Error::Overflow { .. })));
+    assert!(matches!(f.as_strided(&[1 << 61], &[0], 0), Err(Error::Overflow { .. })));
+    // The largest that fit are still views.
+    assert_eq!(b.expand(&[1 << 40, 1 << 22]).unwrap().nbytes(), 1 << 62);
+    assert_eq!(f.expand(&[1 << 59]).unwrap().nbytes(), 1 << 62);
+}
+
+#[test]
 fn no_tensor_has_more_dimensions_than_dlpack_import_accepts() {
     use devtensor::layout::MAX_NDIM;
     let too_many = |r: devtensor::Result<Tensor>| matches!(r, Err(Error::TooManyDimensions { ndim, max: MAX_NDIM }) if ndim == MAX_NDIM + 1);

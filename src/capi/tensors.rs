@@ -311,18 +311,21 @@ pub unsafe extern "C" fn devtensor_copy(
 ///
 /// # Safety
 ///
-/// `m` is non-null and readable.
+/// `m` is non-null, its `version` readable, and the whole 1.x struct when
+/// its major version is 1.
 unsafe fn managed(m: *const DLManagedTensorVersioned, what: &str) -> Result<(DLTensor, bool), Failure> {
     // SAFETY: the caller's contract.
-    let (version, flags) = unsafe { ((*m).version, (*m).flags) };
+    let version = unsafe { (*m).version };
     if version.major != DLPACK_MAJOR_VERSION {
         return Err(Failure {
             status: DevtensorStatus::InvalidTensor,
             message: format!("{what}: unsupported DLPack major version {}", version.major),
         });
     }
-    // SAFETY: major version 1: the 1.x layout.
-    Ok((unsafe { (*m).dl_tensor }, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0))
+    // SAFETY: major version 1: the 1.x layout (`flags` read only now: another
+    // major's struct may be shorter).
+    let (flags, dl) = unsafe { ((*m).flags, (*m).dl_tensor) };
+    Ok((dl, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0))
 }
 
 /// As `devtensor_copy`, for two managed tensors (borrowed, not consumed:

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use crate::alloc::{AllocStats, Allocation, Counters, NDAlloc};
 use crate::device::Device;
-use crate::dlpack::ffi::{DLDataType, DLManagedTensorVersioned, DLPackExchangeAPI, DLTensor, kDLUInt};
+use crate::dlpack::ffi::{
+    DLDataType, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY, DLPackExchangeAPI, DLTensor, kDLUInt,
+};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout;
@@ -231,17 +233,43 @@ impl EnvAlloc {
         let m = self.call_allocator(&mut proto)?;
         // SAFETY: an owned managed tensor from the framework: its version is
         // readable, and the rest has the 1.x layout when the major is 1.
-        let dl = unsafe {
+        let (major, flags, dl) = unsafe {
             let managed = &*m.as_ptr();
-            (managed.version.major == 1).then_some(managed.dl_tensor)
+            let major = managed.version.major;
+            (major, managed.flags, managed.dl_tensor)
         };
         let check = || -> Result<usize> {
-            let dl = dl.ok_or(crate::DLPackError::UnsupportedVersion { major: 0 })?;
+            if major != 1 {
+                return Err(crate::DLPackError::UnsupportedVersion { major }.into());
+            }
             let device = Device::from_dlpack(dl.device)?;
             if device != self.device {
                 return Err(Error::DeviceMismatch {
                     expected: self.device,
                     got: device,
+                });
+            }
+            // The block is written through the returned address: it must be
+            // the `bytes` writable bytes asked for, whatever the framework's
+            // allocator answered (a smaller or read-only tensor would be
+            // overrun).
+            // SAFETY: a 1.x descriptor from the framework: `shape` (and
+            // `strides` when not NULL) hold `ndim` values.
+            let (len, stride) = unsafe {
+                match (dl.ndim, dl.shape.is_null()) {
+                    (1, false) => (*dl.shape, if dl.strides.is_null() { 1 } else { *dl.strides }),
+                    _ => (-1, 1),
+                }
+            };
+            let dense =
+                dl.dtype == u8_type && i64::try_from(bytes).is_ok_and(|b| b == len) && (stride == 1 || len == 1);
+            if !dense || flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0 {
+                return Err(Error::ForeignAlloc {
+                    kind: "ValueError".to_owned(),
+                    message: format!(
+                        "asked for {bytes} writable uint8 bytes, the allocator made ndim {}, dtype {:?}, first size {len}, stride {stride}, flags {flags:#x}",
+                        dl.ndim, dl.dtype
+                    ),
                 });
             }
             let addr = (dl.data as usize)
@@ -250,6 +278,7 @@ impl EnvAlloc {
             if addr == 0 {
                 return Err(crate::DLPackError::NullData(bytes).into());
             }
+            addr.checked_add(bytes).ok_or(Error::Overflow { what: "block end" })?;
             Ok(addr)
         };
         match check() {
@@ -351,6 +380,8 @@ unsafe impl NDAlloc for EnvAlloc {
                 what: "allocation size",
             })?;
             (m, addr) = self.bytes(padded)?;
+            // `bytes` checked `addr + padded` (the block's end) lies in the
+            // address space, so this cannot overflow it.
             addr = addr.next_multiple_of(align);
         }
         self.counters.on_alloc(size);
@@ -458,12 +489,56 @@ mod tests {
         0
     }
 
+    /// How [`alloc_lying`] answers: 1 with 16 bytes whatever was asked, 2
+    /// with the bytes asked flagged read-only, 3 with them at a stride of 2.
+    static LIE: AtomicUsize = AtomicUsize::new(0);
+
+    /// [`alloc`] with a wrong answer of the kind [`LIE`] names.
+    unsafe extern "C" fn alloc_lying(
+        proto: *mut DLTensor,
+        out: *mut *mut DLManagedTensorVersioned,
+        ctx: *mut c_void,
+        set: DLPackSetError,
+    ) -> i32 {
+        let lie = LIE.load(Ordering::SeqCst);
+        let mut sixteen = 16i64;
+        // SAFETY: the caller's prototype, readable for the call (its shape is
+        // replaced below by one that lives as long).
+        let mut p = unsafe { *proto };
+        if lie == 1 {
+            p.shape = &mut sixteen;
+        }
+        // SAFETY: forwarded, with a valid prototype.
+        let rc = unsafe { alloc(&mut p, out, ctx, set) };
+        // SAFETY: `alloc` succeeded: `*out` is its Block, whose strides
+        // array holds `ndim` values.
+        unsafe {
+            match lie {
+                2 => (**out).flags |= DLPACK_FLAG_BITMASK_READ_ONLY,
+                3 => *(**out).dl_tensor.strides = 2,
+                _ => {}
+            }
+        }
+        rc
+    }
+
     static API: ApiTable = ApiTable(DLPackExchangeAPI {
         header: DLPackExchangeAPIHeader {
             version: DLPackVersion { major: 1, minor: 3 },
             prev_api: std::ptr::null_mut(),
         },
         managed_tensor_allocator: Some(alloc),
+        managed_tensor_from_py_object_no_sync: None,
+        managed_tensor_to_py_object_no_sync: None,
+        dltensor_from_py_object_no_sync: None,
+        current_work_stream: None,
+    });
+    static LYING_API: ApiTable = ApiTable(DLPackExchangeAPI {
+        header: DLPackExchangeAPIHeader {
+            version: DLPackVersion { major: 1, minor: 3 },
+            prev_api: std::ptr::null_mut(),
+        },
+        managed_tensor_allocator: Some(alloc_lying),
         managed_tensor_from_py_object_no_sync: None,
         managed_tensor_to_py_object_no_sync: None,
         dltensor_from_py_object_no_sync: None,
@@ -521,5 +596,39 @@ mod tests {
         let cpu_answer = gpu.allocate(64, 256, None).unwrap_err();
         assert!(matches!(cpu_answer, Error::DeviceMismatch { .. }), "{cpu_answer:?}");
         assert_eq!(MADE.load(Ordering::SeqCst) - made, FREED.load(Ordering::SeqCst) - freed);
+    }
+
+    #[test]
+    #[serial_test::serial(env_alloc)]
+    fn a_block_smaller_read_only_or_strided_is_refused_and_freed() {
+        // Before the check, a 16-byte answer to 4096 bytes was taken as 4096
+        // (valgrind: an invalid write past the block in `fill`).
+        let (made, freed) = (MADE.load(Ordering::SeqCst), FREED.load(Ordering::SeqCst));
+        let env = EnvAlloc::new(&LYING_API.0, Device::Cpu).unwrap();
+        for lie in 1..=3 {
+            LIE.store(lie, Ordering::SeqCst);
+            match Tensor::empty_in(Arc::new(env.clone()), &[4096], DType::U8) {
+                Err(Error::ForeignAlloc { kind, message }) => {
+                    assert_eq!(kind, "ValueError", "lie {lie}");
+                    assert!(
+                        message.contains("asked for 4096 writable uint8 bytes"),
+                        "lie {lie}: {message}"
+                    );
+                }
+                other => panic!("lie {lie}: {other:?}"),
+            }
+        }
+        LIE.store(0, Ordering::SeqCst);
+        let t = Tensor::empty_in(Arc::new(env.clone()), &[4096], DType::U8).unwrap();
+        t.fill(7u8).unwrap();
+        drop(t);
+        assert_eq!(env.stats().live_allocations, 0);
+        let made = MADE.load(Ordering::SeqCst) - made;
+        assert!(made >= 4, "{made}");
+        assert_eq!(
+            FREED.load(Ordering::SeqCst) - freed,
+            made,
+            "every block freed exactly once"
+        );
     }
 }

@@ -63,15 +63,16 @@ pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> R
         return Err(DLPackError::NullTensor.into());
     };
     let owner = ForeignOwner::Versioned(ptr);
-    // SAFETY: the caller guarantees `version` and `flags` are readable.
-    let (version, flags) = unsafe { ((*managed).version, (*managed).flags) };
+    // SAFETY: the caller guarantees `version` is readable.
+    let version = unsafe { (*managed).version };
     if version.major != 1 {
-        // Read nothing else: a different major may have a different layout.
+        // Read nothing else, `flags` neither: another major may have another
+        // layout, or a shorter struct.
         drop(owner);
         return Err(DLPackError::UnsupportedVersion { major: version.major }.into());
     }
     // SAFETY: major version 1, so the struct has the 1.x layout.
-    let dl = unsafe { (*managed).dl_tensor };
+    let (flags, dl) = unsafe { ((*managed).flags, (*managed).dl_tensor) };
     // SAFETY: forwarded from the caller's contract.
     unsafe { import(dl, owner, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0) }
 }
@@ -127,8 +128,9 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
         }
         s
     };
-    let numel = layout::numel(&shape)?;
     let elem = dtype.size();
+    let numel = layout::numel(&shape)?;
+    layout::nbytes(&shape, elem)?;
     let byte_range = layout::byte_range(&shape, &strides, elem)?;
     let base = (dl.data as usize)
         .checked_add(usize::try_from(dl.byte_offset).map_err(|_| Error::Overflow { what: "byte_offset" })?)
@@ -144,7 +146,10 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
                 .ok_or(Error::Overflow { what: "view extent" })?;
             base.checked_add_signed(hi)
                 .ok_or(Error::Overflow { what: "view extent" })?;
-            (start, (hi - lo) as usize, lo.unsigned_abs())
+            // `hi - lo` may pass `isize::MAX` (strides of both signs near it);
+            // no storage is that long.
+            let len = hi.checked_sub(lo).ok_or(Error::Overflow { what: "view extent" })?;
+            (start, len as usize, lo.unsigned_abs())
         }
     };
     // An empty tensor may have NULL data: give the storage a dangling, aligned address.

@@ -200,7 +200,10 @@ impl Tensor {
         self.shape.iter().product()
     }
 
-    /// Bytes of element data (`numel * itemsize`), not of the storage.
+    /// Bytes of element data (`numel * itemsize`), not of the storage. Never
+    /// overflows: every way to a tensor checks it ([`layout::nbytes`]), the
+    /// broadcast views of [`expand`](Self::expand) and
+    /// [`as_strided`](Self::as_strided) included.
     pub fn nbytes(&self) -> usize {
         self.numel() * self.dtype.size()
     }
@@ -318,6 +321,7 @@ impl Tensor {
     pub fn as_strided(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let e = self.dtype.size();
+        layout::nbytes(shape, e)?;
         let start = offset.checked_mul(e).ok_or(Error::Overflow { what: "view offset" })?;
         if let Some((lo, hi)) = layout::byte_range(shape, strides, e)? {
             let lo_abs = (start as isize)
@@ -369,7 +373,15 @@ impl Tensor {
             if t.shape[d] > 1 {
                 t.offset = t.shifted(t.shape[d] - 1, t.strides[d])?;
             }
-            t.strides[d] = -t.strides[d];
+            // A size-0 or -1 dim's stride addresses nothing and may be any
+            // value (an imported `i64::MIN`): negated modulo 2^64.
+            t.strides[d] = if t.shape[d] > 1 {
+                t.strides[d]
+                    .checked_neg()
+                    .ok_or(Error::Overflow { what: "flipped stride" })?
+            } else {
+                t.strides[d].wrapping_neg()
+            };
         }
         Ok(t)
     }
@@ -409,6 +421,7 @@ impl Tensor {
                 });
             }
         }
+        layout::nbytes(&out_shape, self.dtype.size())?;
         Ok(self.with_layout(out_shape, out_strides, self.offset))
     }
 

@@ -165,7 +165,10 @@ unsafe fn odometer(
         row(out, src, 1, 0); // a 0-d copy: its one element
         return;
     };
-    let step = strides[shape.len() - 1] * e;
+    // Wrapping: a size-1 dim's stride is never stepped and may be any value
+    // (an imported one of `i64::MAX`); every stride stepped more than once
+    // had its extent checked by `copy_tiny`.
+    let step = strides[shape.len() - 1].wrapping_mul(e);
     // The outer dims' counters, on the stack up to 8 dims. A 64-counter
     // index cost a 512-byte memset per call: `contiguous()` of a 4 × 4 f32
     // transpose from Python, best of 15, three alternated runs: 244 → 232 ns.
@@ -195,7 +198,13 @@ unsafe fn odometer(
             if index[d] < outer[d] {
                 break;
             }
-            at = at.wrapping_offset(-(outer[d] as isize) * strides[d] * e);
+            // `outer[d]` strides back, modulo the address space as the steps were.
+            at = at.wrapping_offset(
+                (outer[d] as isize)
+                    .wrapping_mul(strides[d])
+                    .wrapping_mul(e)
+                    .wrapping_neg(),
+            );
             index[d] = 0;
         }
     }
