@@ -27,6 +27,7 @@ pub fn check_ndim(ndim: usize) -> Result<()> {
 }
 
 /// Number of elements, `Err(Overflow)` when it does not fit `isize`.
+#[inline]
 pub fn numel(shape: &[usize]) -> Result<usize> {
     // `let … else`, not `ok_or`: no error value built (and dropped) on the
     // way that succeeds, which every allocation takes.
@@ -46,6 +47,7 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
 /// The bytes of `shape`'s elements of `elem_size` bytes, checked: at most
 /// `isize::MAX`, as every tensor's are (so `Tensor::nbytes` cannot overflow,
 /// even for a broadcast view whose elements share a few bytes).
+#[inline]
 pub fn nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
     match numel(shape)?.checked_mul(elem_size) {
         Some(n) if n <= isize::MAX as usize => Ok(n),

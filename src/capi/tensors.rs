@@ -18,7 +18,6 @@ use crate::dlpack::ffi::{
     DLPACK_MINOR_VERSION, DLPackVersion, DLTensor,
 };
 use crate::dtype::DType;
-use crate::error::Error;
 use crate::layout::{self, MAX_NDIM, Shape};
 use crate::tensor::{Storage, Tensor};
 
@@ -51,9 +50,7 @@ unsafe fn read_shape(shape: *const i64, ndim: i32) -> Result<Shape, Failure> {
 fn allocate(shape: &[usize], dtype: DType, device: Device, stream: *mut c_void) -> Result<Tensor, Failure> {
     let handle = pool_stream(device, stream)?;
     layout::check_ndim(shape.len())?;
-    let bytes = layout::numel(shape)?.checked_mul(dtype.size()).ok_or(Error::Overflow {
-        what: "allocation size",
-    })?;
+    let bytes = layout::nbytes(shape, dtype.size())?;
     let storage = Storage::new(default_allocator(device)?, bytes, handle)?;
     let strides = layout::contiguous_strides(shape)?;
     Ok(Tensor::from_parts(

@@ -195,9 +195,7 @@ impl EnvAlloc {
     /// device or a non-contiguous layout (its tensor is freed first).
     pub fn empty(&self, shape: &[usize], dtype: DType) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
-        layout::numel(shape)?.checked_mul(dtype.size()).ok_or(Error::Overflow {
-            what: "allocation size",
-        })?;
+        layout::nbytes(shape, dtype.size())?;
         let mut dims: Vec<i64> = shape
             .iter()
             .map(|&d| i64::try_from(d).map_err(|_| Error::Overflow { what: "shape" }))

@@ -186,11 +186,7 @@ const ENV_VAR_NAME: &str = "_env_alloc_var";
 pub fn empty_on(shape: &[usize], dtype: DType, device: Device, stream: Option<StreamHandle>) -> crate::Result<Tensor> {
     let stream = stream.filter(|&s| !is_default_stream(device, s));
     crate::layout::check_ndim(shape.len())?;
-    let bytes = crate::layout::numel(shape)?
-        .checked_mul(dtype.size())
-        .ok_or(crate::Error::Overflow {
-            what: "allocation size",
-        })?;
+    let bytes = crate::layout::nbytes(shape, dtype.size())?;
     let storage = std::sync::Arc::new(Storage::new(default_allocator(device)?, bytes, stream)?);
     Ok(Tensor::from_parts(
         storage,

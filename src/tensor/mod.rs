@@ -81,12 +81,7 @@ impl Tensor {
     #[inline(always)]
     fn empty_with(alloc: AllocRef, shape: &[usize], dtype: DType, for_zeros: bool) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
-        let n = layout::numel(shape)?;
-        let Some(bytes) = n.checked_mul(dtype.size()) else {
-            return Err(Error::Overflow {
-                what: "allocation size",
-            });
-        };
+        let bytes = layout::nbytes(shape, dtype.size())?;
         // Device memory is ordered on the thread's current stream of its GPU
         // (`torch.cuda.stream(s)`), when one is set; the default stream otherwise.
         let stream = match alloc.device() {
