@@ -1,7 +1,7 @@
 # Hand-written stub for the PyO3 extension module `devtensor._devtensor`.
 # Checked against the built module by `python -m mypy.stubtest devtensor._devtensor`.
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, ClassVar, Literal, Optional, SupportsComplex, SupportsFloat, SupportsIndex, Union, final
@@ -94,6 +94,13 @@ class Tensor:
     def read_only(self) -> bool: ...
     def is_contiguous(self) -> bool: ...
     def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Tensor]:
+        """The views along the first dimension; TypeError for a 0-d tensor."""
+    def __bool__(self) -> bool:
+        """The one element's truth; ValueError for any other count."""
+    def __int__(self) -> int: ...
+    def __float__(self) -> float: ...
+    def __complex__(self) -> complex: ...
     def __repr__(self) -> str:
         """The values as torch prints them: tensor([...], device='cuda:0', dtype=float16)."""
     def tolist(self) -> Any:
@@ -106,7 +113,8 @@ class Tensor:
     def __array__(self, dtype: Optional[Any] = None, copy: Optional[bool] = None) -> Any: ...
     @property
     def __array_interface__(self) -> dict[str, Any]:
-        """NumPy's array interface (v3); host memory only (AttributeError otherwise)."""
+        """NumPy's array interface (v3); host memory of NumPy's own dtypes only
+        (AttributeError otherwise: bfloat16, float8 and complex32 go through __array__)."""
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """The CUDA Array Interface (v3) of CUDA device or managed memory, with `stream`."""

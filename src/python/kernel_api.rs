@@ -8,7 +8,7 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{IntoPyDict, PyModule, PyType};
@@ -522,13 +522,31 @@ impl PyEnvAlloc {
         Ok(self.framework(py))
     }
 
+    /// Resets the selection this thread / async context made last with this
+    /// object. One object may be entered by several threads or tasks at once
+    /// (a module-level `env_alloc(torch)`): each exit takes the latest token
+    /// of its own context (`reset` refuses another context's with
+    /// ValueError), and leaves the others' for their own exits.
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        let token = self.tokens.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        if let (Some(var), Some(token)) = (env_var(py), token) {
-            var.bind(py).call_method1(pyo3::intern!(py, "reset"), (token,))?;
-        }
-        Ok(false)
+        let Some(var) = env_var(py) else {
+            return Ok(false);
+        };
+        let lock = || self.tokens.lock().unwrap_or_else(|p| p.into_inner());
+        let mut others = Vec::new();
+        // No lock is held while Python runs (`reset`).
+        let result = loop {
+            let Some(token) = lock().pop() else {
+                break Ok(());
+            };
+            match var.bind(py).call_method1(pyo3::intern!(py, "reset"), (&token,)) {
+                Ok(_) => break Ok(()),
+                Err(e) if e.is_instance_of::<PyValueError>(py) => others.push(token),
+                Err(e) => break Err(e),
+            }
+        };
+        lock().extend(others.into_iter().rev());
+        result.map(|()| false)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {

@@ -1,6 +1,6 @@
 //! The Python `Tensor` class.
 
-use pyo3::exceptions::{PyBufferError, PyIndexError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyEllipsis, PyNone, PySlice, PyTuple};
 
@@ -28,6 +28,58 @@ impl From<Tensor> for PyTensor {
 impl PyTensor {
     pub(crate) fn inner(&self) -> &Tensor {
         &self.inner
+    }
+
+    /// The one element as a Python scalar, for `bool()`, `int()`, `float()`
+    /// and `complex()`; `err` naming the count otherwise, `what` first.
+    fn one_value(&self, py: Python<'_>, what: &str, err: fn(String) -> PyErr) -> PyResult<Py<PyAny>> {
+        let n = self.inner.numel();
+        if n != 1 {
+            return Err(err(format!(
+                "{what} {n} elements is ambiguous: only one-element tensors convert to Python scalars"
+            )));
+        }
+        values::tolist(py, &self.inner.view(&[]).map_err(to_py)?)
+    }
+}
+
+/// `iter(tensor)`: `tensor[0]`, `tensor[1]`, … (views).
+#[pyclass(module = "devtensor._devtensor", frozen)]
+pub(crate) struct TensorIter {
+    t: Tensor,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+#[pymethods]
+impl TensorIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self) -> PyResult<Option<PyTensor>> {
+        let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if i >= self.t.shape()[0] {
+            return Ok(None);
+        }
+        wrap(self.t.select(0, i as isize)).map(Some)
+    }
+}
+
+/// A slice's `start`, `stop` or `step`: None, or an int (or `__index__`
+/// object) clamped to `isize`, as CPython clamps slice bounds (`t[:2**70]`
+/// is all of `t`, as for lists, NumPy and torch).
+fn slice_part(v: &Bound<'_, PyAny>) -> PyResult<Option<isize>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    match v.extract::<isize>() {
+        Ok(i) => Ok(Some(i)),
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) => {
+            Ok(Some(if v.gt(0)? { isize::MAX } else { isize::MIN }))
+        }
+        Err(_) => Err(PyTypeError::new_err(
+            "slice indices must be integers or None or have an __index__ method",
+        )),
     }
 }
 
@@ -155,6 +207,45 @@ impl PyTensor {
             .ok_or_else(|| PyTypeError::new_err("len() of a 0-d tensor"))
     }
 
+    /// The views along the first dimension; TypeError for a 0-d tensor, as
+    /// NumPy and torch raise (without `__iter__`, Python's fallback through
+    /// `__getitem__` gave an empty iteration).
+    fn __iter__(&self) -> PyResult<TensorIter> {
+        if self.inner.ndim() == 0 {
+            return Err(PyTypeError::new_err("iteration over a 0-d tensor"));
+        }
+        Ok(TensorIter {
+            t: self.inner.clone(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// The truth of the one element (copied to the host for a device
+    /// tensor); ValueError for any other count, as NumPy (without it, Python
+    /// took `len()`: `bool(zeros(1))` was True).
+    fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
+        let v = self.one_value(py, "The truth value of a tensor with", PyValueError::new_err)?;
+        v.bind(py).is_truthy()
+    }
+
+    /// `int()` of the one element (floats truncated, as Python's `int`).
+    fn __int__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.one_value(py, "int() of a tensor with", PyTypeError::new_err)?;
+        Ok(py.get_type::<pyo3::types::PyInt>().call1((v,))?.unbind())
+    }
+
+    /// `float()` of the one element (TypeError for a complex one, as Python's `float`).
+    fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
+        let v = self.one_value(py, "float() of a tensor with", PyTypeError::new_err)?;
+        py.get_type::<pyo3::types::PyFloat>().call1((v,))?.extract()
+    }
+
+    /// `complex()` of the one element.
+    fn __complex__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let v = self.one_value(py, "complex() of a tensor with", PyTypeError::new_err)?;
+        Ok(py.get_type::<pyo3::types::PyComplex>().call1((v,))?.unbind())
+    }
+
     /// The values as torch prints them (`tensor([...], device='cuda:0', dtype=float16)`).
     /// Where the values cannot be read (a forked child's GPU memory, say), the
     /// shape, dtype and device, and why.
@@ -219,9 +310,19 @@ impl PyTensor {
         values::to_numpy(py, &self.inner, dtype, copy)
     }
 
-    /// NumPy's array interface (v3) for host memory (AttributeError otherwise).
+    /// NumPy's array interface (v3) for host memory of NumPy's own dtypes
+    /// (AttributeError otherwise). NumPy reads it before `__array__`, and it
+    /// can only call bfloat16, float8 or complex32 raw bytes (`"<V2"`):
+    /// without it `np.asarray` takes `__array__`, which gives ml_dtypes'
+    /// types (and complex32's TypeError), as `numpy()` does.
     #[getter(__array_interface__)]
     fn array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        if array_interface::typestr(self.inner.dtype()).is_none() {
+            return Err(PyAttributeError::new_err(format!(
+                "NumPy's array interface has no {} type: np.asarray(t) and t.numpy() use __array__ (ml_dtypes)",
+                self.inner.dtype()
+            )));
+        }
         array_interface::array_interface(py, &self.inner)
     }
 
@@ -282,11 +383,13 @@ impl PyTensor {
             } else if k.is_instance_of::<PyEllipsis>() {
                 dim += (ndim - consuming) as isize;
             } else if let Ok(s) = k.cast::<PySlice>() {
-                let part = |name: &str| -> PyResult<Option<isize>> { s.getattr(name)?.extract() };
+                let part = |name: &str| slice_part(&s.getattr(name)?);
                 let step = part("step")?.unwrap_or(1);
                 if step == 0 {
                     return Err(PyValueError::new_err("slice step cannot be zero"));
                 }
+                // A step of -isize::MAX at the least, as CPython clamps it.
+                let step = step.max(-isize::MAX);
                 t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
                 dim += 1;
             } else if let Some(i) = (!k.is_instance_of::<pyo3::types::PyBool>())

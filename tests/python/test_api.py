@@ -558,6 +558,52 @@ def test_getitem_0d():
         t[0]
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        slice(0, 2**70),
+        slice(-(2**70), None),
+        slice(None, -(2**70), -1),
+        slice(2**70, None, -1),
+        slice(None, None, 2**70),
+        slice(None, None, -(2**70)),
+        slice(np.int64(1), np.uint64(2**63 + 5)),
+    ],
+)
+def test_getitem_clamps_bounds_past_int64_as_python_does(key):
+    # Lists, NumPy and torch clamp slice bounds (and steps) of any size; they
+    # raised OverflowError here.
+    t, ref = iota((5,))
+    np.testing.assert_array_equal(arr(t[key]), ref[key])
+
+
+def test_iteration_and_python_scalars_follow_numpy():
+    t, ref = iota((3, 2))
+    rows = list(t)
+    assert len(rows) == 3 and all(r.shape == (2,) and r.data_ptr == t.data_ptr + 8 * i for i, r in enumerate(rows))
+    assert [r.tolist() for r in t] == ref.tolist()
+    zero_d = devtensor.full((), 5.0)
+    with pytest.raises(TypeError, match="0-d"):
+        list(zero_d)  # was [] (Python's fallback through __getitem__)
+    with pytest.raises(TypeError):
+        iter(zero_d)
+    assert (float(zero_d), int(zero_d), complex(zero_d)) == (5.0, 5, 5 + 0j)
+    assert int(devtensor.full((1, 1), -2.7)) == -2
+    assert float(devtensor.full((1,), 3, dtype="int16")) == 3.0
+    with pytest.raises(TypeError):
+        float(devtensor.full((), 1 + 2j, dtype="complex64"))  # as float(1+2j)
+    assert complex(devtensor.full((), 1 + 2j, dtype="complex64")) == 1 + 2j
+    # bool(): the one element's truth (bool(zeros(1)) was True, from len()).
+    assert not devtensor.zeros(1)
+    assert devtensor.ones((1, 1, 1), dtype="bool")
+    assert not devtensor.zeros((), dtype="float16")
+    for many in (devtensor.zeros(2), devtensor.zeros((0,))):
+        with pytest.raises(ValueError, match="ambiguous"):
+            bool(many)
+        with pytest.raises(TypeError):
+            float(many)
+
+
 # --------------------------------------------------------------------------------------
 # permute / transpose / reshape / contiguous / clone
 # --------------------------------------------------------------------------------------

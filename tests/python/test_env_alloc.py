@@ -46,6 +46,53 @@ def test_other_threads_are_not_affected():
     assert seen == [None]
 
 
+SHARED = devtensor.env_alloc(torch)
+
+
+def test_one_object_entered_by_threads_at_once():
+    # A module-level scope used by two threads whose blocks overlap: each exit
+    # resets its own thread's selection (the second exit raised "created in a
+    # different Context" and both threads kept torch's allocator).
+    inside, leave = threading.Barrier(2), threading.Barrier(2)
+    seen, errors = [], []
+
+    def body():
+        try:
+            with SHARED:
+                inside.wait()
+                inner = devtensor.current_env_alloc()
+                leave.wait()
+            seen.append((inner, devtensor.current_env_alloc()))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=body) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert seen == [(torch.Tensor, None)] * 2
+
+
+def test_one_object_entered_by_async_tasks_at_once():
+    import asyncio
+
+    async def task(delay_in, delay_inside):
+        await asyncio.sleep(delay_in)
+        with SHARED:
+            await asyncio.sleep(delay_inside)
+            inner = devtensor.current_env_alloc()
+        return inner, devtensor.current_env_alloc()
+
+    async def main():
+        # a enters, b enters, a exits, b exits: b's token is the later one.
+        return await asyncio.gather(task(0, 0.05), task(0.01, 0.1))
+
+    assert asyncio.run(main()) == [(torch.Tensor, None), (torch.Tensor, None)]
+    assert devtensor.current_env_alloc() is None
+
+
 @pytest.mark.parametrize("bad", [np, np.ndarray, np.ones(2), 3, "torch"])
 def test_frameworks_without_an_exchange_api_are_refused(bad):
     with pytest.raises(TypeError, match="exchange API"):

@@ -216,8 +216,22 @@ def test_array_interface_fields():
     assert ai["data"] == (t.data_ptr, False)
     assert ai["strides"] is None
     assert ai["version"] == 3
-    assert devtensor.zeros((1,), dtype="bfloat16").__array_interface__["typestr"] == "<V2"
     assert devtensor.zeros((1,), dtype="bool").__array_interface__["typestr"] == "|b1"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"])
+def test_numpy_asarray_gives_ml_dtypes_types_not_raw_bytes(dtype):
+    # NumPy reads __array_interface__ before __array__: it made these void
+    # arrays ("|V2"); without one for them it takes __array__, as numpy() does.
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    t = devtensor.full((2, 3), 2.0, dtype=dtype)
+    with pytest.raises(AttributeError, match=dtype):
+        t.__array_interface__
+    a = np.asarray(t)
+    assert a.dtype == getattr(ml_dtypes, dtype)
+    assert a.ctypes.data == t.data_ptr  # still no copy
+    np.testing.assert_array_equal(np.asarray(t, dtype=np.float32), np.full((2, 3), 2.0, np.float32))
+    np.testing.assert_array_equal(np.array(t).astype(np.float32), np.full((2, 3), 2.0, np.float32))
 
 
 def test_read_only_tensors_give_read_only_arrays():
@@ -235,6 +249,8 @@ def test_read_only_tensors_give_read_only_arrays():
 def test_complex32_has_no_numpy_type():
     with pytest.raises(TypeError, match="complex32"):
         devtensor.zeros((2,), dtype="complex32").numpy()
+    with pytest.raises(TypeError, match="complex32"):
+        np.asarray(devtensor.zeros((2,), dtype="complex32"))
 
 
 def test_torch_reads_devtensor_host_memory_through_numpy():
