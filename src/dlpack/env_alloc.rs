@@ -229,17 +229,15 @@ impl EnvAlloc {
         };
         let mut proto = self.prototype(&mut dims, u8_type);
         let m = self.call_allocator(&mut proto)?;
-        // SAFETY: an owned managed tensor from the framework: its version is
-        // readable, and the rest has the 1.x layout when the major is 1.
-        let (major, flags, dl) = unsafe {
-            let managed = &*m.as_ptr();
-            let major = managed.version.major;
-            (major, managed.flags, managed.dl_tensor)
-        };
         let check = || -> Result<usize> {
+            // SAFETY: an owned managed tensor from the framework: its version
+            // is readable, the rest (`flags` too) only with the 1.x layout.
+            let major = unsafe { (*m.as_ptr()).version.major };
             if major != 1 {
                 return Err(crate::DLPackError::UnsupportedVersion { major }.into());
             }
+            // SAFETY: major version 1: the 1.x layout.
+            let (flags, dl) = unsafe { ((*m.as_ptr()).flags, (*m.as_ptr()).dl_tensor) };
             let device = Device::from_dlpack(dl.device)?;
             if device != self.device {
                 return Err(Error::DeviceMismatch {
