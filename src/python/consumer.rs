@@ -3,7 +3,7 @@
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict, PyTuple};
+use pyo3::types::{PyCapsule, PyDict, PyTuple, PyType};
 
 use crate::backend::BoundDevice;
 use crate::device::Device;
@@ -111,7 +111,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     finish(t, device, None)
 }
 
-/// BufferError when `x` is a torch tensor whose data must be conjugated or
+/// BufferError when `x` is a torch tensor (of any subclass) whose data must be conjugated or
 /// negated on read (`is_conj()` / `is_neg()`): DLPack cannot describe that, and
 /// torch exports such views anyway (its C exchange API ignores both bits, its
 /// `__dlpack__` the negative one), so the bytes would be silently wrong. Only
@@ -128,17 +128,6 @@ pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()
 }
 
 fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
-    // Only torch tensors have the bits: asking anyone else costs an AttributeError.
-    let from_torch = x
-        .get_type()
-        .getattr(pyo3::intern!(x.py(), "__module__"))
-        .is_ok_and(|m| {
-            m.extract::<String>()
-                .is_ok_and(|m| m == "torch" || m.starts_with("torch."))
-        });
-    if !from_torch {
-        return Ok(false);
-    }
     let method = if t.dtype().is_complex() {
         pyo3::intern!(x.py(), "is_conj")
     } else if t.dtype().is_floating_point() {
@@ -146,10 +135,47 @@ fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
     } else {
         return Ok(false);
     };
-    match x.call_method0(method) {
-        Ok(bit) => bit.is_truthy(),
-        Err(_) => Ok(false), // not torch: no such bits
+    // Subclasses too: torch's exchange API and `__dlpack__` serve them through the MRO.
+    if !is_torch_tensor(x) {
+        return Ok(false);
     }
+    x.call_method0(method)?.is_truthy()
+}
+
+/// Whether `type(x)` is `torch.Tensor` or a subclass of it (`nn.Parameter`, a
+/// user's subclass from any module). Cheap for everyone else, as this runs on
+/// every import: a `sys.modules` lookup while torch is not imported (no torch
+/// tensor can exist then; we never import it ourselves), then an MRO walk
+/// without a Python call (no `__instancecheck__`, unlike `isinstance`).
+fn is_torch_tensor(x: &Bound<'_, PyAny>) -> bool {
+    static TORCH_TENSOR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let py = x.py();
+    let tensor = match TORCH_TENSOR.get(py) {
+        Some(ty) => ty.bind(py),
+        None => {
+            // SAFETY: the GIL is held; the interpreter's `sys.modules` lives as
+            // long as it does (a borrowed reference; NULL only if it is gone).
+            let modules = unsafe { pyo3::ffi::PyImport_GetModuleDict() };
+            if modules.is_null() {
+                return false;
+            }
+            // SAFETY: `modules` is a live, non-null object (checked above).
+            let modules = unsafe { Borrowed::from_ptr(py, modules) };
+            // Not imported, or still importing (no `Tensor` yet): nothing cached.
+            let Some(ty) = modules
+                .cast::<PyDict>()
+                .ok()
+                .and_then(|m| m.get_item(pyo3::intern!(py, "torch")).ok().flatten())
+                .and_then(|torch| torch.getattr(pyo3::intern!(py, "Tensor")).ok())
+                .and_then(|ty| ty.cast_into::<PyType>().ok())
+            else {
+                return false;
+            };
+            TORCH_TENSOR.get_or_init(py, || ty.unbind()).bind(py)
+        }
+    };
+    // SAFETY: both are live type objects while the GIL is held.
+    unsafe { pyo3::ffi::PyType_IsSubtype(x.get_type_ptr(), tensor.as_type_ptr()) != 0 }
 }
 
 /// For a device tensor from the exchange API ("no sync"): makes our stream wait

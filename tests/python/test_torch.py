@@ -328,6 +328,30 @@ def test_conjugate_view_is_not_silently_wrong():
     np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(x.resolve_conj())), x.resolve_conj().numpy())
 
 
+class _Sub(torch.Tensor):
+    """A tensor subclass from outside torch: torch's exchange API serves it through the MRO."""
+
+
+@pytest.mark.parametrize("kind", ["conj", "neg"])
+@pytest.mark.parametrize("wrap", ["subclass", "parameter"])
+def test_lazy_views_of_tensor_subclasses_are_refused(kind, wrap):
+    base = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    x = base.conj() if kind == "conj" else base.real._neg_view()
+    if wrap == "subclass":
+        x = x.as_subclass(_Sub)
+        assert not type(x).__module__.startswith("torch")
+    else:
+        x = torch.nn.Parameter(x, requires_grad=False)
+    assert x.is_conj() if kind == "conj" else x.is_neg()
+    with pytest.raises(BufferError):
+        devtensor.from_dlpack(x)
+    with pytest.raises(BufferError):
+        devtensor.zeros(2, dtype=str(x.dtype).removeprefix("torch.")).copy_(x)
+    # Resolved, the same subclass imports with its true values.
+    r = x.resolve_conj() if kind == "conj" else x.resolve_neg()
+    np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(r)), r.detach().numpy())
+
+
 def test_torch_empty_with_devtensor_dtype_names():
     # Names line up with torch's.
     for name, dt in TORCH_DTYPES.items():

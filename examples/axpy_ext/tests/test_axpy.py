@@ -98,6 +98,20 @@ def test_errors_are_python_exceptions():
         axpy_ext.axpy(1.0, lazy, torch.ones(3))
 
 
+class _Sub(torch.Tensor):
+    """A tensor subclass from outside torch: torch's exchange API serves it through the MRO."""
+
+
+@pytest.mark.parametrize("kind", ["conj", "neg"])
+def test_lazy_views_of_tensor_subclasses_are_refused(kind):
+    if kind == "conj":
+        lazy = torch.ones(3, dtype=torch.complex64).conj().as_subclass(_Sub)
+    else:
+        lazy = torch.ones(3, dtype=torch.float32)._neg_view().as_subclass(_Sub)
+    with pytest.raises(BufferError):
+        axpy_ext.axpy(1.0, lazy, torch.ones(3, dtype=lazy.dtype))
+
+
 # ----- allocation where the caller keeps its memory ----------------------------------------------
 
 
