@@ -54,13 +54,15 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         }
     }
     // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. legacy on TypeError.
-    let Ok(dlpack) = x.getattr(pyo3::intern!(py, "__dlpack__")) else {
+    // Only AttributeError means "not there" (as for `hasattr`): any other error
+    // of a producer's property is its own and reaches the caller.
+    let Some(dlpack) = x.getattr_opt(pyo3::intern!(py, "__dlpack__"))? else {
         // 4. No DLPack: the CUDA Array Interface (Numba, PyCUDA), then NumPy's.
         use crate::python::array_interface::{Kind, import};
-        if let Ok(cai) = x.getattr(pyo3::intern!(py, "__cuda_array_interface__")) {
+        if let Some(cai) = x.getattr_opt(pyo3::intern!(py, "__cuda_array_interface__"))? {
             return finish(import(x, &cai, Kind::Cuda)?, device, copy);
         }
-        if let Ok(ai) = x.getattr(pyo3::intern!(py, "__array_interface__")) {
+        if let Some(ai) = x.getattr_opt(pyo3::intern!(py, "__array_interface__"))? {
             return finish(import(x, &ai, Kind::Host)?, device, copy);
         }
         return Err(PyTypeError::new_err(format!(

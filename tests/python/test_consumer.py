@@ -343,6 +343,31 @@ def test_producer_returning_garbage():
         devtensor.from_dlpack(Bad())
 
 
+@pytest.mark.parametrize("attr", ["__dlpack__", "__cuda_array_interface__", "__array_interface__"])
+def test_producer_attribute_errors_propagate(attr):
+    # Only AttributeError means "not there" (as for hasattr): any other error a
+    # producer's property raises is its own, and reaches the caller unchanged.
+    a = np.arange(3.0)
+
+    def broken(self):
+        raise RuntimeError("the producer is broken")
+
+    def absent(self):
+        raise AttributeError(attr)
+
+    ns = {attr: property(broken)}
+    if attr == "__array_interface__":
+        ns["__cuda_array_interface__"] = property(absent)
+    Broken = type("Broken", (), ns)
+    with pytest.raises(RuntimeError, match="the producer is broken"):
+        devtensor.from_dlpack(Broken())
+    with pytest.raises(RuntimeError, match="the producer is broken"):
+        devtensor.zeros(3).copy_(Broken())
+    # A property raising AttributeError is "not there": the next protocol is tried.
+    Absent = type("Absent", (), {"__dlpack__": property(absent), "__array_interface__": a.__array_interface__})
+    np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(Absent())), a)
+
+
 def test_from_dlpack_of_tensor():
     t = devtensor.ones((2, 2))
     u = devtensor.from_dlpack(t)
