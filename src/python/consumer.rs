@@ -3,7 +3,7 @@
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyCapsule, PyDict, PyTuple, PyType};
+use pyo3::types::{PyBool, PyCapsule, PyDict, PyTuple, PyType};
 
 use crate::backend::BoundDevice;
 use crate::device::Device;
@@ -21,6 +21,18 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     }
     if let Ok(t) = x.cast::<crate::python::PyTensor>() {
         let inner = t.get().inner().clone();
+        // To the host: what `__dlpack__(dl_device=(kDLCPU, 0))` gives NumPy, a
+        // copy of device memory (pinned and managed memory read in place;
+        // copy=False's BufferError when a copy is needed). No stream: the host reads it.
+        if device == Some(Device::Cpu) && inner.device() != Device::Cpu {
+            let dl_device = (dl::kDLCPU, 0).into_pyobject(py)?;
+            let copy = copy.map(|c| PyBool::new(py, c).to_owned().into_any());
+            let version = max_version(py)?.as_any();
+            let cap = t
+                .get()
+                .dlpack(py, None, Some(version), Some(dl_device.as_any()), copy.as_ref())?;
+            return finish(capsule::consume(&cap)?, device, None);
+        }
         return finish(inner, device, copy);
     }
     // 1. The producer type's C exchange API (torch ≥ 2.10 has one): no Python call.
@@ -72,9 +84,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     };
     let kwargs = PyDict::new(py);
     // Interned keys and a cached (1, 3): no string or tuple built per call.
-    static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
-    let max_version = MAX_VERSION.get_or_try_init(py, || PyTuple::new(py, [1, 3]).map(Bound::unbind))?;
-    kwargs.set_item(pyo3::intern!(py, "max_version"), max_version.bind(py))?;
+    kwargs.set_item(pyo3::intern!(py, "max_version"), max_version(py)?)?;
     // A stream only for GPU producers: ours is the default stream (CUDA's legacy
     // stream 1, ROCm's 0). The producer's device is current while it exports, as
     // torch requires, and the caller's device is back when we return.
@@ -111,6 +121,13 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     refuse_lazy_views(x, &t)?;
     // The producer honoured `copy` (or raised); only the device is checked here.
     finish(t, device, None)
+}
+
+/// The `max_version` we ask for, `(1, 3)`: built once.
+fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
+    static MAX_VERSION: PyOnceLock<Py<PyTuple>> = PyOnceLock::new();
+    let v = MAX_VERSION.get_or_try_init(py, || PyTuple::new(py, [1, 3]).map(Bound::unbind))?;
+    Ok(v.bind(py))
 }
 
 /// BufferError when `x` is a torch tensor (of any subclass) whose data must be conjugated or

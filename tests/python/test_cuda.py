@@ -152,6 +152,28 @@ def test_numpy_gets_a_host_copy_only_when_asked():
         np.from_dlpack(t)  # numpy cannot read device memory
 
 
+@pytest.mark.parametrize("device", ["cpu", (1, 0)])
+def test_from_dlpack_of_a_device_tensor_to_cpu_copies_to_host(device):
+    # As np.from_dlpack(t, device="cpu") does: our own consumer asks for the host
+    # copy that __dlpack__(dl_device=(1, 0)) makes, with copy=None or True.
+    t = devtensor.full((3, 4), 2.0, device="cuda")
+    for copy in (None, True):
+        h = devtensor.from_dlpack(t, device=device, copy=copy)
+        assert h.device == "cpu" and h.shape == (3, 4) and h.dtype == "float32"
+        np.testing.assert_array_equal(np.from_dlpack(h), np.full((3, 4), 2.0, dtype=np.float32))
+    t.fill_(5.0)
+    np.testing.assert_array_equal(np.from_dlpack(h), np.full((3, 4), 2.0, dtype=np.float32))  # a copy
+    with pytest.raises(BufferError):
+        devtensor.from_dlpack(t, device=device, copy=False)
+    # Pinned and managed memory: the host reads it in place, no copy needed.
+    for memory in ("cuda_host", "cuda_managed"):
+        m = devtensor.full(4, 3.0, device=memory)
+        for copy in (None, False):
+            v = devtensor.from_dlpack(m, device=device, copy=copy)
+            assert v.device == "cpu" and v.data_ptr == m.data_ptr
+            np.testing.assert_array_equal(np.from_dlpack(v), np.full(4, 3.0, dtype=np.float32))
+
+
 def test_copy_true_gives_a_new_device_buffer(dlp):
     t = devtensor.ones(8, device="cuda")
     info = dlp.read(t.__dlpack__(max_version=(1, 3), copy=True))
