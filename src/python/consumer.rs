@@ -89,9 +89,12 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     // stream 1, ROCm's 0). The producer's device is current while it exports, as
     // torch requires, and the caller's device is back when we return.
     let mut producer_device = ProducerDevice::default();
-    if let Ok(d) = x.call_method0(pyo3::intern!(py, "__dlpack_device__"))
-        && let Ok((ty, id)) = d.extract::<(i32, i32)>()
-    {
+    // Optional for old producers; an error of its own reaches the caller, as torch's.
+    let dl_device = match x.getattr_opt(pyo3::intern!(py, "__dlpack_device__"))? {
+        Some(f) => Some(f.call0()?),
+        None => None,
+    };
+    if let Some((ty, id)) = dl_device.and_then(|d| d.extract::<(i32, i32)>().ok()) {
         match ty {
             // The thread's current stream (`devtensor.stream(s)`), else legacy (1).
             dl::kDLCUDA | dl::kDLCUDAManaged => {

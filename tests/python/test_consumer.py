@@ -368,6 +368,27 @@ def test_producer_attribute_errors_propagate(attr):
     np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(Absent())), a)
 
 
+def test_a_producer_dlpack_device_error_propagates():
+    # Optional for old producers (no __dlpack_device__ still imports), but an
+    # error of its own reaches the caller, as torch's from_dlpack lets it.
+    a = np.arange(3.0)
+
+    class Broken:
+        def __dlpack__(self, **kwargs):
+            return a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            raise RuntimeError("no device today")
+
+    class Old:
+        def __dlpack__(self, **kwargs):
+            return a.__dlpack__(**kwargs)
+
+    with pytest.raises(RuntimeError, match="no device today"):
+        devtensor.from_dlpack(Broken())
+    np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(Old())), a)
+
+
 def test_from_dlpack_of_tensor():
     t = devtensor.ones((2, 2))
     u = devtensor.from_dlpack(t)
