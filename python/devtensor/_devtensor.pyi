@@ -16,7 +16,8 @@ else:
 # An int, or a sequence of non-negative ints.
 _ShapeLike = Union[SupportsIndex, Sequence[SupportsIndex]]
 # A dtype name ("float32", "bfloat16", "float8_e4m3fn", ...), a numpy dtype or
-# scalar type (numpy.float32, numpy.dtype("int8")), or a torch dtype.
+# scalar type (numpy.float32, numpy.dtype("int8")), Python's float, int, complex
+# or bool (float64, int64, complex128, bool, as in NumPy and torch), or a torch dtype.
 _DTypeLike = Union[str, object]
 # "cpu", "cuda", "cuda:N", "cuda_host", "cuda_managed:N", "rocm:N", "rocm_host",
 # a (device_type, device_id) pair as __dlpack_device__ returns, or a torch.device.

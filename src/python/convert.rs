@@ -1,11 +1,12 @@
 //! Python arguments → Rust values: shapes, dtypes, devices, scalars.
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::device::{Device, DeviceSpec};
@@ -55,7 +56,8 @@ fn dim(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape")))
 }
 
-/// A dtype name (`"float32"`), a numpy dtype or scalar type, or a torch dtype.
+/// A dtype name (`"float32"`), a numpy dtype or scalar type, Python's
+/// `float`, `int`, `complex` or `bool`, or a torch dtype.
 pub(crate) struct DTypeArg(pub DType);
 
 impl<'py> FromPyObject<'_, 'py> for DTypeArg {
@@ -65,19 +67,94 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
         if let Some(d) = DTYPE_OBJECTS.get(ob) {
             return Ok(DTypeArg(d));
         }
-        let name: Cow<'_, str> = if let Ok(s) = ob.cast::<PyString>() {
-            s.to_cow()?.into_owned().into()
-        } else if let Ok(t) = ob.cast::<PyType>() {
-            t.name()?.extract::<String>()?.into() // numpy scalar types such as numpy.float32
-        } else if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
-            n.into() // numpy.dtype
-        } else {
-            ob.str()?.extract::<String>()?.into() // torch.float32 → "torch.float32"
-        };
-        let dtype = DType::from_name(&name).map_err(to_py)?;
+        let dtype = parse_dtype(&ob)?;
         DTYPE_OBJECTS.insert(ob, dtype);
         Ok(DTypeArg(dtype))
     }
+}
+
+/// What a dtype argument names, as NumPy's `dtype(ob)` and torch read it.
+fn parse_dtype(ob: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let from_name = |name: &str| DType::from_name(name).map_err(to_py);
+    if let Ok(s) = ob.cast::<PyString>() {
+        return from_name(&s.to_cow()?);
+    }
+    if let Ok(t) = ob.cast::<PyType>() {
+        return type_dtype(t);
+    }
+    if let Some([np_dtype, _]) = numpy_types(ob.py())?
+        && ob.is_instance(np_dtype.bind(ob.py()))?
+    {
+        return numpy_dtype(ob);
+    }
+    if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
+        return from_name(&n);
+    }
+    from_name(&ob.str()?.to_cow()?) // torch.float32 → "torch.float32"
+}
+
+/// The dtype a type stands for: Python's scalar types as NumPy and torch take
+/// them (`float` is float64, `int` int64), NumPy's scalar types as
+/// `numpy.dtype` sizes them (`longlong`, `intc`, `double`, ...), others
+/// (ml_dtypes, JAX) by their name.
+fn type_dtype(t: &Bound<'_, PyType>) -> PyResult<DType> {
+    let py = t.py();
+    for (builtin, dtype) in [
+        (py.get_type::<PyBool>(), DType::Bool),
+        (py.get_type::<PyInt>(), DType::I64),
+        (py.get_type::<PyFloat>(), DType::F64),
+        (py.get_type::<PyComplex>(), DType::C128),
+    ] {
+        if t.is(&builtin) {
+            return Ok(dtype);
+        }
+    }
+    if let Some([np_dtype, np_generic]) = numpy_types(py)?
+        && t.is_subclass(np_generic.bind(py))?
+    {
+        // `numpy.longlong.__name__` is "longlong": its dtype says int64.
+        let d = np_dtype.bind(py).call1((t,))?;
+        return numpy_dtype(&d);
+    }
+    DType::from_name(&t.name()?.to_cow()?).map_err(to_py)
+}
+
+/// A `numpy.dtype`'s dtype, by its name; byte-swapped ones (`">f4"`, whose
+/// name is "float32") are refused: a tensor's elements are in native order.
+fn numpy_dtype(d: &Bound<'_, PyAny>) -> PyResult<DType> {
+    let py = d.py();
+    let name = d.getattr(pyo3::intern!(py, "name"))?;
+    let dtype = DType::from_name(&name.cast::<PyString>()?.to_cow()?).map_err(to_py)?;
+    let swapped = if cfg!(target_endian = "little") { ">" } else { "<" };
+    if d.getattr(pyo3::intern!(py, "byteorder"))?.eq(swapped)? {
+        return Err(PyTypeError::new_err(format!(
+            "unsupported dtype {}: not in native byte order",
+            d.repr()?
+        )));
+    }
+    Ok(dtype)
+}
+
+/// NumPy's `dtype` and `generic` types once something has imported NumPy
+/// (an object can only be a NumPy dtype or scalar type then), without
+/// importing it. Kept for good, as NumPy keeps them.
+fn numpy_types(py: Python<'_>) -> PyResult<Option<&[Py<PyAny>; 2]>> {
+    static TYPES: PyOnceLock<[Py<PyAny>; 2]> = PyOnceLock::new();
+    if let Some(types) = TYPES.get(py) {
+        return Ok(Some(types));
+    }
+    // SAFETY: a live string, on an attached thread; the result is a new
+    // reference, or null: not imported (no error set) or an error.
+    let np = unsafe { ffi::PyImport_GetModule(pyo3::intern!(py, "numpy").as_ptr()) };
+    // SAFETY: as above.
+    let Some(np) = (unsafe { Bound::from_owned_ptr_or_opt(py, np) }) else {
+        return PyErr::take(py).map_or(Ok(None), Err);
+    };
+    // Not yet there while NumPy itself is being imported.
+    let (Ok(dtype), Ok(generic)) = (np.getattr("dtype"), np.getattr("generic")) else {
+        return Ok(None);
+    };
+    Ok(Some(TYPES.get_or_init(py, || [dtype.unbind(), generic.unbind()])))
 }
 
 /// Arguments already parsed, by identity: parsing a dtype or device costs a

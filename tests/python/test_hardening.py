@@ -373,3 +373,48 @@ def test_reused_small_blocks_are_aligned_and_counted():
         del t
         assert _live_cpu_allocations() == before
     assert len(addrs) < 7, "freed small blocks are reused"
+
+
+# --------------------------------------------------------------------------------------
+# 8. Argument conversion: scalar types as dtypes, shapes, what the dtype cache keeps
+# --------------------------------------------------------------------------------------
+
+# Python's scalar types and NumPy's C-named ones (whose __name__ is no dtype name:
+# longlong, or names its size: intc is "int32").
+SCALAR_TYPES = [float, int, complex, bool, np.longlong, np.ulonglong, np.intc, np.uintc, np.short,
+                np.ushort, np.byte, np.ubyte, np.half, np.single, np.double, np.csingle, np.cdouble,
+                np.intp, np.uintp, np.int_, np.uint, np.bool_]
+
+
+@pytest.mark.parametrize("scalar_type", SCALAR_TYPES, ids=lambda t: t.__name__)
+def test_scalar_types_are_the_dtype_numpy_gives_them(scalar_type):
+    want = np.dtype(scalar_type).name  # float64 for float, int64 for int and longlong, ...
+    for make in (devtensor.empty, devtensor.zeros, devtensor.ones):
+        assert make(2, dtype=scalar_type).dtype == want
+        assert make(2, dtype=scalar_type).dtype == want  # and again, remembered
+    assert devtensor.full(2, 1, dtype=scalar_type).dtype == want
+    assert devtensor.empty(2, dtype=np.dtype(scalar_type)).dtype == want
+
+
+def test_python_scalar_types_are_the_dtype_torch_gives_them():
+    torch = pytest.importorskip("torch")
+    for scalar_type in (float, int, complex, bool):
+        want = str(torch.empty(2, dtype=scalar_type).dtype).removeprefix("torch.")
+        assert devtensor.empty(2, dtype=scalar_type).dtype == want
+    # The names stay torch's: "float" is torch.float (float32), as "int" is torch.int.
+    assert devtensor.empty(2, dtype="float").dtype == "float32"
+
+
+@pytest.mark.parametrize("scalar_type", [np.longdouble, np.clongdouble, np.str_, np.object_, np.void])
+def test_numpy_scalar_types_without_a_tensor_dtype_are_type_errors(scalar_type):
+    with pytest.raises(TypeError):
+        devtensor.empty(2, dtype=scalar_type)
+
+
+def test_byte_swapped_numpy_dtypes_are_type_errors():
+    # ">f4" is named "float32" too, but its bytes are not a native float32's.
+    swapped = np.dtype("float32").newbyteorder()
+    with pytest.raises(TypeError, match="byte order"):
+        devtensor.empty(2, dtype=swapped)
+    assert devtensor.empty(2, dtype=np.dtype("=f4")).dtype == "float32"
+    assert devtensor.empty(2, dtype=np.dtype("u1").newbyteorder()).dtype == "uint8"  # one byte: no order
