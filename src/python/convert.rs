@@ -12,7 +12,7 @@ use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt, PyList, PyString, PyTuple, 
 use crate::device::{Device, DeviceSpec};
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::layout::Shape;
+use crate::layout::{self, Shape};
 use crate::python::errors::to_py;
 use crate::scalar::{COMPLEX_INTO_REAL, Scalar};
 
@@ -25,29 +25,52 @@ impl<'py> FromPyObject<'_, 'py> for ShapeArg {
         // Exact ints, tuples and lists first, straight into the inline shape (no
         // heap): a failed `extract` builds an exception, which costs more than
         // the whole allocation.
-        let not_a_shape = || PyTypeError::new_err("shape must be an int or a sequence of ints");
         let shape: Shape = if let Ok(n) = ob.cast::<PyInt>() {
             std::iter::once(dim(n.as_any())).collect::<PyResult<_>>()?
         } else if let Ok(t) = ob.cast::<PyTuple>() {
+            check_ndim(t.len())?;
             let mut shape = Shape::new();
             for x in t.iter_borrowed() {
                 shape.push(dim(&x)?);
             }
             shape
         } else if let Ok(l) = ob.cast::<PyList>() {
+            check_ndim(l.len())?;
             l.iter().map(|x| dim(&x)).collect::<PyResult<_>>()?
         } else if ob.is_instance_of::<PyString>() {
             return Err(not_a_shape());
         } else if ob.extract::<i64>().is_ok() {
             std::iter::once(dim(&ob)).collect::<PyResult<_>>()? // any `__index__` object (NumPy integers)
         } else {
-            ob.try_iter()
-                .map_err(|_| not_a_shape())?
-                .map(|x| dim(&x?))
-                .collect::<PyResult<_>>()?
+            sequence_shape(&ob)?
         };
         Ok(ShapeArg(shape))
     }
+}
+
+fn not_a_shape() -> PyErr {
+    PyTypeError::new_err("shape must be an int or a sequence of ints")
+}
+
+/// The dimension limit's error before any dimension is read: a shape is
+/// never read (nor its dims stored) past [`MAX_NDIM`].
+fn check_ndim(ndim: usize) -> PyResult<()> {
+    layout::check_ndim(ndim).map_err(to_py)
+}
+
+/// A shape from any other sequence (a `range`, a NumPy array of ints, ...),
+/// as NumPy reads one: its length first, then that many items. Iterators,
+/// generators, sets and mappings are refused, as NumPy refuses them: one
+/// without end (`itertools.repeat(1)`) grew the shape until the process ran
+/// out of memory, and a set's order is not the caller's.
+fn sequence_shape(ob: &Bound<'_, PyAny>) -> PyResult<Shape> {
+    // SAFETY: `ob` is a live object and the thread is attached.
+    if unsafe { ffi::PySequence_Check(ob.as_ptr()) } == 0 {
+        return Err(not_a_shape());
+    }
+    let ndim = ob.len()?;
+    check_ndim(ndim)?;
+    (0..ndim).map(|i| dim(&ob.get_item(i)?)).collect()
 }
 
 /// One dimension of a shape: a non-negative integer.

@@ -11,6 +11,7 @@
 
 import ctypes
 import gc
+import itertools
 import multiprocessing
 import weakref
 
@@ -418,3 +419,78 @@ def test_byte_swapped_numpy_dtypes_are_type_errors():
         devtensor.empty(2, dtype=swapped)
     assert devtensor.empty(2, dtype=np.dtype("=f4")).dtype == "float32"
     assert devtensor.empty(2, dtype=np.dtype("u1").newbyteorder()).dtype == "uint8"  # one byte: no order
+
+
+class Endless:
+    """An iterator without end (as `itertools.repeat(1)`) that counts the items read;
+    past 1000 it raises rather than let a reader grow a shape until memory runs out."""
+
+    def __init__(self):
+        self.read = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.read += 1
+        if self.read > 1000:
+            raise RuntimeError("read 1000 items of an endless shape")
+        return 1
+
+
+class Ones:
+    """A sequence (`__len__`, `__getitem__`) of `n` ones that counts the items read."""
+
+    def __init__(self, n):
+        self.n, self.read = n, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        self.read += 1
+        if self.read > 1000:
+            raise RuntimeError("read 1000 items of a shape")
+        return 1
+
+
+@pytest.mark.parametrize("make", [devtensor.empty, devtensor.zeros, devtensor.ones, lambda s: devtensor.full(s, 1)])
+def test_iterators_sets_and_mappings_are_not_shapes(make):
+    # As NumPy: an iterator may have no end, a set's order is not the caller's.
+    endless = Endless()
+    with pytest.raises(TypeError, match="sequence of ints"):
+        make(endless)
+    assert endless.read == 0
+    for shape in (itertools.repeat(1), iter([2, 3]), (n for n in (2, 3)), {5, 2}, frozenset([4]), {2: 3}):
+        with pytest.raises(TypeError, match="sequence of ints"):
+            make(shape)
+
+
+def test_shapes_are_read_up_to_the_dimension_limit_only():
+    long = Ones(10**9)
+    with pytest.raises(ValueError, match="at most 64"):
+        devtensor.empty(long)
+    assert long.read == 0
+    over = Ones(MAX_NDIM + 1)
+    with pytest.raises(ValueError, match="at most 64"):
+        devtensor.zeros(over)
+    assert over.read == 0
+    for shape in ([1] * 10**6, (1,) * 10**6):
+        with pytest.raises(ValueError, match="at most 64"):
+            devtensor.empty(shape)
+    assert devtensor.empty(Ones(MAX_NDIM)).shape == (1,) * MAX_NDIM
+
+
+def test_sequences_of_ints_are_shapes():
+    assert devtensor.empty(Ones(3)).shape == (1, 1, 1)
+    assert devtensor.empty(range(2, 5)).shape == (2, 3, 4)
+    assert devtensor.zeros(np.array([2, 3])).shape == (2, 3)
+    assert devtensor.zeros(np.array(4)).shape == (4,)  # 0-d: an int
+    assert devtensor.full(np.array([], dtype=np.int64), 1.0).shape == ()
+    with pytest.raises(TypeError):
+        devtensor.empty(np.array([[2, 3]]))  # a dimension must be an int
+    torch = pytest.importorskip("torch")
+    assert devtensor.empty(torch.Size([2, 3])).shape == (2, 3)
+    assert devtensor.empty(torch.zeros(2, 3).shape).shape == (2, 3)
