@@ -90,37 +90,50 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
         if let Some(d) = DTYPE_OBJECTS.get(ob) {
             return Ok(DTypeArg(d));
         }
-        let dtype = parse_dtype(&ob)?;
-        DTYPE_OBJECTS.insert(ob, dtype);
+        let (dtype, lasting) = parse_dtype(&ob)?;
+        if lasting {
+            DTYPE_OBJECTS.insert(ob, dtype);
+        }
         Ok(DTypeArg(dtype))
     }
 }
 
-/// What a dtype argument names, as NumPy's `dtype(ob)` and torch read it.
-fn parse_dtype(ob: &Bound<'_, PyAny>) -> PyResult<DType> {
+/// What a dtype argument names, as NumPy's `dtype(ob)` and torch read it,
+/// and whether `ob` may enter the identity cache: only kinds whose meaning
+/// cannot change, and which live for good anyway, so that the cache keeps no
+/// object alive that would otherwise go (exact strings, static types, the
+/// dtypes and scalar types NumPy registers, torch dtypes). Anything else (an
+/// object whose `.name` or `str()` may change) is parsed on every call.
+fn parse_dtype(ob: &Bound<'_, PyAny>) -> PyResult<(DType, bool)> {
+    let py = ob.py();
     let from_name = |name: &str| DType::from_name(name).map_err(to_py);
     if let Ok(s) = ob.cast::<PyString>() {
-        return from_name(&s.to_cow()?);
+        return Ok((from_name(&s.to_cow()?)?, ob.is_exact_instance_of::<PyString>()));
     }
     if let Ok(t) = ob.cast::<PyType>() {
         return type_dtype(t);
     }
-    if let Some([np_dtype, _]) = numpy_types(ob.py())?
-        && ob.is_instance(np_dtype.bind(ob.py()))?
+    if let Some([np_dtype, _]) = numpy_types(py)?
+        && ob.is_instance(np_dtype.bind(py))?
     {
         return numpy_dtype(ob);
     }
-    if let Ok(n) = ob.getattr("name").and_then(|n| n.extract::<String>()) {
-        return from_name(&n);
+    let ty = ob.get_type();
+    if ty.name().is_ok_and(|n| n == "dtype") && ty.module().is_ok_and(|m| m == "torch") {
+        return Ok((from_name(&ob.str()?.to_cow()?)?, true)); // "torch.float32"
     }
-    from_name(&ob.str()?.to_cow()?) // torch.float32 → "torch.float32"
+    let name = match ob.getattr("name").and_then(|n| n.extract::<String>()) {
+        Ok(name) => name,
+        Err(_) => ob.str()?.extract::<String>()?,
+    };
+    Ok((from_name(&name)?, false))
 }
 
 /// The dtype a type stands for: Python's scalar types as NumPy and torch take
 /// them (`float` is float64, `int` int64), NumPy's scalar types as
 /// `numpy.dtype` sizes them (`longlong`, `intc`, `double`, ...), others
 /// (ml_dtypes, JAX) by their name.
-fn type_dtype(t: &Bound<'_, PyType>) -> PyResult<DType> {
+fn type_dtype(t: &Bound<'_, PyType>) -> PyResult<(DType, bool)> {
     let py = t.py();
     for (builtin, dtype) in [
         (py.get_type::<PyBool>(), DType::Bool),
@@ -129,7 +142,7 @@ fn type_dtype(t: &Bound<'_, PyType>) -> PyResult<DType> {
         (py.get_type::<PyComplex>(), DType::C128),
     ] {
         if t.is(&builtin) {
-            return Ok(dtype);
+            return Ok((dtype, true));
         }
     }
     if let Some([np_dtype, np_generic]) = numpy_types(py)?
@@ -137,14 +150,22 @@ fn type_dtype(t: &Bound<'_, PyType>) -> PyResult<DType> {
     {
         // `numpy.longlong.__name__` is "longlong": its dtype says int64.
         let d = np_dtype.bind(py).call1((t,))?;
-        return numpy_dtype(&d);
+        // NumPy holds the scalar type of each dtype it registers (ml_dtypes'
+        // too) for good; not a subclass of one.
+        let registered = d.getattr(pyo3::intern!(py, "type"))?.is(t);
+        return Ok((numpy_dtype(&d)?.0, registered));
     }
-    DType::from_name(&t.name()?.to_cow()?).map_err(to_py)
+    let dtype = DType::from_name(&t.name()?.to_cow()?).map_err(to_py)?;
+    // SAFETY: `t` is a live type object and the thread is attached.
+    let flags = unsafe { ffi::PyType_GetFlags(t.as_type_ptr()) };
+    // A static type (a builtin's, a C extension's) can neither be renamed nor
+    // freed; a class made at run time (JAX's scalar types) can.
+    Ok((dtype, flags & ffi::Py_TPFLAGS_IMMUTABLETYPE != 0))
 }
 
 /// A `numpy.dtype`'s dtype, by its name; byte-swapped ones (`">f4"`, whose
 /// name is "float32") are refused: a tensor's elements are in native order.
-fn numpy_dtype(d: &Bound<'_, PyAny>) -> PyResult<DType> {
+fn numpy_dtype(d: &Bound<'_, PyAny>) -> PyResult<(DType, bool)> {
     let py = d.py();
     let name = d.getattr(pyo3::intern!(py, "name"))?;
     let dtype = DType::from_name(&name.cast::<PyString>()?.to_cow()?).map_err(to_py)?;
@@ -155,7 +176,10 @@ fn numpy_dtype(d: &Bound<'_, PyAny>) -> PyResult<DType> {
             d.repr()?
         )));
     }
-    Ok(dtype)
+    // NumPy's own dtypes (`isbuiltin` 1) and registered ones (2, ml_dtypes')
+    // are one object each for good; others (with metadata, ...) are made per call.
+    let registered = d.getattr(pyo3::intern!(py, "isbuiltin"))?.extract::<i64>()? != 0;
+    Ok((dtype, registered))
 }
 
 /// NumPy's `dtype` and `generic` types once something has imported NumPy
@@ -185,7 +209,8 @@ fn numpy_types(py: Python<'_>) -> PyResult<Option<&[Py<PyAny>; 2]>> {
 /// (about 0.8 µs), as much as the allocation it describes. Each entry holds a
 /// reference, so its object stays alive and its address cannot be reused by
 /// another; at most [`IDENTITY_CACHE_MAX`] are kept. Only immutable kinds of
-/// object are entered (strings, dtype objects, `torch.device`). Lookups take
+/// object are entered (exact strings, the dtype objects [`parse_dtype`]
+/// names, `torch.device`): another's `.name` or `str()` may change. Lookups take
 /// no lock: entries are filled once, in order, and published by `len` (a
 /// mutex around the list cost 20 ns of the 220 of `empty(n, dtype=...)`).
 struct IdentityCache<T> {

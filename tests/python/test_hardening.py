@@ -13,6 +13,7 @@ import ctypes
 import gc
 import itertools
 import multiprocessing
+import sys
 import weakref
 
 import pytest
@@ -494,3 +495,55 @@ def test_sequences_of_ints_are_shapes():
     torch = pytest.importorskip("torch")
     assert devtensor.empty(torch.Size([2, 3])).shape == (2, 3)
     assert devtensor.empty(torch.zeros(2, 3).shape).shape == (2, 3)
+
+
+class Named:
+    """A dtype-like object by its `.name`, which may change."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class ChangingDType:
+    """An object whose str() changes, as `ChangingDevice`."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __str__(self):
+        self.calls += 1
+        return "float32" if self.calls == 1 else "no_such_dtype"
+
+
+def test_dtype_objects_whose_name_or_str_changes_are_parsed_each_time():
+    named = Named("float32")
+    assert devtensor.empty(2, dtype=named).dtype == "float32"
+    named.name = "int8"
+    assert devtensor.empty(2, dtype=named).dtype == "int8"
+    changing = ChangingDType()
+    assert devtensor.empty(2, dtype=changing).dtype == "float32"
+    with pytest.raises(TypeError, match="no_such_dtype"):
+        devtensor.empty(2, dtype=changing)
+    # A class made at run time can be renamed too.
+    cls = type("float32", (), {})
+    assert devtensor.empty(2, dtype=cls).dtype == "float32"
+    cls.__name__ = "int16"
+    assert devtensor.empty(2, dtype=cls).dtype == "int16"
+
+
+def test_the_dtype_cache_keeps_no_object_alive():
+    for make in (lambda: Named("float16"), lambda: type("float32", (), {}),
+                 lambda: np.dtype("float32", metadata={"made": "per call"})):
+        refs = []
+        for _ in range(100):  # more than the cache holds
+            obj = make()
+            before = sys.getrefcount(obj)
+            devtensor.empty(1, dtype=obj)
+            assert sys.getrefcount(obj) == before
+            try:
+                refs.append(weakref.ref(obj))
+            except TypeError:  # NumPy dtypes take no weak references
+                pass
+            del obj
+        gc.collect()
+        assert not any(r() is not None for r in refs)
