@@ -152,6 +152,18 @@ fn extreme_strides_and_broadcasts_are_errors_or_right_never_panics() {
     // Python: list(range(10))[::-2**63] == [9].
     let last = t.slice(0, None, None, isize::MIN).unwrap();
     assert_eq!(last.to_vec::<i32>().unwrap(), vec![9]);
+    // Rows 3 elements apart: the step times the stride overflows, yet one row is kept
+    // (NumPy: np.arange(9).reshape(3, 3)[::2**62] is the first row).
+    let m = arange(&[3, 3]);
+    for step in [1 << 62, isize::MAX, -(1 << 62), isize::MIN] {
+        let row = m.slice(0, None, None, step).unwrap();
+        let first = if step > 0 { vec![0, 1, 2] } else { vec![6, 7, 8] };
+        assert_eq!(
+            (row.shape(), row.to_vec::<i32>().unwrap()),
+            (&[1usize, 3][..], first),
+            "{step}"
+        );
+    }
     // Size-1 dims' strides address nothing and may be anything: the one
     // element is copied, and flipped, as it is.
     let one = t.as_strided(&[1, 1], &[isize::MAX, isize::MIN], 3).unwrap();

@@ -18,6 +18,7 @@ _ShapeLike = Union[SupportsIndex, Sequence[SupportsIndex]]
 # A dtype name ("float32", "bfloat16", "float8_e4m3fn", ...), a numpy dtype or
 # scalar type (numpy.float32, numpy.dtype("int8")), Python's float, int, complex
 # or bool (float64, int64, complex128, bool, as in NumPy and torch), or a torch dtype.
+# The names "float" and "int" are torch's (torch.float, torch.int): float32 and int32.
 _DTypeLike = Union[str, object]
 # "cpu", "cuda", "cuda:N", "cuda_host", "cuda_managed:N", "rocm:N", "rocm_host",
 # a (device_type, device_id) pair as __dlpack_device__ returns, or a torch.device.
@@ -44,6 +45,7 @@ __all__ = [
     "env_alloc",
     "current_env_alloc",
     "_env_alloc_var",
+    "_env_alloc_scopes",
     "_live_exports",
     "_live_cpu_allocations",
     "_drain_deleters",
@@ -190,6 +192,8 @@ def current_env_alloc() -> Optional[type]:
 
 # The ContextVar behind env_alloc, read by every extension built on devtensor.
 _env_alloc_var: ContextVar[Optional[type]]
+# This context's open env_alloc scopes and the tokens that undo them, innermost last.
+_env_alloc_scopes: ContextVar[tuple[tuple[EnvAlloc, Any], ...]]
 
 # Test hooks.
 def _live_exports() -> int:

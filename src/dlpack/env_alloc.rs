@@ -205,12 +205,18 @@ impl EnvAlloc {
         // SAFETY: an owned managed tensor from the framework; the import checks
         // every field and calls its deleter exactly once on every path.
         let t = unsafe { crate::dlpack::from_dlpack_versioned(m.as_ptr()) }?;
-        if t.shape() != shape || t.dtype() != dtype || t.device() != self.device || !t.is_contiguous() {
+        if t.shape() != shape
+            || t.dtype() != dtype
+            || t.device() != self.device
+            || !t.is_contiguous()
+            || t.is_read_only()
+        {
             return Err(Error::ForeignAlloc {
                 kind: "ValueError".to_owned(),
                 message: format!(
-                    "asked for a contiguous {dtype} tensor of shape {shape:?} on {}, the allocator made {t:?}",
-                    self.device
+                    "asked for a writable contiguous {dtype} tensor of shape {shape:?} on {}, the allocator made {t:?} (read-only: {})",
+                    self.device,
+                    t.is_read_only()
                 ),
             });
         }
@@ -613,6 +619,15 @@ mod tests {
                 }
                 other => panic!("lie {lie}: {other:?}"),
             }
+        }
+        // `empty`, a typed tensor: a read-only one is refused too.
+        LIE.store(2, Ordering::SeqCst);
+        match env.empty(&[64], DType::U8) {
+            Err(Error::ForeignAlloc { kind, message }) => {
+                assert_eq!(kind, "ValueError");
+                assert!(message.contains("read-only: true"), "{message}");
+            }
+            other => panic!("read-only empty: {other:?}"),
         }
         LIE.store(0, Ordering::SeqCst);
         let t = Tensor::empty_in(Arc::new(env.clone()), &[4096], DType::U8).unwrap();

@@ -221,7 +221,11 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
             bytes.iter().map(|b| b / elem).collect()
         }
     };
-    let numel: i64 = shape.iter().product();
+    let Some(numel) = shape.iter().try_fold(1i64, |n, &d| n.checked_mul(d)) else {
+        return Err(PyBufferError::new_err(format!(
+            "shape {shape:?} has more elements than 64 bits count"
+        )));
+    };
     let device = match kind {
         Kind::Host => Device::Cpu,
         Kind::Cuda => cuda_device(py, ptr, numel)?,

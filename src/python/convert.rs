@@ -100,10 +100,11 @@ impl<'py> FromPyObject<'_, 'py> for DTypeArg {
 
 /// What a dtype argument names, as NumPy's `dtype(ob)` and torch read it,
 /// and whether `ob` may enter the identity cache: only kinds whose meaning
-/// cannot change, and which live for good anyway, so that the cache keeps no
-/// object alive that would otherwise go (exact strings, static types, the
-/// dtypes and scalar types NumPy registers, torch dtypes). Anything else (an
-/// object whose `.name` or `str()` may change) is parsed on every call.
+/// cannot change (exact strings, static types, the dtypes and scalar types
+/// NumPy registers, torch dtypes). All but strings live for good anyway; a
+/// string built at run time is kept alive by its entry, as the device cache
+/// keeps its strings (at most [`IDENTITY_CACHE_MAX`] entries in all). Anything
+/// else (an object whose `.name` or `str()` may change) is parsed on every call.
 fn parse_dtype(ob: &Bound<'_, PyAny>) -> PyResult<(DType, bool)> {
     let py = ob.py();
     let from_name = |name: &str| DType::from_name(name).map_err(to_py);

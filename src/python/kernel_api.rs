@@ -6,12 +6,10 @@
 //! through a DLPack exchange API: the `devtensor.Tensor` type's (the
 //! `devtensor` Python package must be installed) or the caller framework's.
 
-use std::sync::Mutex;
-
-use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{IntoPyDict, PyModule, PyType};
+use pyo3::types::{IntoPyDict, PyModule, PyTuple, PyType};
 
 use crate::backend::default_allocator;
 use crate::device::Device;
@@ -178,7 +176,17 @@ fn env_var(py: Python<'_>) -> Option<&Py<PyAny>> {
     .ok()
 }
 
+/// The ContextVar of this context's open `env_alloc` scopes: a tuple of
+/// `(scope, token)`, innermost last.
+fn scopes_var(py: Python<'_>) -> PyResult<&Py<PyAny>> {
+    static VAR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    VAR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
+        Ok(py.import("devtensor._devtensor")?.getattr(SCOPES_VAR_NAME)?.unbind())
+    })
+}
+
 const ENV_VAR_NAME: &str = "_env_alloc_var";
+const SCOPES_VAR_NAME: &str = "_env_alloc_scopes";
 
 /// An uninitialised C-contiguous tensor from devtensor's allocator for
 /// `device`, ordered on `stream` (`None` or the default stream: the device's
@@ -497,7 +505,6 @@ pub fn order_streams(device: Device, producer: StreamHandle, consumer: StreamHan
 #[pyclass(name = "EnvAlloc", module = "devtensor._devtensor", frozen)]
 pub(crate) struct PyEnvAlloc {
     framework: Option<Py<PyType>>,
-    tokens: Mutex<Vec<Py<PyAny>>>,
 }
 
 #[pymethods]
@@ -508,45 +515,48 @@ impl PyEnvAlloc {
         self.framework.as_ref().map(|t| t.clone_ref(py))
     }
 
-    fn __enter__(&self, py: Python<'_>) -> PyResult<Option<Py<PyType>>> {
+    /// Selects the framework in this thread / async context. The token that
+    /// undoes it is kept in the context too (not in the object), so one
+    /// object may be entered by several threads or tasks at once (a
+    /// module-level `env_alloc(torch)`), each exit undoing its own context's.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyType>>> {
+        let py = slf.py();
         let var = env_var(py).ok_or_else(|| PyRuntimeError::new_err("devtensor._devtensor is not importable"))?;
-        let value = match &self.framework {
+        let this = slf.get();
+        let value = match &this.framework {
             Some(t) => t.bind(py).clone().into_any(),
             None => py.None().into_bound(py),
         };
         let token = var.bind(py).call_method1(pyo3::intern!(py, "set"), (value,))?;
-        self.tokens
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(token.unbind());
-        Ok(self.framework(py))
+        let scopes = scopes_var(py)?.bind(py);
+        let open = scopes.call_method0(pyo3::intern!(py, "get"))?;
+        let mut entries: Vec<Bound<'_, PyAny>> = open.cast::<PyTuple>()?.iter().collect();
+        entries.push(PyTuple::new(py, [slf.as_any(), &token])?.into_any());
+        scopes.call_method1(pyo3::intern!(py, "set"), (PyTuple::new(py, entries)?,))?;
+        Ok(this.framework(py))
     }
 
-    /// Resets the selection this thread / async context made last with this
-    /// object. One object may be entered by several threads or tasks at once
-    /// (a module-level `env_alloc(torch)`): each exit takes the latest token
-    /// of its own context (`reset` refuses another context's with
-    /// ValueError), and leaves the others' for their own exits.
+    /// Undoes the selection this context made last with this object.
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+    fn __exit__(slf: &Bound<'_, Self>, _exc: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let py = slf.py();
         let Some(var) = env_var(py) else {
             return Ok(false);
         };
-        let lock = || self.tokens.lock().unwrap_or_else(|p| p.into_inner());
-        let mut others = Vec::new();
-        // No lock is held while Python runs (`reset`).
-        let result = loop {
-            let Some(token) = lock().pop() else {
-                break Ok(());
-            };
-            match var.bind(py).call_method1(pyo3::intern!(py, "reset"), (&token,)) {
-                Ok(_) => break Ok(()),
-                Err(e) if e.is_instance_of::<PyValueError>(py) => others.push(token),
-                Err(e) => break Err(e),
-            }
+        let scopes = scopes_var(py)?.bind(py);
+        let open = scopes.call_method0(pyo3::intern!(py, "get"))?;
+        let mut entries: Vec<Bound<'_, PyAny>> = open.cast::<PyTuple>()?.iter().collect();
+        let ours = entries
+            .iter()
+            .rposition(|e| e.get_item(0).is_ok_and(|scope| scope.is(slf)));
+        let Some(i) = ours else {
+            return Ok(false); // an exit without an enter here: nothing to undo
         };
-        lock().extend(others.into_iter().rev());
-        result.map(|()| false)
+        let entry = entries.remove(i);
+        scopes.call_method1(pyo3::intern!(py, "set"), (PyTuple::new(py, entries)?,))?;
+        var.bind(py)
+            .call_method1(pyo3::intern!(py, "reset"), (entry.get_item(1)?,))?;
+        Ok(false)
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
@@ -566,10 +576,7 @@ pub(crate) fn env_alloc(framework: Option<&Bound<'_, PyAny>>) -> PyResult<PyEnvA
         Some(f) => Some(Framework::of(f)?.ty),
         None => None,
     };
-    Ok(PyEnvAlloc {
-        framework,
-        tokens: Mutex::new(Vec::new()),
-    })
+    Ok(PyEnvAlloc { framework })
 }
 
 /// `current_env_alloc()`: the tensor type whose allocator `env_alloc`
@@ -587,6 +594,11 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Some(&[("default", py.None())].into_py_dict(py)?),
     )?;
     m.add(ENV_VAR_NAME, var)?;
+    let scopes = py.import("contextvars")?.getattr("ContextVar")?.call(
+        ("devtensor_env_alloc_scopes",),
+        Some(&[("default", PyTuple::empty(py))].into_py_dict(py)?),
+    )?;
+    m.add(SCOPES_VAR_NAME, scopes)?;
     m.add_class::<PyEnvAlloc>()?;
     m.add_function(wrap_pyfunction!(env_alloc, m)?)?;
     m.add_function(wrap_pyfunction!(current_env_alloc, m)?)?;

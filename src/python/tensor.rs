@@ -72,14 +72,15 @@ fn slice_part(v: &Bound<'_, PyAny>) -> PyResult<Option<isize>> {
     if v.is_none() {
         return Ok(None);
     }
-    match v.extract::<isize>() {
-        Ok(i) => Ok(Some(i)),
-        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(v.py()) => {
-            Ok(Some(if v.gt(0)? { isize::MAX } else { isize::MIN }))
-        }
-        Err(_) => Err(PyTypeError::new_err(
+    // SAFETY: a live object on an attached thread. A NULL `exc` clamps an
+    // int past `isize` instead of raising, as CPython's own slice indices.
+    let i = unsafe { pyo3::ffi::PyNumber_AsSsize_t(v.as_ptr(), std::ptr::null_mut()) };
+    match (i == -1).then(|| PyErr::take(v.py())).flatten() {
+        None => Ok(Some(i)),
+        Some(e) if e.is_instance_of::<PyTypeError>(v.py()) => Err(PyTypeError::new_err(
             "slice indices must be integers or None or have an __index__ method",
         )),
+        Some(e) => Err(e), // an `__index__` of its own that raised
     }
 }
 

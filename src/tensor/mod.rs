@@ -269,8 +269,12 @@ impl Tensor {
         let mut shape = self.shape.clone();
         let mut strides = self.strides.clone();
         shape[d] = len;
+        // A kept element or none: the stride steps nothing, and a huge step
+        // (`[::2**62]` of a matrix's rows) leaves it as it is where the
+        // product overflows.
         strides[d] = self.strides[d]
             .checked_mul(step)
+            .or((len <= 1).then_some(self.strides[d]))
             .ok_or(Error::Overflow { what: "slice stride" })?;
         Ok(self.with_layout(shape, strides, offset))
     }
@@ -368,7 +372,7 @@ impl Tensor {
             if t.shape[d] > 1 {
                 t.offset = t.shifted(t.shape[d] - 1, t.strides[d])?;
             }
-            // A size-0 or -1 dim's stride addresses nothing and may be any
+            // A size-0 or size-1 dim's stride addresses nothing and may be any
             // value (an imported `i64::MIN`): negated modulo 2^64.
             t.strides[d] = if t.shape[d] > 1 {
                 t.strides[d]

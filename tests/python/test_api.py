@@ -568,13 +568,35 @@ def test_getitem_0d():
         slice(None, None, 2**70),
         slice(None, None, -(2**70)),
         slice(np.int64(1), np.uint64(2**63 + 5)),
+        (slice(None, None, 2**62), slice(1, None)),
+        (slice(None, None, -(2**70)), Ellipsis),
     ],
 )
 def test_getitem_clamps_bounds_past_int64_as_python_does(key):
     # Lists, NumPy and torch clamp slice bounds (and steps) of any size; they
-    # raised OverflowError here.
+    # raised OverflowError here (and a huge step over rows, whose stride times
+    # the step overflows, "size overflow while computing slice stride").
+    for t, ref in (iota((5,)), iota((3, 4))):
+        if isinstance(key, tuple) and ref.ndim < 2:
+            continue
+        np.testing.assert_array_equal(arr(t[key]), ref[key])
+
+
+def test_getitem_slice_bounds_take_index_objects_as_lists_do():
+    class Big:
+        def __index__(self):
+            return 2**70
+
+    class Broken:
+        def __index__(self):
+            raise ValueError("no index today")
+
     t, ref = iota((5,))
-    np.testing.assert_array_equal(arr(t[key]), ref[key])
+    np.testing.assert_array_equal(arr(t[: Big()]), ref[: Big()])
+    with pytest.raises(ValueError, match="no index today"):
+        t[: Broken()]
+    with pytest.raises(TypeError, match="slice indices"):
+        t[:1.5]
 
 
 def test_iteration_and_python_scalars_follow_numpy():

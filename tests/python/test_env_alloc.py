@@ -50,29 +50,34 @@ SHARED = devtensor.env_alloc(torch)
 
 
 def test_one_object_entered_by_threads_at_once():
-    # A module-level scope used by two threads whose blocks overlap: each exit
-    # resets its own thread's selection (the second exit raised "created in a
-    # different Context" and both threads kept torch's allocator).
-    inside, leave = threading.Barrier(2), threading.Barrier(2)
-    seen, errors = [], []
+    # A module-level scope used by two threads whose blocks overlap, in the
+    # order that broke it: A enters, B enters, A exits, B exits. Each exit must
+    # undo its own thread's selection (A's exit raised "created in a different
+    # Context", and both threads kept torch's allocator).
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen, errors = {}, []
 
-    def body():
+    def body(name, entered, wait_before_exit, done):
         try:
             with SHARED:
-                inside.wait()
+                entered.set()
+                assert wait_before_exit.wait(10)
                 inner = devtensor.current_env_alloc()
-                leave.wait()
-            seen.append((inner, devtensor.current_env_alloc()))
+            seen[name] = (inner, devtensor.current_env_alloc())
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
+        finally:
+            done.set()
 
-    threads = [threading.Thread(target=body) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    a = threading.Thread(target=body, args=("a", a_in, b_in, a_out))
+    b = threading.Thread(target=body, args=("b", b_in, a_out, threading.Event()))
+    a.start()
+    assert a_in.wait(10)
+    b.start()
+    a.join()
+    b.join()
     assert errors == []
-    assert seen == [(torch.Tensor, None)] * 2
+    assert seen == {"a": (torch.Tensor, None), "b": (torch.Tensor, None)}
 
 
 def test_one_object_entered_by_async_tasks_at_once():
