@@ -294,6 +294,10 @@ def test_array_interface_import_rejects_what_a_tensor_cannot_describe():
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, typestr=">i4"), owner=a))
     with pytest.raises(BufferError, match="typestr"):
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, typestr="|V4"), owner=a))
+    # More elements than 64 bits count: the product wrapped (a panic with
+    # overflow checks) before the import's own checks.
+    with pytest.raises(BufferError, match="64 bits"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(2**62, 2**62), strides=(0, 0)), owner=a))
     with pytest.raises(TypeError, match="neither DLPack"):
         devtensor.from_dlpack(object())
 
