@@ -811,6 +811,57 @@ fn dst_self_overlap_is_rejected() {
     }
 }
 
+/// Destinations whose rows interleave but whose elements are distinct, as
+/// NumPy and torch write them: rows of every other element, each starting
+/// one element past the end of the row before's first half. Copies from
+/// dense, transposed and broadcast sources and fills, of 1 to 16-byte
+/// elements, large enough to split across threads, with every kernel set;
+/// the bytes between elements stay as they were.
+#[test]
+fn interleaved_destinations_of_distinct_elements_are_written() {
+    let src: Vec<u32> = (1..=6).collect();
+    let mut dst = vec![0u32; 8];
+    // SAFETY: addresses 0 2 4 / 3 5 7 of 8 elements; the source is dense.
+    unsafe {
+        copy_strided(
+            dst.as_mut_ptr().cast(),
+            &[3, 2],
+            src.as_ptr().cast(),
+            &[3, 1],
+            &[2, 3],
+            4,
+        )
+        .unwrap()
+    };
+    assert_eq!(dst, [1, 0, 2, 4, 3, 5, 0, 6]);
+
+    let (rows, cols) = (256usize, 1000usize);
+    let shape = [rows, cols];
+    let dst_strides = [2 * cols as isize - 999, 2]; // row r: 1001·r + 2·c
+    let len = 1001 * (rows - 1) + 2 * (cols - 1) + 1;
+    with_each_kernel_and_stream(|| {
+        for e in [1, 2, 4, 8, 16] {
+            let data = pattern(rows * cols * e, e as u64);
+            for src_strides in [[cols as isize, 1], [1, rows as isize], [0, 1]] {
+                let mut buf = pattern(len * e, 7);
+                let mut want = buf.clone();
+                reference(&mut want, 0, &dst_strides, &data, 0, &src_strides, &shape, e);
+                // SAFETY: every element of both layouts lies inside its buffer.
+                unsafe {
+                    copy_strided(buf.as_mut_ptr(), &dst_strides, data.as_ptr(), &src_strides, &shape, e).unwrap()
+                };
+                assert!(buf == want, "e={e} src {src_strides:?}");
+            }
+            let mut buf = pattern(len * e, 9);
+            let mut want = buf.clone();
+            reference(&mut want, 0, &dst_strides, &data, 0, &[0, 0], &shape, e);
+            // SAFETY: as above; the value is the first element of `data`.
+            unsafe { fill_strided(buf.as_mut_ptr(), &dst_strides, &shape, &data[..e]).unwrap() };
+            assert!(buf == want, "fill e={e}");
+        }
+    });
+}
+
 #[test]
 fn errors() {
     let src = [0u8; 64];

@@ -7,8 +7,9 @@
 //! (research notes §a.1):
 //!
 //! 1. strides are converted to **bytes** (checked), size-1 dimensions dropped;
-//! 2. the destination is checked for internal overlap (sorted by stride, each
-//!    stride must clear the extent of the faster dims);
+//! 2. the destination is checked for internal overlap: sorted by stride, each
+//!    stride clears the extent of the faster dims, or else an exact search
+//!    shows no two elements share a byte (interleaved rows);
 //! 3. negative destination strides are flipped: both base offsets move to the
 //!    last element of that dimension and both strides are negated;
 //! 4. dimensions are sorted by destination stride, fastest first (stable,
@@ -19,7 +20,8 @@
 //!    widened (two contiguous `u16` become one `u32`, a 12-byte row one 12-byte
 //!    element, ...) as far as [`PlanOptions`] allow;
 //! 7. the result is classified into a [`PlanKind`] *after* coalescing, so
-//!    size-1 and stride-0 dimensions cannot fool the classification.
+//!    size-1 and stride-0 dimensions cannot fool the classification (a
+//!    destination that does not nest is always [`PlanKind::General`]).
 //!
 //! Nothing here dereferences a pointer: base addresses are only taken as
 //! `usize` for alignment checks, so the GPU backends reuse the planner as is.
@@ -215,6 +217,78 @@ fn insertion_sort_by_key<T: Copy, K: Ord>(v: &mut [T], key: impl Fn(&T) -> K) {
     }
 }
 
+/// Whether `dims` (byte strides ≥ 0, sorted ascending) nest: each stride is at
+/// least the extent of the faster dims, element included. Every dense tensor's
+/// permutations, slices, steps and flips do; such a layout addresses each
+/// element once.
+fn nests(dims: &[PlanDim], e: isize) -> bool {
+    let mut extent = e;
+    for d in dims {
+        if d.dst == 0 || d.dst < extent {
+            return false;
+        }
+        // ≤ the checked destination span.
+        extent += (d.len as isize - 1) * d.dst;
+    }
+    true
+}
+
+/// Steps the exact overlap search may take before [`addresses_may_repeat`]
+/// gives up and answers "may" (some 10 µs; the layouts met in practice need a
+/// few dozen).
+const OVERLAP_SEARCH_BUDGET: u32 = 1 << 14;
+
+/// Whether two distinct elements of a destination share a byte, for dims with
+/// byte strides > 0 and lengths ≥ 2, sorted ascending: whether some integers
+/// `xᵢ`, `|xᵢ| < lenᵢ`, not all 0, give `|Σ xᵢ·strideᵢ| < e`. That is the
+/// bounded Diophantine problem NumPy's `solve_may_self_overlap` solves
+/// (`numpy/core/src/common/mem_overlap.c`); here a depth-first search from
+/// the largest stride, where the faster dims can reach at most `Σ (lenⱼ −
+/// 1)·strideⱼ` and so bound each `xᵢ` to a few values. `true` ("may") also
+/// when the search runs past [`OVERLAP_SEARCH_BUDGET`].
+fn addresses_may_repeat(dims: &[PlanDim], e: isize) -> bool {
+    // reach[i]: the most the dims before i move an address (≤ the checked span).
+    let mut reach: SmallVec<[i128; INLINE_DIMS]> = SmallVec::with_capacity(dims.len() + 1);
+    reach.push(0);
+    for d in dims {
+        let r = reach[reach.len() - 1] + (d.len as i128 - 1) * d.dst as i128;
+        reach.push(r);
+    }
+    let mut budget = OVERLAP_SEARCH_BUDGET;
+    search_collision(dims, &reach, dims.len(), 0, false, e as i128, &mut budget).unwrap_or(true)
+}
+
+/// One level of [`addresses_may_repeat`]'s search: can the dims before `i`
+/// bring the offset `t` into `(−e, e)` (with some `x` non-zero when `moved` is
+/// false)? The first non-zero `x` is taken positive: a solution's negation is
+/// one too. `None` when the budget is spent.
+fn search_collision(
+    dims: &[PlanDim],
+    reach: &[i128],
+    i: usize,
+    t: i128,
+    moved: bool,
+    e: i128,
+    budget: &mut u32,
+) -> Option<bool> {
+    if i == 0 {
+        return Some(moved && t.abs() < e);
+    }
+    *budget = budget.checked_sub(1)?;
+    let d = dims[i - 1];
+    let (s, m) = (d.dst as i128, d.len as i128 - 1);
+    // |t + x·s| must be below what the faster dims can still undo, plus e.
+    let r = reach[i - 1] + e;
+    let lo = ((-r - t).div_euclid(s) + 1).max(if moved { -m } else { 0 });
+    let hi = (-(t - r).div_euclid(s) - 1).min(m); // ⌈(r − t)/s⌉ − 1
+    for x in lo..=hi {
+        if search_collision(dims, reach, i - 1, t + x * s, moved || x != 0, e, budget)? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
 /// Plans a copy of `shape` elements of `elem_size` bytes.
 ///
 /// `dst_strides` and `src_strides` are in elements (signed; the source may use
@@ -308,16 +382,16 @@ fn plan(
     plan.src_span = (slo, shi);
 
     // 2. Sort by destination stride, fastest first (stable), then check the
-    //    destination for internal overlap: each stride must clear the extent
-    //    of the faster dims (the tests' `dst_has_internal_overlap` states the rule).
+    //    destination for internal overlap. Nearly every layout nests: each
+    //    stride clears the extent of the faster dims. One that does not
+    //    (rows interleaved with rows: shape (2, 3), strides (3, 2)) may still
+    //    address distinct elements, as NumPy and torch let one write; an exact
+    //    search decides, and such a layout goes to the general kernel, whose
+    //    every store is one of its elements.
     insertion_sort_by_key(&mut dims, |d| (d.dst, d.src.unsigned_abs(), d.len));
-    let mut extent = e;
-    for d in &dims {
-        if d.dst == 0 || d.dst < extent {
-            return Err(Error::OverlappingDestination);
-        }
-        // ≤ the checked destination span.
-        extent += (d.len as isize - 1) * d.dst;
+    let nested = nests(&dims, e);
+    if !nested && (dims.iter().any(|d| d.dst == 0) || addresses_may_repeat(&dims, e)) {
+        return Err(Error::OverlappingDestination);
     }
 
     // 3. Coalesce dims contiguous in both operands, in place.
@@ -425,7 +499,9 @@ fn plan(
 
     // 5. Classify.
     let min = opts.transpose_min_extent.max(2);
-    plan.kind = if dims.len() == 1 && dims[0].src == e && dims[0].dst == e {
+    plan.kind = if !nested {
+        PlanKind::General
+    } else if dims.len() == 1 && dims[0].src == e && dims[0].dst == e {
         PlanKind::Memcpy
     } else if dims.iter().all(|d| d.src == 0) {
         PlanKind::Fill
@@ -729,54 +805,52 @@ mod tests {
         assert_eq!((p.kind, p.elem_size), (PlanKind::Rows, 4));
     }
 
-    /// The rule the planner's step 2 applies inline, on its own: `true` when
-    /// the layout *may* address one element twice: a dimension of
-    /// size > 1 with stride 0, or strides whose extents interleave.
-    ///
-    /// Conservative: dimensions are sorted by `|stride|` and each stride must be
-    /// at least the byte extent of all faster dimensions combined (element
-    /// included). Every permutation, slice (with steps or flips) and broadcast-free
-    /// view of a dense tensor passes; exotic interleaved layouts that happen not to
-    /// collide may be reported as overlapping. Size-1 dimensions are ignored;
-    /// layouts with 0 or 1 element never overlap.
-    fn dst_has_internal_overlap(shape: &[usize], byte_strides: &[isize], elem_size: usize) -> bool {
-        if shape.len() != byte_strides.len() || shape.iter().product::<usize>() <= 1 {
-            return false;
+    /// Whether two distinct elements of the layout share a byte, by listing
+    /// every element's address.
+    fn brute_force_overlap(shape: &[usize], strides: &[isize], e: usize) -> bool {
+        let mut addrs = vec![0isize];
+        for (&len, &s) in shape.iter().zip(strides) {
+            addrs = addrs
+                .iter()
+                .flat_map(|&a| (0..len as isize).map(move |i| a + i * s * e as isize))
+                .collect();
         }
-        let mut dims: SmallVec<[(usize, usize); INLINE_DIMS]> = shape
-            .iter()
-            .zip(byte_strides)
-            .filter(|&(&len, _)| len > 1)
-            .map(|(&len, &s)| (s.unsigned_abs(), len))
-            .collect();
-        insertion_sort_by_key(&mut dims, |&(s, len)| (s, len));
-        let mut extent = elem_size; // bytes covered by the faster dims, exclusive end
-        for &(stride, len) in &dims {
-            if stride == 0 || stride < extent {
-                return true;
-            }
-            // extent += (len - 1) * stride, saturating: a saturated extent makes
-            // every later stride "overlap", which is conservative.
-            extent = extent.saturating_add((len - 1).saturating_mul(stride));
+        addrs.sort_unstable();
+        addrs.windows(2).any(|w| w[1] - w[0] < e as isize)
+    }
+
+    fn overlaps(shape: &[usize], strides: &[isize], e: usize) -> bool {
+        let zeros = vec![0; shape.len()];
+        match plan_copy(shape, strides, &zeros, e, BaseAddrs::default(), PlanOptions::CPU) {
+            Ok(_) => false,
+            Err(Error::OverlappingDestination) => true,
+            Err(err) => panic!("{shape:?} {strides:?}: {err}"),
         }
-        false
     }
 
     #[test]
     fn overlap_detection() {
         // Stride 0 on a real dim.
-        assert!(dst_has_internal_overlap(&[4, 5], &[0, 4], 4));
-        // Rows overlap: stride 8 bytes but the row is 5*4 bytes.
-        assert!(dst_has_internal_overlap(&[4, 5], &[8, 4], 4));
-        // Stride smaller than the element.
-        assert!(dst_has_internal_overlap(&[4], &[2], 4));
+        assert!(overlaps(&[4, 5], &[0, 1], 4));
+        // Rows overlap: rows of 5 start 2 elements apart.
+        assert!(overlaps(&[4, 5], &[2, 1], 4));
+        // Stride smaller than the element (a 3-byte element every 2 bytes).
+        assert!(overlaps(&[4], &[2], 3) == brute_force_overlap(&[4], &[2], 3));
         // Dense, transposed, sliced, flipped: no overlap.
-        assert!(!dst_has_internal_overlap(&[4, 5], &[20, 4], 4));
-        assert!(!dst_has_internal_overlap(&[5, 4], &[4, 20], 4));
-        assert!(!dst_has_internal_overlap(&[2, 5], &[-40, 8], 4));
-        assert!(dst_has_internal_overlap(&[3, 1, 2], &[0, 0, 4], 4));
-        assert!(!dst_has_internal_overlap(&[1, 1, 2], &[0, 0, 4], 4));
-        assert!(!dst_has_internal_overlap(&[0, 5], &[0, 0], 4));
+        assert!(!overlaps(&[4, 5], &[5, 1], 4));
+        assert!(!overlaps(&[5, 4], &[1, 5], 4));
+        assert!(!overlaps(&[2, 5], &[-10, 2], 4));
+        assert!(overlaps(&[3, 1, 2], &[0, 0, 1], 4));
+        assert!(!overlaps(&[1, 1, 2], &[0, 0, 1], 4));
+        assert!(!overlaps(&[0, 5], &[0, 0], 4));
+        // Interleaved rows of distinct elements (0 2 4 / 3 5 7), as NumPy and
+        // torch write them: a general plan.
+        assert!(!overlaps(&[2, 3], &[3, 2], 4));
+        let p = plan_copy(&[2, 3], &[3, 2], &[3, 1], 4, BaseAddrs::default(), PlanOptions::CPU).unwrap();
+        assert_eq!(p.kind, PlanKind::General);
+        // ... and ones that collide (0 2 4 / 2 4 6; 0 3 6 / 2 5 8 / 4 7 10 / 6).
+        assert!(overlaps(&[2, 3], &[2, 2], 4));
+        assert!(overlaps(&[4, 3], &[2, 3], 1));
         let e = plan_copy(&[3, 3], &[1, 1], &[3, 1], 4, BaseAddrs::default(), PlanOptions::CPU);
         assert!(matches!(e, Err(Error::OverlappingDestination)));
         // One element: never overlaps.
@@ -784,6 +858,37 @@ mod tests {
         assert!(ranges_overlap((0, 10), (9, 20)));
         assert!(!ranges_overlap((0, 10), (10, 20)));
         assert!(!ranges_overlap((5, 5), (0, 20)));
+    }
+
+    /// The planner refuses exactly the layouts where two elements share a
+    /// byte: every layout of up to three dims of lengths 1–4, strides −7..=7
+    /// and elements of 1–3 bytes, against the listed addresses.
+    #[test]
+    fn overlap_detection_is_exact() {
+        let mut checked = (0, 0);
+        for ndim in 1..=3usize {
+            let combos = (4 * 15usize).pow(ndim as u32);
+            for mut c in 0..combos {
+                let mut shape = vec![0; ndim];
+                let mut strides = vec![0; ndim];
+                for k in 0..ndim {
+                    shape[k] = c % 4 + 1;
+                    strides[k] = (c / 4 % 15) as isize - 7;
+                    c /= 60;
+                }
+                for e in 1..=3 {
+                    let expected = brute_force_overlap(&shape, &strides, e);
+                    assert_eq!(overlaps(&shape, &strides, e), expected, "{shape:?} {strides:?} e={e}");
+                    if expected {
+                        checked.0 += 1;
+                    } else {
+                        checked.1 += 1;
+                    }
+                }
+            }
+        }
+        // Both answers were exercised, many times.
+        assert!(checked.0 > 10_000 && checked.1 > 10_000, "{checked:?}");
     }
 
     #[test]

@@ -380,6 +380,27 @@ macro_rules! gpu_suite {
             assert_eq!(t.to_vec::<u16>().unwrap(), cpu.to_vec::<u16>().unwrap());
         }
         #[test]
+        fn interleaved_views_of_distinct_elements_are_copied_and_filled() {
+            if !ready("interleaved_views_of_distinct_elements_are_copied_and_filled") {
+                return;
+            }
+            // Rows 1001 elements apart of every other element, 1000 long: the
+            // rows interleave, their elements do not (as NumPy and torch write).
+            let n = 1001 * 99 + 1999;
+            let run = |d: Device| -> Vec<u32> {
+                let t = Tensor::zeros(&[n], DType::U32, d).unwrap();
+                let v = t.as_strided(&[100, 1000], &[1001, 2], 0).unwrap();
+                v.copy_from(&arange_u32(100_000).reshape(&[100, 1000]).unwrap().to(d).unwrap())
+                    .unwrap();
+                t.as_strided(&[2, 3], &[3, 2], 7).unwrap().fill(7u32).unwrap(); // 7 9 11 / 10 12 14
+                t.to_vec::<u32>().unwrap()
+            };
+            let (gpu, cpu) = (run(dev(0)), run(Device::Cpu));
+            assert_eq!(cpu[1001 * 7 + 2 * 5], 7005);
+            assert_eq!(gpu, cpu);
+        }
+
+        #[test]
         fn device_copies_of_random_views_match_the_cpu_engine() {
             if !ready("device_copies_of_random_views_match_the_cpu_engine") {
                 return;

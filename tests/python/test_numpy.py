@@ -298,3 +298,22 @@ def test_numpy_devtensor_numpy_chain():
     np.testing.assert_array_equal(b, a[:, ::-2])
     b[0, 0] = -5
     assert a[0, -1] == -5
+
+
+def test_interleaved_views_of_distinct_elements_take_writes_as_numpy():
+    # Rows of every other element, three apart: 0 2 4 / 3 5 7. The rows
+    # interleave, the elements are distinct, and NumPy writes such a view.
+    as_strided = np.lib.stride_tricks.as_strided
+    ours, theirs = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    view = as_strided(ours, shape=(2, 3), strides=(12, 8))
+    as_strided(theirs, shape=(2, 3), strides=(12, 8))[...] = np.arange(6).reshape(2, 3)
+    devtensor.from_dlpack(view).copy_(np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.tolist() == [0, 0, 1, 3, 2, 4, 0, 5]
+    devtensor.from_dlpack(view).fill_(7.5)
+    assert ours.tolist() == [7.5, 0, 7.5, 7.5, 7.5, 7.5, 0, 7.5]
+    # Elements that do collide (0 2 4 / 2 4 6) are still refused, untouched.
+    clash = as_strided(ours, shape=(2, 3), strides=(8, 8))
+    with pytest.raises(ValueError, match="overlaps itself"):
+        devtensor.from_dlpack(clash).fill_(1.0)
+    assert ours.tolist() == [7.5, 0, 7.5, 7.5, 7.5, 7.5, 0, 7.5]
