@@ -416,7 +416,7 @@ mod tests {
     //! aligned host blocks and a counting deleter, or a refusal through SetError.
 
     use super::*;
-    use crate::dlpack::ffi::{DLPackExchangeAPIHeader, DLPackSetError, DLPackVersion};
+    use crate::dlpack::ffi::{DLPackExchangeAPIHeader, DLPackManagedTensorAllocator, DLPackSetError, DLPackVersion};
     use std::alloc::Layout;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -524,28 +524,22 @@ mod tests {
         rc
     }
 
-    static API: ApiTable = ApiTable(DLPackExchangeAPI {
-        header: DLPackExchangeAPIHeader {
-            version: DLPackVersion { major: 1, minor: 3 },
-            prev_api: std::ptr::null_mut(),
-        },
-        managed_tensor_allocator: Some(alloc),
-        managed_tensor_from_py_object_no_sync: None,
-        managed_tensor_to_py_object_no_sync: None,
-        dltensor_from_py_object_no_sync: None,
-        current_work_stream: None,
-    });
-    static LYING_API: ApiTable = ApiTable(DLPackExchangeAPI {
-        header: DLPackExchangeAPIHeader {
-            version: DLPackVersion { major: 1, minor: 3 },
-            prev_api: std::ptr::null_mut(),
-        },
-        managed_tensor_allocator: Some(alloc_lying),
-        managed_tensor_from_py_object_no_sync: None,
-        managed_tensor_to_py_object_no_sync: None,
-        dltensor_from_py_object_no_sync: None,
-        current_work_stream: None,
-    });
+    /// A table offering only an allocator, as a framework's would.
+    const fn table(alloc: DLPackManagedTensorAllocator) -> ApiTable {
+        ApiTable(DLPackExchangeAPI {
+            header: DLPackExchangeAPIHeader {
+                version: DLPackVersion { major: 1, minor: 3 },
+                prev_api: std::ptr::null_mut(),
+            },
+            managed_tensor_allocator: alloc,
+            managed_tensor_from_py_object_no_sync: None,
+            managed_tensor_to_py_object_no_sync: None,
+            dltensor_from_py_object_no_sync: None,
+            current_work_stream: None,
+        })
+    }
+    static API: ApiTable = table(Some(alloc));
+    static LYING_API: ApiTable = table(Some(alloc_lying));
     struct ApiTable(DLPackExchangeAPI);
     // SAFETY: immutable function pointers.
     unsafe impl Sync for ApiTable {}

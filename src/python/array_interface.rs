@@ -103,12 +103,17 @@ fn interface<'py>(py: Python<'py>, t: &Tensor, typestr: &str, zero_size_null: bo
     Ok(d)
 }
 
-/// `Tensor.__array_interface__` (host memory only). bfloat16, float8 and
-/// complex32 are described as raw bytes (`"<V2"`, as ml_dtypes arrays do).
-pub(crate) fn array_interface<'py>(py: Python<'py>, t: &Tensor) -> PyResult<Bound<'py, PyDict>> {
+/// The type string of `dtype`'s raw bytes (`"<V2"`, as ml_dtypes arrays
+/// describe bfloat16), for the dtypes [`typestr`] has none for.
+pub(crate) fn raw_typestr(dtype: DType) -> String {
+    with_order('V', dtype.size())
+}
+
+/// The array interface (host memory only) of `t` with type string `typestr`:
+/// [`typestr`]'s, or [`raw_typestr`]'s for dtypes NumPy lacks.
+pub(crate) fn array_interface<'py>(py: Python<'py>, t: &Tensor, typestr: &str) -> PyResult<Bound<'py, PyDict>> {
     host_ready(py, t, "__array_interface__")?;
-    let ts = typestr(t.dtype()).unwrap_or_else(|| with_order('V', t.dtype().size()));
-    interface(py, t, &ts, false)
+    interface(py, t, typestr, false)
 }
 
 /// Checks that the host may read `t` in place now: pageable, pinned or

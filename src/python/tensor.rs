@@ -318,13 +318,13 @@ impl PyTensor {
     /// types (and complex32's TypeError), as `numpy()` does.
     #[getter(__array_interface__)]
     fn array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        if array_interface::typestr(self.inner.dtype()).is_none() {
+        let Some(ts) = array_interface::typestr(self.inner.dtype()) else {
             return Err(PyAttributeError::new_err(format!(
                 "NumPy's array interface has no {} type: np.asarray(t) and t.numpy() use __array__ (ml_dtypes)",
                 self.inner.dtype()
             )));
-        }
-        array_interface::array_interface(py, &self.inner)
+        };
+        array_interface::array_interface(py, &self.inner, &ts)
     }
 
     /// The CUDA Array Interface (v3) for CUDA device and managed memory

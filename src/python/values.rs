@@ -61,17 +61,18 @@ fn scalar(py: Python<'_>, s: Scalar) -> PyResult<Py<PyAny>> {
 }
 
 /// A host tensor as NumPy sees it through `__array_interface__` (which keeps
-/// the tensor alive as the array's base).
+/// the tensor alive as the array's base), its type string made once.
 #[pyclass(module = "devtensor._devtensor", frozen)]
 struct HostView {
     t: Tensor,
+    typestr: String,
 }
 
 #[pymethods]
 impl HostView {
     #[getter(__array_interface__)]
     fn array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        array_interface::array_interface(py, &self.t)
+        array_interface::array_interface(py, &self.t, &self.typestr)
     }
 }
 
@@ -94,9 +95,14 @@ pub(crate) fn to_numpy<'py>(
         return Err(PyTypeError::new_err("NumPy has no complex32 type"));
     }
     let np = py.import(pyo3::intern!(py, "numpy"))?;
-    let view = Bound::new(py, HostView { t: t.clone() })?;
-    let mut arr = np.call_method1(pyo3::intern!(py, "asarray"), (view,))?;
-    if array_interface::typestr(t.dtype()).is_none() {
+    let typestr = array_interface::typestr(t.dtype());
+    let raw = typestr.is_none();
+    let view = HostView {
+        t: t.clone(),
+        typestr: typestr.unwrap_or_else(|| array_interface::raw_typestr(t.dtype())),
+    };
+    let mut arr = np.call_method1(pyo3::intern!(py, "asarray"), (Bound::new(py, view)?,))?;
+    if raw {
         let ml = py
             .import("ml_dtypes")
             .map_err(|_| PyTypeError::new_err(format!("a {} NumPy array needs the ml_dtypes package", t.dtype())))?;

@@ -320,19 +320,20 @@ def test_forked_child_touching_inherited_cuda_gets_an_error_not_a_hang():
 # --------------------------------------------------------------------------------------
 
 
-class ChangingDevice:
-    """An object whose str() changes: a parsed-argument cache must not keep its first answer."""
+class ChangingStr:
+    """An object whose str() is `first` once, then `then`: a parsed-argument
+    cache must not keep its first answer."""
 
-    def __init__(self):
-        self.calls = 0
+    def __init__(self, first, then):
+        self.answers = iter([first])
+        self.then = then
 
     def __str__(self):
-        self.calls += 1
-        return "cpu" if self.calls == 1 else "no_such_device"
+        return next(self.answers, self.then)
 
 
 def test_device_objects_whose_str_changes_are_parsed_each_time():
-    dev = ChangingDevice()
+    dev = ChangingStr("cpu", "no_such_device")
     assert devtensor.empty((2,), device=dev).device == "cpu"
     with pytest.raises(ValueError, match="no_such_device"):
         devtensor.empty((2,), device=dev)
@@ -504,23 +505,12 @@ class Named:
         self.name = name
 
 
-class ChangingDType:
-    """An object whose str() changes, as `ChangingDevice`."""
-
-    def __init__(self):
-        self.calls = 0
-
-    def __str__(self):
-        self.calls += 1
-        return "float32" if self.calls == 1 else "no_such_dtype"
-
-
 def test_dtype_objects_whose_name_or_str_changes_are_parsed_each_time():
     named = Named("float32")
     assert devtensor.empty(2, dtype=named).dtype == "float32"
     named.name = "int8"
     assert devtensor.empty(2, dtype=named).dtype == "int8"
-    changing = ChangingDType()
+    changing = ChangingStr("float32", "no_such_dtype")
     assert devtensor.empty(2, dtype=changing).dtype == "float32"
     with pytest.raises(TypeError, match="no_such_dtype"):
         devtensor.empty(2, dtype=changing)
