@@ -891,6 +891,23 @@ mod tests {
         assert!(checked.0 > 10_000 && checked.1 > 10_000, "{checked:?}");
     }
 
+    /// A search past its budget answers "may overlap" rather than running
+    /// on: 40 dims of two elements with pseudo-random 41-bit strides have
+    /// 3^40 sign patterns to try (an unbounded search would not end).
+    #[test]
+    fn overlap_search_is_bounded() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let strides: Vec<isize> = (0..40)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ((1u64 << 40) | (x >> 24)) as isize
+            })
+            .collect();
+        assert!(overlaps(&[2; 40], &strides, 1));
+    }
+
     #[test]
     fn overflow_is_an_error() {
         let big = usize::MAX / 2;
