@@ -121,11 +121,7 @@ pub(crate) fn array_interface<'py>(py: Python<'py>, t: &Tensor, typestr: &str) -
 pub(crate) fn host_ready(py: Python<'_>, t: &Tensor, what: &str) -> PyResult<()> {
     match t.device() {
         Device::Cpu | Device::CudaHost | Device::RocmHost => Ok(()),
-        d @ Device::CudaManaged(i) => {
-            let streams = t.storage().streams();
-            py.detach(|| crate::backend::for_device(d).synchronize_streams(i, &streams))
-                .map_err(to_py)
-        }
+        Device::CudaManaged(_) => py.detach(|| t.wait_for_host_access()).map_err(to_py),
         d => Err(PyAttributeError::new_err(format!(
             "{what} is for host memory; this tensor is on {d}: use .cpu() to copy it to the host first"
         ))),

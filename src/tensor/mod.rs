@@ -508,6 +508,8 @@ impl Tensor {
         if !(self.device().is_host_accessible() && src.device().is_host_accessible()) {
             return copy_on_device(self, src);
         }
+        self.wait_for_host_access()?;
+        src.wait_for_host_access()?;
         // SAFETY: both views lie inside their storages (every view constructor
         // keeps them in bounds), both are host-accessible, `self` is writable,
         // no other safe call touches either storage while `_access` holds them
@@ -576,6 +578,7 @@ impl Tensor {
         if !self.device().is_host_accessible() {
             return fill_on_device(self, value);
         }
+        self.wait_for_host_access()?;
         // SAFETY: the view lies inside its storage, is host-accessible and
         // writable, and no other safe call touches the storage while `_access`
         // holds it (or, unlocked, while it is fresh: nothing else reaches it).
@@ -597,6 +600,19 @@ impl Tensor {
         self.fill_bytes(bytes)
     }
 
+    /// Waits, where the host is about to touch this tensor's memory in
+    /// place, for the GPU work that may still use it: every stream recorded
+    /// on a managed storage (a consumer's writes on its own stream included),
+    /// as the host reads of the Python package do. Other memory has nothing
+    /// to wait for: devtensor's own work on host-visible memory is done when
+    /// its calls return, and device memory is not touched by the host.
+    pub fn wait_for_host_access(&self) -> Result<()> {
+        match self.device() {
+            d @ Device::CudaManaged(i) => for_device(d).synchronize_streams(i, &self.storage.streams()),
+            _ => Ok(()),
+        }
+    }
+
     /// The elements in C order, copied out.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype {
@@ -613,6 +629,7 @@ impl Tensor {
         let mut out: Vec<T> = Vec::with_capacity(n);
         let strides = layout::contiguous_strides(&self.shape)?;
         let _access = access::lock(None, Some(&self.storage));
+        self.wait_for_host_access()?;
         // SAFETY: `out` has capacity for `n` elements laid out C-contiguously; the
         // source view lies inside its storage and is host-accessible, and no safe
         // call writes it while `_access` holds it; after the copy all `n`

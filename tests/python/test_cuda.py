@@ -340,11 +340,23 @@ def test_a_consumer_may_destroy_its_stream_before_releasing_an_export(memory):
     np.testing.assert_array_equal(host(again), np.full(n, 9, dtype=np.uint32))
 
 
-@pytest.mark.parametrize("how", ["numpy", "dl_device_cpu"])
+HOST_READS = {
+    "numpy": np.from_dlpack,
+    "dl_device_cpu": lambda m: np.from_dlpack(m, device="cpu"),
+    "tolist": lambda m: np.array(m.tolist(), dtype=np.uint32),
+    "cpu": lambda m: host(m.cpu()),
+    "to": lambda m: host(m.to("cpu")),
+    "clone": lambda m: host(m.clone()),
+    "copy_": lambda m: host(devtensor.empty(m.shape, dtype=m.dtype).copy_(m)),
+}
+
+
+@pytest.mark.parametrize("how", list(HOST_READS))
 def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how):
     # A CUDA consumer got the managed tensor on its stream S and wrote it there; then the
-    # host reads it in place: NumPy's import (no stream; kDLCUDAManaged) or
-    # dl_device=(kDLCPU, 0). Both must wait for S, not only for our default stream. The
+    # host reads it in place: NumPy's import (no stream; kDLCUDAManaged),
+    # dl_device=(kDLCPU, 0), tolist, or a copy to host memory. Each must wait for S, not
+    # only for our default stream (the copies did not wait at all). The
     # emulated driver race-checks device memory, not managed memory: S's work also writes
     # a device buffer, which our stream writes after the host read; the driver reports
     # that race unless the host read waited for S.
@@ -356,13 +368,32 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how
     del del_me
     drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
     drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
-    a = np.from_dlpack(m) if how == "numpy" else np.from_dlpack(m, device="cpu")
-    assert a.ctypes.data == m.data_ptr, "read in place"
+    a = HOST_READS[how](m)
+    if how in ("numpy", "dl_device_cpu"):
+        assert a.ctypes.data == m.data_ptr, "read in place"
     np.testing.assert_array_equal(a, np.full(n, 7, dtype=np.uint32))
     witness.fill_(1)
     m.fill_(1)
     np.testing.assert_array_equal(host(witness), np.ones(n, dtype=np.uint32))
     np.testing.assert_array_equal(host(m), np.ones(n, dtype=np.uint32))
+
+
+def test_host_fills_of_managed_memory_wait_for_every_stream(consumer_stream):
+    # As above, with the host writing: a fill on the host must come after S's write,
+    # not be overwritten by it (nor race with the witness, as above).
+    drv, s = consumer_stream
+    n = 1 << 12
+    m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
+    witness = devtensor.zeros(n, dtype="uint32", device="cuda")
+    del_me = m.__dlpack__(stream=s, max_version=(1, 3))
+    del del_me
+    drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
+    drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
+    m.fill_(3)
+    witness.fill_(1)
+    devtensor.synchronize("cuda:0")
+    np.testing.assert_array_equal(np.from_dlpack(m), np.full(n, 3, dtype=np.uint32))
+    np.testing.assert_array_equal(host(witness), np.ones(n, dtype=np.uint32))
 
 
 # ----- the GIL (issue 12 item 6) ---------------------------------------------------------------
