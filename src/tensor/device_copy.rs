@@ -66,6 +66,46 @@ fn check_same_kind(dst: &Tensor, src: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// How a copy's two views share memory.
+#[derive(PartialEq, Eq)]
+enum Sharing {
+    /// No byte in common.
+    None,
+    /// The same layout at the same address: each element copied onto itself.
+    Identical,
+    /// Some bytes in common: a kernel must not read what it writes (it reads
+    /// through the non-coherent cache), nor may a DMA's areas overlap (the
+    /// CUDA runtime's `cudaMemcpy`: "the memory areas may not overlap").
+    Partial,
+}
+
+fn sharing(dst: &Tensor, src: &Tensor) -> Result<Sharing> {
+    let e = dst.dtype().size();
+    let (Some(d), Some(s)) = (
+        layout::byte_range(dst.shape(), dst.strides(), e)?,
+        layout::byte_range(src.shape(), src.strides(), e)?,
+    ) else {
+        return Ok(Sharing::None); // an empty view
+    };
+    let absolute = |t: &Tensor, r: (isize, isize)| -> Result<(usize, usize)> {
+        crate::copy::plan::absolute_range(t.data_ptr() as usize, r)
+    };
+    if !crate::copy::plan::ranges_overlap(absolute(dst, d)?, absolute(src, s)?) {
+        return Ok(Sharing::None);
+    }
+    let same_layout = dst.data_ptr() == src.data_ptr()
+        && dst
+            .shape()
+            .iter()
+            .zip(dst.strides().iter().zip(src.strides()))
+            .all(|(&n, (a, b))| n == 1 || a == b);
+    Ok(if same_layout {
+        Sharing::Identical
+    } else {
+        Sharing::Partial
+    })
+}
+
 /// Enqueues `src → dst` on `stream` without synchronising. Both tensors must
 /// be device or managed memory of `stream`'s GPU. Their storages record the
 /// stream, so the pool does not reuse them elsewhere before this work is done.
@@ -78,6 +118,18 @@ pub(super) fn copy_on_stream(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, st
                 expected: rt.device_memory(ordinal),
                 got: d,
             });
+        }
+    }
+    match sharing(dst, src)? {
+        Sharing::None => {}
+        Sharing::Identical => return Ok(()),
+        Sharing::Partial => {
+            // Through a fresh copy of the source, allocated for the work stream:
+            // `stream` waits for that stream's earlier users of the block.
+            let tmp = Tensor::empty(src.shape(), src.dtype(), src.device())?;
+            rt.handoff(&rt.work_stream(ordinal), stream)?;
+            copy_on_stream(rt, &tmp, src, stream)?;
+            return copy_on_stream(rt, dst, &tmp, stream);
         }
     }
     let plan = plan_for(dst, src)?;
@@ -94,6 +146,17 @@ pub(super) fn copy_on_stream(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, st
 /// memory synchronise before returning, so the host may read the result.
 pub(super) fn copy_tensor(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor) -> Result<()> {
     check_same_kind(dst, src)?;
+    match sharing(dst, src)? {
+        Sharing::None => {}
+        Sharing::Identical => return Ok(()),
+        // Through a fresh copy of the source, allocated for the work stream
+        // both copies run on (no lock: the caller holds both storages').
+        Sharing::Partial => {
+            let tmp = Tensor::empty(src.shape(), src.dtype(), src.device())?;
+            copy_tensor(rt, &tmp, src)?;
+            return copy_tensor(rt, dst, &tmp);
+        }
+    }
     match (rt.locate(dst.device()), rt.locate(src.device())) {
         // Both reachable from one GPU through unified addressing.
         (Some(d), Some(s)) if d.is_none() || s.is_none() || d == s => {

@@ -380,6 +380,60 @@ macro_rules! gpu_suite {
             assert_eq!(t.to_vec::<u16>().unwrap(), cpu.to_vec::<u16>().unwrap());
         }
         #[test]
+        fn copies_between_overlapping_views_of_one_tensor_match_the_cpu_engine() {
+            if !ready("copies_between_overlapping_views_of_one_tensor_match_the_cpu_engine") {
+                return;
+            }
+            // In place: a reversal, a square transpose, shifts by one element both
+            // ways (one DMA each, whose areas may not overlap), a copy onto itself;
+            // on the default stream and on a stream of our own.
+            let n = 4096;
+            let cases: [(&str, fn(&Tensor) -> (Tensor, Tensor)); 5] = [
+                ("reverse", |t| (t.clone(), t.flip(&[0]).unwrap())),
+                ("transpose", |t| {
+                    let m = t.reshape(&[64, 64]).unwrap();
+                    (m.clone(), m.transpose(0, 1).unwrap())
+                }),
+                ("shift right", |t| {
+                    (
+                        t.slice(0, Some(1), None, 1).unwrap(),
+                        t.slice(0, None, Some(-1), 1).unwrap(),
+                    )
+                }),
+                ("shift left", |t| {
+                    (
+                        t.slice(0, None, Some(-1), 1).unwrap(),
+                        t.slice(0, Some(1), None, 1).unwrap(),
+                    )
+                }),
+                ("itself", |t| (t.clone(), t.clone())),
+            ];
+            let stream = <$stream>::new(0).unwrap();
+            for (name, views) in cases {
+                let cpu = arange_u32(n);
+                let (d, s) = views(&cpu);
+                d.copy_from(&s).unwrap();
+                let want = cpu.to_vec::<u32>().unwrap();
+                for on_stream in [false, true] {
+                    let gpu = arange_u32(n).to(dev(0)).unwrap();
+                    let (d, s) = views(&gpu);
+                    if on_stream {
+                        $handoff(&$default_stream(0), &stream).unwrap(); // the upload
+                        copy_on(&stream, &d, &s);
+                        stream.synchronize().unwrap();
+                    } else {
+                        d.copy_from(&s).unwrap();
+                    }
+                    assert_eq!(
+                        gpu.to_vec::<u32>().unwrap(),
+                        want,
+                        "{name}, on a stream: {on_stream}"
+                    );
+                }
+            }
+        }
+
+        #[test]
         fn interleaved_views_of_distinct_elements_are_copied_and_filled() {
             if !ready("interleaved_views_of_distinct_elements_are_copied_and_filled") {
                 return;
