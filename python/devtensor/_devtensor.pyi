@@ -120,7 +120,8 @@ class Tensor:
         (AttributeError otherwise: bfloat16, float8 and complex32 go through __array__)."""
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """The CUDA Array Interface (v3) of CUDA device or managed memory, with `stream`."""
+        """The CUDA Array Interface (v3) of CUDA device or managed memory, with `stream`
+        (AttributeError otherwise, and for bfloat16, float8 and complex32: use DLPack)."""
     def record_stream(self, stream: Stream) -> None:
         """Marks the memory as used by work queued on `stream` (torch's record_stream)."""
     def __getitem__(self, key: _Index, /) -> Tensor: ...

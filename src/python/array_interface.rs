@@ -138,8 +138,13 @@ pub(crate) fn cuda_array_interface<'py>(py: Python<'py>, t: &Tensor) -> PyResult
             t.device()
         )));
     };
+    // AttributeError, as `__array_interface__`'s for these dtypes: `hasattr`
+    // (how Numba and CuPy probe for the interface) is False, not an error.
     let ts = typestr(t.dtype()).ok_or_else(|| {
-        PyTypeError::new_err(format!("the CUDA Array Interface has no type string for {}", t.dtype()))
+        PyAttributeError::new_err(format!(
+            "__cuda_array_interface__ has no type string for {}: use DLPack (__dlpack__) instead",
+            t.dtype()
+        ))
     })?;
     let d = interface(py, t, &ts, true)?;
     let stream = crate::stream::current_stream(Device::Cuda(i)).map_or(1, |s| s.as_raw());

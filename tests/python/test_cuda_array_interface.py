@@ -49,12 +49,26 @@ def test_the_interface_devtensor_exposes():
     assert v.__cuda_array_interface__["data"][0] == v.data_ptr
     assert devtensor.empty((0, 3), device="cuda").__cuda_array_interface__["data"] == (0, False)
     assert devtensor.zeros((2,), dtype="bool", device="cuda").__cuda_array_interface__["typestr"] == "|b1"
-    with pytest.raises(TypeError, match="bfloat16"):
+    with pytest.raises(AttributeError, match="bfloat16"):
         devtensor.zeros((2,), dtype="bfloat16", device="cuda").__cuda_array_interface__
     assert not hasattr(devtensor.zeros((2,), device="cuda_host"), "__cuda_array_interface__")
     s = devtensor.Stream()
     with devtensor.stream(s):
         assert t.__cuda_array_interface__["stream"] == s.cuda_stream
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "complex32"])
+def test_hasattr_is_false_for_dtypes_the_interface_cannot_describe(dtype):
+    # Numba and CuPy probe with hasattr, which swallows only AttributeError: any other
+    # error would crash them instead of letting them fall back to DLPack.
+    t = devtensor.zeros((4,), dtype=dtype, device="cuda")
+    assert hasattr(t, "__cuda_array_interface__") is False
+    assert getattr(t, "__cuda_array_interface__", None) is None
+    with pytest.raises(AttributeError, match=f"{dtype}.*DLPack"):
+        t.__cuda_array_interface__
+    assert hasattr(devtensor.zeros((4,), dtype=dtype), "__array_interface__") is False, "as the host interface"
+    assert devtensor.from_dlpack(t).data_ptr == t.data_ptr, "DLPack, the fallback, still works"
 
 
 @pytest.mark.cuda
