@@ -357,10 +357,15 @@ fn make_current(stream: &PyStream) -> Option<StreamHandle> {
     set_current_stream(Device::Cuda(stream.ordinal()), new)
 }
 
-/// `set_stream(stream)`: makes `stream` the current stream of its GPU for this thread.
+/// `set_stream(stream)`: makes `stream`'s GPU the current device and `stream`
+/// the current stream of that GPU, for this thread (as `torch.cuda.set_stream`
+/// does, and `with stream(s):` until its block ends). `None` does nothing.
 #[pyfunction]
-fn set_stream(stream: Option<&Bound<'_, PyStream>>) -> PyResult<()> {
+fn set_stream(py: Python<'_>, stream: Option<&Bound<'_, PyStream>>) -> PyResult<()> {
     if let Some(s) = stream {
+        // The device first: a stream of a GPU that cannot be made current is not set.
+        let ordinal = s.get().ordinal();
+        py.detach(|| context::make_current(ordinal)).map_err(to_py)?;
         keep_alive(s);
         make_current(s.get());
     }

@@ -147,6 +147,33 @@ def test_set_stream():
 
 
 @cuda
+def test_set_stream_of_another_gpu_makes_that_gpu_current_as_torch_does():
+    # torch.cuda.set_stream sets the device to the stream's before setting the stream.
+    if devtensor.device_count() < 2:
+        pytest.skip(f"SKIP: needs two CUDA devices, found {devtensor.device_count()}")
+    devtensor.set_device(0)
+    s1 = devtensor.Stream("cuda:1")
+    try:
+        devtensor.set_stream(s1)
+        assert devtensor.current_device() == 1
+        assert devtensor.current_stream() == s1, "the current stream of the current device"
+        assert devtensor.current_stream(0) == devtensor.default_stream(0), "device 0 keeps its own"
+        t = devtensor.full((4,), 5.0, device="cuda")  # "cuda" is the current device: cuda:1, on s1
+        assert t.device == "cuda:1"
+        assert t.__cuda_array_interface__["stream"] == s1.cuda_stream
+        devtensor.set_stream(devtensor.default_stream(0))
+        assert devtensor.current_device() == 0, "back to device 0 with its default stream"
+        assert devtensor.current_stream(1) == s1, "device 1 keeps its current stream"
+        devtensor.set_stream(None)
+        assert devtensor.current_device() == 0, "None does nothing"
+        assert t.tolist() == [5.0] * 4
+    finally:
+        devtensor.set_stream(devtensor.default_stream(1))
+        devtensor.set_device(0)
+    assert devtensor.current_stream(1) == devtensor.default_stream(1)
+
+
+@cuda
 def test_allocations_inside_the_context_use_the_stream_pool():
     s = devtensor.Stream()
     with devtensor.stream(s):
