@@ -1,6 +1,6 @@
 //! `devtensor.from_dlpack`: the consumer side of the protocol.
 
-use pyo3::exceptions::{PyBufferError, PyTypeError};
+use pyo3::exceptions::{PyBufferError, PyNotImplementedError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyCapsule, PyDict, PyTuple, PyType};
@@ -14,10 +14,13 @@ use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
 /// Imports any DLPack producer (or a raw capsule), zero-copy where possible.
+/// With `device`, the result is on that device: the producer's export there
+/// when it can (`dl_device`), else a copy devtensor makes (`copy=False`:
+/// BufferError), as the array API's `from_dlpack` asks and torch's does.
 pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Option<bool>) -> PyResult<Tensor> {
     let py = x.py();
     if x.is_instance_of::<PyCapsule>() {
-        return finish(capsule::consume(x)?, device, copy);
+        return finish(py, capsule::consume(x)?, device, copy, false);
     }
     if let Ok(t) = x.cast::<crate::python::PyTensor>() {
         let inner = t.get().inner().clone();
@@ -26,14 +29,14 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         // copy=False's BufferError when a copy is needed). No stream: the host reads it.
         if device == Some(Device::Cpu) && inner.device() != Device::Cpu {
             let dl_device = (dl::kDLCPU, 0).into_pyobject(py)?;
-            let copy = copy.map(|c| PyBool::new(py, c).to_owned().into_any());
+            let py_copy = copy.map(|c| PyBool::new(py, c).to_owned().into_any());
             let version = max_version(py)?.as_any();
             let cap = t
                 .get()
-                .dlpack(py, None, Some(version), Some(dl_device.as_any()), copy.as_ref())?;
-            return finish(capsule::consume(&cap)?, device, None);
+                .dlpack(py, None, Some(version), Some(dl_device.as_any()), py_copy.as_ref())?;
+            return finish(py, capsule::consume(&cap)?, device, copy, true);
         }
-        return finish(inner, device, copy);
+        return finish(py, inner, device, copy, false);
     }
     // 1. The producer type's C exchange API (torch ≥ 2.10 has one): no Python call.
     //    Only for host memory: the no-sync entry point leaves stream ordering to us.
@@ -72,10 +75,10 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
         // 4. No DLPack: the CUDA Array Interface (Numba, PyCUDA), then NumPy's.
         use crate::python::array_interface::{Kind, import};
         if let Some(cai) = x.getattr_opt(pyo3::intern!(py, "__cuda_array_interface__"))? {
-            return finish(import(x, &cai, Kind::Cuda)?, device, copy);
+            return finish(py, import(x, &cai, Kind::Cuda)?, device, copy, false);
         }
         if let Some(ai) = x.getattr_opt(pyo3::intern!(py, "__array_interface__"))? {
-            return finish(import(x, &ai, Kind::Host)?, device, copy);
+            return finish(py, import(x, &ai, Kind::Host)?, device, copy, false);
         }
         return Err(PyTypeError::new_err(format!(
             "{} supports neither DLPack nor the (CUDA) array interface",
@@ -115,15 +118,30 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     if let Some(c) = copy {
         kwargs.set_item(pyo3::intern!(py, "copy"), c)?;
     }
+    // Whether the producer was given (and so honoured, or raised) `copy`.
+    let mut producer_copied = true;
     let cap = match dlpack.call((), Some(&kwargs)) {
         Ok(cap) => cap,
         Err(e) if e.is_instance_of::<PyTypeError>(py) && device.is_none() && copy.is_none() => dlpack.call0()?,
+        // A producer that cannot export on `device` (NumPy for a GPU): the
+        // export where its data is; `finish` copies it to `device` (our copy
+        // the only one, so `copy=True` is not passed) or refuses `copy=False`.
+        Err(e)
+            if device.is_some()
+                && (e.is_instance_of::<PyBufferError>(py) || e.is_instance_of::<PyNotImplementedError>(py)) =>
+        {
+            kwargs.del_item(pyo3::intern!(py, "dl_device"))?;
+            if copy == Some(true) {
+                kwargs.del_item(pyo3::intern!(py, "copy"))?;
+                producer_copied = false;
+            }
+            dlpack.call((), Some(&kwargs))?
+        }
         Err(e) => return Err(e),
     };
     let t = capsule::consume(&cap)?;
     refuse_lazy_views(x, &t)?;
-    // The producer honoured `copy` (or raised); only the device is checked here.
-    finish(t, device, None)
+    finish(py, t, device, copy, producer_copied)
 }
 
 /// The `max_version` we ask for, `(1, 3)`: built once.
@@ -244,24 +262,36 @@ impl ProducerDevice {
     }
 }
 
-/// Applies `device` and `copy` to an imported tensor the producer could not adjust.
-fn finish(t: Tensor, device: Option<Device>, copy: Option<bool>) -> PyResult<Tensor> {
-    let wrong_device = device.is_some_and(|d| d != t.device());
-    if wrong_device {
-        let d = device.unwrap_or_default();
+/// Applies `device` and `copy` to an imported tensor the producer could not
+/// adjust (`producer_copied`: it was given `copy` and honoured it). Another
+/// device than `device`: a copy there (`copy=None` or `True`, the array API's
+/// "copy otherwise"), or BufferError for `copy=False` and for a pair of
+/// devices devtensor cannot copy between.
+fn finish(
+    py: Python<'_>,
+    t: Tensor,
+    device: Option<Device>,
+    copy: Option<bool>,
+    producer_copied: bool,
+) -> PyResult<Tensor> {
+    if let Some(d) = device
+        && d != t.device()
+    {
         if copy == Some(false) {
             return Err(PyBufferError::new_err(format!(
                 "moving {} to {d} needs a copy, but copy=False",
                 t.device()
             )));
         }
-        return Err(to_py(crate::Error::UnsupportedDevice {
-            op: "from_dlpack to another device",
-            device: d,
-        }));
+        return py.detach(|| t.to(d)).map_err(|e| match e {
+            crate::Error::UnsupportedDevice { .. } => {
+                PyBufferError::new_err(format!("from_dlpack cannot copy {} to {d}: {e}", t.device()))
+            }
+            e => to_py(e),
+        });
     }
-    if copy == Some(true) {
-        t.contiguous_copy().map_err(to_py)
+    if copy == Some(true) && !producer_copied {
+        py.detach(|| t.contiguous_copy()).map_err(to_py)
     } else {
         Ok(t)
     }

@@ -174,6 +174,96 @@ def test_from_dlpack_of_a_device_tensor_to_cpu_copies_to_host(device):
             np.testing.assert_array_equal(np.from_dlpack(v), np.full(4, 3.0, dtype=np.float32))
 
 
+def _two_gpus():
+    if devtensor.device_count() < 2:
+        pytest.skip(f"SKIP: needs two CUDA devices, found {devtensor.device_count()}")
+
+
+class _RefusesDevice:
+    """A producer that exports only where its data is, refusing `dl_device` with `error`
+    (NumPy raises BufferError for a GPU)."""
+
+    def __init__(self, a, error):
+        self.a, self.error = a, error
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if dl_device is not None and tuple(dl_device) != self.a.__dlpack_device__():
+            raise self.error("unsupported device requested")
+        return self.a.__dlpack__(max_version=max_version, copy=copy)
+
+
+@pytest.mark.parametrize(
+    "source, device",
+    [
+        ("cpu", "cuda:0"),
+        ("cpu", "cuda"),
+        ("cuda:0", "cuda:1"),
+        ("cuda:1", "cuda:0"),
+        ("cuda_host", "cuda:0"),
+        ("cuda:0", "cuda_host"),
+        ("cuda_managed", "cuda:0"),
+        ("cuda:0", "cpu"),
+    ],
+)
+@pytest.mark.parametrize("how", ["tensor", "capsule"])
+def test_from_dlpack_to_another_device_copies_as_the_array_api_asks(source, device, how):
+    # Array API from_dlpack: copy=None "must reuse the existing memory buffer if possible
+    # and copy otherwise"; copy=True copies; copy=False on another device: BufferError.
+    if "cuda:1" in (source, device):
+        _two_gpus()
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    src = devtensor.from_dlpack(want).to(source)
+    expect = devtensor.empty((1,), device=device).device  # "cuda": the current GPU
+    for copy in (None, True):
+        x = src if how == "tensor" else src.__dlpack__(max_version=(1, 3))
+        t = devtensor.from_dlpack(x, device=device, copy=copy)
+        assert t.device == expect and t.shape == (3, 4) and t.dtype == "float32"
+        assert t.data_ptr != src.data_ptr, "another device's memory: a copy"
+        np.testing.assert_array_equal(host(t), want)
+        t.fill_(-1.0)
+        np.testing.assert_array_equal(host(src), want, "the source is untouched")
+    x = src if how == "tensor" else src.__dlpack__(max_version=(1, 3))
+    with pytest.raises(BufferError, match="copy=False"):
+        devtensor.from_dlpack(x, device=device, copy=False)
+
+
+def test_from_dlpack_to_another_device_copies_strided_views():
+    a = np.arange(24, dtype=np.float64).reshape(4, 6)
+    v = devtensor.from_dlpack(a)[::2, ::-3]
+    t = devtensor.from_dlpack(v, device="cuda:0")
+    assert t.device == "cuda:0" and t.shape == (2, 2)
+    np.testing.assert_array_equal(host(t), a[::2, ::-3])
+    back = devtensor.from_dlpack(t[:, ::-1], device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(back), a[::2, ::-3][:, ::-1])
+
+
+@pytest.mark.parametrize(
+    "producer",
+    [
+        pytest.param(lambda a: a, id="numpy"),
+        pytest.param(lambda a: _RefusesDevice(a, BufferError), id="BufferError"),
+        pytest.param(lambda a: _RefusesDevice(a, NotImplementedError), id="NotImplementedError"),
+    ],
+)
+def test_from_dlpack_of_a_producer_that_cannot_export_on_the_device(producer):
+    # NumPy refuses dl_device=(kDLCUDA, 0) with BufferError: the import takes its host
+    # memory and devtensor copies it, with the same exception types as for its own tensors.
+    a = np.arange(6, dtype=np.int32)
+    for copy in (None, True):
+        t = devtensor.from_dlpack(producer(a), device="cuda:0", copy=copy)
+        assert t.device == "cuda:0" and t.dtype == "int32"
+        np.testing.assert_array_equal(host(t), a)
+    with pytest.raises(BufferError, match="copy=False"):
+        devtensor.from_dlpack(producer(a), device="cuda:0", copy=False)
+    np.testing.assert_array_equal(a, np.arange(6, dtype=np.int32))
+    same = devtensor.from_dlpack(producer(a), device="cpu", copy=True)
+    assert same.device == "cpu" and same.data_ptr != a.ctypes.data, "copy=True on its device: a copy"
+    assert devtensor.from_dlpack(producer(a), device="cpu").data_ptr == a.ctypes.data, "zero-copy when it can"
+
+
 def test_copy_true_gives_a_new_device_buffer(dlp):
     t = devtensor.ones(8, device="cuda")
     info = dlp.read(t.__dlpack__(max_version=(1, 3), copy=True))
