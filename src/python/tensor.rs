@@ -328,8 +328,9 @@ impl PyTensor {
     }
 
     /// The CUDA Array Interface (v3) for CUDA device and managed memory of
-    /// NumPy's dtypes (AttributeError otherwise, so `hasattr` is False): `stream` is the stream devtensor's work on
-    /// the data was queued on (the current stream; 1 for the legacy default).
+    /// NumPy's dtypes (AttributeError otherwise, so `hasattr` is False):
+    /// `stream` is the stream devtensor's work on the data was queued on (the
+    /// current stream; 1 for the legacy default).
     #[getter(__cuda_array_interface__)]
     fn cuda_array_interface<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
         array_interface::cuda_array_interface(py, &self.inner)
