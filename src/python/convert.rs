@@ -53,7 +53,7 @@ fn not_a_shape() -> PyErr {
 }
 
 /// The dimension limit's error before any dimension is read: a shape is
-/// never read (nor its dims stored) past [`MAX_NDIM`].
+/// never read (nor its dims stored) past [`MAX_NDIM`](crate::layout::MAX_NDIM).
 fn check_ndim(ndim: usize) -> PyResult<()> {
     layout::check_ndim(ndim).map_err(to_py)
 }
