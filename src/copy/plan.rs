@@ -227,22 +227,27 @@ fn nests(dims: &[PlanDim], e: isize) -> bool {
         if d.dst == 0 || d.dst < extent {
             return false;
         }
-        // ≤ the checked destination span.
-        extent += (d.len as isize - 1) * d.dst;
+        // Each dim's extent was checked in step 1, their sum was not: the
+        // halves of the span are, and flipped dims fall in the lower one. A
+        // sum past `isize::MAX` leaves the answer to the exact search.
+        match extent.checked_add((d.len as isize - 1) * d.dst) {
+            Some(x) => extent = x,
+            None => return false,
+        }
     }
     true
 }
 
 /// Steps the exact overlap search may take before [`addresses_may_repeat`]
-/// gives up and answers "may" (some 10 µs; the layouts met in practice need a
-/// few dozen).
-const OVERLAP_SEARCH_BUDGET: u32 = 1 << 14;
+/// gives up and answers "may" (about 150 µs on this project's 2-core VM; the
+/// layouts met in practice need a few dozen steps).
+const OVERLAP_SEARCH_BUDGET: u32 = 1 << 12;
 
 /// Whether two distinct elements of a destination share a byte, for dims with
 /// byte strides > 0 and lengths ≥ 2, sorted ascending: whether some integers
 /// `xᵢ`, `|xᵢ| < lenᵢ`, not all 0, give `|Σ xᵢ·strideᵢ| < e`. That is the
 /// bounded Diophantine problem NumPy's `solve_may_self_overlap` solves
-/// (`numpy/core/src/common/mem_overlap.c`); here a depth-first search from
+/// (`numpy/_core/src/common/mem_overlap.c`); here a depth-first search from
 /// the largest stride, where the faster dims can reach at most `Σ (lenⱼ −
 /// 1)·strideⱼ` and so bound each `xᵢ` to a few values. `true` ("may") also
 /// when the search runs past [`OVERLAP_SEARCH_BUDGET`].
@@ -256,6 +261,16 @@ fn addresses_may_repeat(dims: &[PlanDim], e: isize) -> bool {
     }
     let mut budget = OVERLAP_SEARCH_BUDGET;
     search_collision(dims, &reach, dims.len(), 0, false, e as i128, &mut budget).unwrap_or(true)
+}
+
+/// [`addresses_may_repeat`]'s search alone: `None` when it runs past `budget` steps.
+#[cfg(test)]
+fn search_within(dims: &[PlanDim], e: isize, mut budget: u32) -> Option<bool> {
+    let mut reach = vec![0i128];
+    for d in dims {
+        reach.push(reach[reach.len() - 1] + (d.len as i128 - 1) * d.dst as i128);
+    }
+    search_collision(dims, &reach, dims.len(), 0, false, e as i128, &mut budget)
 }
 
 /// One level of [`addresses_may_repeat`]'s search: can the dims before `i`
@@ -834,8 +849,10 @@ mod tests {
         assert!(overlaps(&[4, 5], &[0, 1], 4));
         // Rows overlap: rows of 5 start 2 elements apart.
         assert!(overlaps(&[4, 5], &[2, 1], 4));
-        // Stride smaller than the element (a 3-byte element every 2 bytes).
-        assert!(overlaps(&[4], &[2], 3) == brute_force_overlap(&[4], &[2], 3));
+        // Dims whose extents sum past isize::MAX (each one's fits): elements
+        // [0, 1, 1] and [0, 0, 0] share address 0; the rule's sum used to overflow.
+        let far = 1isize << 62;
+        assert!(overlaps(&[2, 2, 2], &[-(far - 1), far, -far], 1));
         // Dense, transposed, sliced, flipped: no overlap.
         assert!(!overlaps(&[4, 5], &[5, 1], 4));
         assert!(!overlaps(&[5, 4], &[1, 5], 4));
@@ -893,7 +910,8 @@ mod tests {
 
     /// A search past its budget answers "may overlap" rather than running
     /// on: 40 dims of two elements with pseudo-random 41-bit strides have
-    /// 3^40 sign patterns to try (an unbounded search would not end).
+    /// 3^40 sign patterns to try (an unbounded search would not end), and
+    /// the budget is what ends it.
     #[test]
     fn overlap_search_is_bounded() {
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
@@ -906,6 +924,12 @@ mod tests {
             })
             .collect();
         assert!(overlaps(&[2; 40], &strides, 1));
+        let mut dims: Vec<PlanDim> = strides.iter().map(|&s| PlanDim { len: 2, src: 0, dst: s }).collect();
+        dims.sort_by_key(|d| d.dst);
+        assert_eq!(search_within(&dims, 1, OVERLAP_SEARCH_BUDGET), None);
+        // With room, the same search answers (a small layout, exactly).
+        let small = [PlanDim { len: 3, src: 0, dst: 2 }, PlanDim { len: 2, src: 0, dst: 3 }];
+        assert_eq!(search_within(&small, 1, OVERLAP_SEARCH_BUDGET), Some(false));
     }
 
     #[test]

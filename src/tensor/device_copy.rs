@@ -122,8 +122,11 @@ pub(super) fn copy_on_stream(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, st
     }
     match sharing(dst, src)? {
         Sharing::None => {}
-        Sharing::Identical => return Ok(()),
+        // The destination's own check first (a broadcast view onto itself is
+        // refused, as on the CPU), then nothing to copy.
+        Sharing::Identical => return plan_for(dst, src).map(drop),
         Sharing::Partial => {
+            plan_for(dst, src)?; // refused before anything is allocated or queued
             // Through a fresh copy of the source, allocated for the work stream:
             // `stream` waits for that stream's earlier users of the block.
             let tmp = Tensor::empty(src.shape(), src.dtype(), src.device())?;
@@ -148,10 +151,12 @@ pub(super) fn copy_tensor(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor) -> Re
     check_same_kind(dst, src)?;
     match sharing(dst, src)? {
         Sharing::None => {}
-        Sharing::Identical => return Ok(()),
+        // As in `copy_on_stream`: the destination's own check first.
+        Sharing::Identical => return plan_for(dst, src).map(drop),
         // Through a fresh copy of the source, allocated for the work stream
         // both copies run on (no lock: the caller holds both storages').
         Sharing::Partial => {
+            plan_for(dst, src)?;
             let tmp = Tensor::empty(src.shape(), src.dtype(), src.device())?;
             copy_tensor(rt, &tmp, src)?;
             return copy_tensor(rt, dst, &tmp);

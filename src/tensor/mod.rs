@@ -603,9 +603,11 @@ impl Tensor {
     /// Waits, where the host is about to touch this tensor's memory in
     /// place, for the GPU work that may still use it: every stream recorded
     /// on a managed storage (a consumer's writes on its own stream included),
-    /// as the host reads of the Python package do. Other memory has nothing
-    /// to wait for: devtensor's own work on host-visible memory is done when
-    /// its calls return, and device memory is not touched by the host.
+    /// as the host reads of the Python package do. Other memory is not
+    /// waited for: devtensor's own work on host-visible memory is done when
+    /// its calls return, pinned memory is host memory whose host reads do
+    /// not wait for streams (as torch's do not), and device memory is not
+    /// touched by the host.
     pub fn wait_for_host_access(&self) -> Result<()> {
         match self.device() {
             d @ Device::CudaManaged(i) => for_device(d).synchronize_streams(i, &self.storage.streams()),

@@ -408,6 +408,15 @@ macro_rules! gpu_suite {
                 }),
                 ("itself", |t| (t.clone(), t.clone())),
             ];
+            // A broadcast destination copied onto itself is refused, as on the CPU.
+            for d in [Device::Cpu, dev(0)] {
+                let t = arange_u32(4).to(d).unwrap();
+                let b = t.slice(0, None, Some(1), 1).unwrap().expand(&[4]).unwrap();
+                assert!(
+                    matches!(b.copy_from(&b), Err(devtensor::Error::OverlappingDestination)),
+                    "{d}"
+                );
+            }
             let stream = <$stream>::new(0).unwrap();
             for (name, views) in cases {
                 let cpu = arange_u32(n);
