@@ -430,6 +430,21 @@ def test_a_consumer_may_destroy_its_stream_before_releasing_an_export(memory):
     np.testing.assert_array_equal(host(again), np.full(n, 9, dtype=np.uint32))
 
 
+@pytest.fixture
+def managed_written_by_consumer(consumer_stream):
+    """A managed tensor a CUDA consumer imported on its stream S and set to 7 there, and a
+    device witness S also set to 7 (queued, not waited for)."""
+    drv, s = consumer_stream
+    n = 1 << 12
+    m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
+    witness = devtensor.zeros(n, dtype="uint32", device="cuda")
+    del_me = m.__dlpack__(stream=s, max_version=(1, 3))
+    del del_me
+    drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
+    drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
+    return m, witness
+
+
 HOST_READS = {
     "numpy": np.from_dlpack,
     "dl_device_cpu": lambda m: np.from_dlpack(m, device="cpu"),
@@ -442,7 +457,7 @@ HOST_READS = {
 
 
 @pytest.mark.parametrize("how", list(HOST_READS))
-def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how):
+def test_host_reads_of_managed_memory_wait_for_every_stream(managed_written_by_consumer, how):
     # A CUDA consumer got the managed tensor on its stream S and wrote it there; then the
     # host reads it in place: NumPy's import (no stream; kDLCUDAManaged),
     # dl_device=(kDLCPU, 0), tolist, or a copy to host memory. Each must wait for S, not
@@ -450,14 +465,8 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how
     # emulated driver race-checks device memory, not managed memory: S's work also writes
     # a device buffer, which our stream writes after the host read; the driver reports
     # that race unless the host read waited for S.
-    drv, s = consumer_stream
-    n = 1 << 12
-    m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
-    witness = devtensor.zeros(n, dtype="uint32", device="cuda")
-    del_me = m.__dlpack__(stream=s, max_version=(1, 3))
-    del del_me
-    drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
-    drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
+    m, witness = managed_written_by_consumer
+    n = m.shape[0]
     a = HOST_READS[how](m)
     if how in ("numpy", "dl_device_cpu"):
         assert a.ctypes.data == m.data_ptr, "read in place"
@@ -468,17 +477,11 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(consumer_stream, how
     np.testing.assert_array_equal(host(m), np.ones(n, dtype=np.uint32))
 
 
-def test_host_fills_of_managed_memory_wait_for_every_stream(consumer_stream):
+def test_host_fills_of_managed_memory_wait_for_every_stream(managed_written_by_consumer):
     # As above, with the host writing: a fill on the host must come after S's write,
     # not be overwritten by it (nor race with the witness, as above).
-    drv, s = consumer_stream
-    n = 1 << 12
-    m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
-    witness = devtensor.zeros(n, dtype="uint32", device="cuda")
-    del_me = m.__dlpack__(stream=s, max_version=(1, 3))
-    del del_me
-    drv.call("cuMemsetD32Async", m.data_ptr, 7, n, s)
-    drv.call("cuMemsetD32Async", witness.data_ptr, 7, n, s)
+    m, witness = managed_written_by_consumer
+    n = m.shape[0]
     m.fill_(3)
     witness.fill_(1)
     devtensor.synchronize("cuda:0")
