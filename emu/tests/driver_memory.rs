@@ -145,6 +145,167 @@ fn copy_past_end_is_invalid_value() {
     }
 }
 
+/// The bytes 0, 1, 2, … of a fresh 1024-byte device allocation.
+fn counting_bytes() -> u64 {
+    let src: Vec<u8> = (0..1024).map(|i| i as u8).collect();
+    let mut a = 0u64;
+    // SAFETY: a valid out-pointer; `src` holds the 1024 bytes copied.
+    unsafe {
+        assert_eq!(cuMemAlloc_v2(&mut a, 1024), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyHtoD_v2(a, src.as_ptr().cast(), 1024), CUDA_SUCCESS);
+    }
+    a
+}
+
+/// The 1024 bytes at `a`.
+fn read_back(a: u64) -> Vec<u8> {
+    let mut out = vec![0u8; 1024];
+    // SAFETY: `out` holds the 1024 bytes copied.
+    let r = unsafe { cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), a, 1024) };
+    assert_eq!(r, CUDA_SUCCESS);
+    out
+}
+
+/// The last call failed with `CUDA_ERROR_INVALID_VALUE` for an overlap.
+fn refused_for_overlap(r: CUresult, call: &str) {
+    assert_eq!(r, CUDA_ERROR_INVALID_VALUE, "{call}");
+    let m = last_error_message().unwrap();
+    assert!(m.contains(call) && m.contains("may not overlap"), "{m}");
+}
+
+/// The last error message names `at` as the first shared byte.
+fn overlap_named(at: u64) {
+    let m = last_error_message().unwrap();
+    assert!(m.contains(&format!("overlap at {at:#x}")), "{m}");
+}
+
+/// A `CUDA_MEMCPY2D` between unified addresses.
+fn memcpy2d(dst: u64, dst_pitch: usize, src: u64, src_pitch: usize, w: usize, h: usize) -> CudaMemcpy2D {
+    CudaMemcpy2D {
+        src_x_in_bytes: 0,
+        src_y: 0,
+        src_memory_type: CU_MEMORYTYPE_UNIFIED,
+        src_host: std::ptr::null(),
+        src_device: src,
+        src_array: null_mut(),
+        src_pitch,
+        dst_x_in_bytes: 0,
+        dst_y: 0,
+        dst_memory_type: CU_MEMORYTYPE_UNIFIED,
+        dst_host: null_mut(),
+        dst_device: dst,
+        dst_array: null_mut(),
+        dst_pitch,
+        width_in_bytes: w,
+        height: h,
+    }
+}
+
+#[test]
+fn overlapping_1d_copies_are_refused() {
+    // Runtime API, cudaMemcpyAsync (and cudaMemcpy in the CUDA 4 reference):
+    // "The memory areas may not overlap."
+    setup();
+    let a = counting_bytes();
+    let before = read_back(a);
+    // SAFETY: every range lies in `a`'s 1024 bytes, or in `buf` / `m` below.
+    unsafe {
+        refused_for_overlap(cuMemcpyAsync(a + 16, a, 32, null_mut()), "cuMemcpyAsync");
+        // One shared byte is enough, in either direction.
+        refused_for_overlap(cuMemcpyDtoDAsync_v2(a + 15, a, 16, null_mut()), "cuMemcpyDtoDAsync_v2");
+        refused_for_overlap(cuMemcpyDtoD_v2(a, a + 15, 16), "cuMemcpyDtoD_v2");
+        overlap_named(a + 15);
+        // A copy onto itself overlaps entirely.
+        refused_for_overlap(cuMemcpyDtoD_v2(a, a, 16), "cuMemcpyDtoD_v2");
+        refused_for_overlap(cuMemcpyAsync(a + 100, a + 100, 1, null_mut()), "cuMemcpyAsync");
+        // Nothing was copied, and the context still works: adjacent areas are fine.
+        assert_eq!(read_back(a), before);
+        assert_eq!(cuMemcpyAsync(a + 16, a, 16, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyDtoD_v2(a + 512, a + 528, 16), CUDA_SUCCESS);
+        let after = read_back(a);
+        assert_eq!(&after[16..32], &before[0..16]);
+        assert_eq!(&after[512..528], &before[528..544]);
+        // Managed and pageable host memory: cuMemcpy, host to host.
+        let mut m = 0u64;
+        assert_eq!(cuMemAllocManaged(&mut m, 64, 1), CUDA_SUCCESS);
+        std::slice::from_raw_parts_mut(m as *mut u8, 64).fill(3);
+        refused_for_overlap(cuMemcpy(m + 8, m, 16), "cuMemcpy");
+        assert_eq!(cuMemcpy(m + 16, m, 16), CUDA_SUCCESS);
+        // Managed to managed is device to device: the host did not wait.
+        assert_eq!(cuStreamSynchronize(null_mut()), CUDA_SUCCESS);
+        assert!(std::slice::from_raw_parts(m as *const u8, 64).iter().all(|&b| b == 3));
+        let mut buf = [7u8; 64];
+        let host = buf.as_mut_ptr();
+        let p = host as u64;
+        refused_for_overlap(cuMemcpy(p + 63, p + 63, 1), "cuMemcpy");
+        refused_for_overlap(cuMemcpy(p + 62, p + 61, 2), "cuMemcpy");
+        *host = 1;
+        assert_eq!(cuMemcpy(p + 63, p, 1), CUDA_SUCCESS);
+        assert_eq!(*host.add(63), 1);
+        assert_eq!(cuMemFree_v2(m), CUDA_SUCCESS);
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn overlapping_2d_rows_are_refused() {
+    // Runtime API, cudaMemcpy2D / cudaMemcpy2DAsync: "The memory areas may not overlap."
+    setup();
+    let a = counting_bytes();
+    let before = read_back(a);
+    // SAFETY: complete CUDA_MEMCPY2Ds whose rows lie in `a`'s 1024 bytes.
+    unsafe {
+        // Source rows [0,16) [64,80) [128,144) [192,208); destination rows 8 bytes on.
+        let c = memcpy2d(a + 8, 64, a, 64, 16, 4);
+        refused_for_overlap(cuMemcpy2DAsync_v2(&c, null_mut()), "cuMemcpy2DAsync_v2");
+        refused_for_overlap(cuMemcpy2D_v2(&c), "cuMemcpy2D_v2");
+        // Only the destination's first row meets the source's last, in one byte (207).
+        let c = memcpy2d(a + 207, 64, a, 64, 16, 4);
+        refused_for_overlap(cuMemcpy2DAsync_v2(&c, null_mut()), "cuMemcpy2DAsync_v2");
+        overlap_named(a + 207);
+        // Other pitches: destination rows [32,48) [64,80) …, the second one a source row.
+        let c = memcpy2d(a + 32, 32, a, 64, 16, 4);
+        refused_for_overlap(cuMemcpy2D_v2(&c), "cuMemcpy2D_v2");
+        overlap_named(a + 64);
+        // Onto itself.
+        let c = memcpy2d(a, 64, a, 64, 16, 4);
+        refused_for_overlap(cuMemcpy2DAsync_v2(&c, null_mut()), "cuMemcpy2DAsync_v2");
+        assert_eq!(read_back(a), before, "nothing copied");
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+    }
+}
+
+#[test]
+fn interleaved_and_adjacent_2d_rows_are_accepted() {
+    // The areas are the rows copied, not the pitch-spanning boxes around them.
+    setup();
+    let a = counting_bytes();
+    let before = read_back(a);
+    // SAFETY: complete CUDA_MEMCPY2Ds whose rows lie in `a`'s 1024 bytes.
+    unsafe {
+        // Rows [0,16) [64,80) [128,144) [192,208) into [16,32) [80,96) [144,160) [208,224):
+        // the boxes overlap, the rows touch without sharing a byte.
+        let c = memcpy2d(a + 16, 64, a, 64, 16, 4);
+        assert_eq!(cuMemcpy2DAsync_v2(&c, null_mut()), CUDA_SUCCESS);
+        // Rows [256,272) [320,336) [384,400) [448,464) into [304,320) [336,352)
+        // [368,384) [400,416): two pitches whose rows interleave.
+        let c = memcpy2d(a + 304, 32, a + 256, 64, 16, 4);
+        assert_eq!(cuMemcpy2D_v2(&c), CUDA_SUCCESS);
+        // Adjacent dense blocks: [512,640) onto [640,768).
+        let c = memcpy2d(a + 640, 32, a + 512, 32, 32, 4);
+        assert_eq!(cuMemcpy2DAsync_v2(&c, null_mut()), CUDA_SUCCESS);
+        let after = read_back(a);
+        for r in 0..4 {
+            let (s, d) = (r * 64, 16 + r * 64);
+            assert_eq!(&after[d..d + 16], &before[s..s + 16], "row {r}");
+            let (s, d) = (256 + r * 64, 304 + r * 32);
+            assert_eq!(&after[d..d + 16], &before[s..s + 16], "row {r}");
+        }
+        assert_eq!(&after[640..768], &before[512..640]);
+        assert_eq!(cuMemFree_v2(a), CUDA_SUCCESS);
+    }
+}
+
 #[test]
 fn host_dereference_of_device_pointer_faults() {
     if !in_child() {

@@ -1210,6 +1210,71 @@ fn rows(lo: u64, width: u64, pitch: u64, height: u64) -> Vec<(u64, u64)> {
     (0..height).map(|r| (lo + r * pitch, lo + r * pitch + width)).collect()
 }
 
+/// The first byte two copy regions share, if any: `height` rows of `width`
+/// bytes from `a` (rows `pitch_a` apart) and from `b` (`pitch_b` apart). A
+/// region is its rows, not the gaps between them: pitched regions whose rows
+/// interleave share nothing. One region's rows ascend without touching
+/// (pitch >= width), so a merge walk over both decides, in O(height) steps
+/// like the copy itself.
+fn first_shared_byte(a: u64, pitch_a: u64, b: u64, pitch_b: u64, width: u64, height: u64) -> Option<u64> {
+    if width == 0 || height == 0 {
+        return None;
+    }
+    debug_assert!(height == 1 || (pitch_a >= width && pitch_b >= width));
+    let row = |lo: u64, pitch: u64, r: u64| lo.saturating_add(r.saturating_mul(pitch));
+    let end = |lo: u64, pitch: u64| row(lo, pitch, height - 1).saturating_add(width);
+    // Disjoint hulls: the common case, decided at once.
+    if end(a, pitch_a) <= b || end(b, pitch_b) <= a {
+        return None;
+    }
+    let (mut i, mut j) = (0, 0);
+    while i < height && j < height {
+        let (lo_a, lo_b) = (row(a, pitch_a, i), row(b, pitch_b, j));
+        if lo_a.saturating_add(width) <= lo_b {
+            i += 1;
+        } else if lo_b.saturating_add(width) <= lo_a {
+            j += 1;
+        } else {
+            return Some(lo_a.max(lo_b));
+        }
+    }
+    None
+}
+
+/// Refuses a copy whose source and destination rows share a byte. The Driver
+/// API pages of the cuMemcpy* functions say nothing on overlap; the runtime
+/// pages of the same operations do: cudaMemcpyAsync and cudaMemcpy2D /
+/// cudaMemcpy2DAsync "The memory areas may not overlap."
+/// (<https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__MEMORY.html>),
+/// and cudaMemcpy in the CUDA 4 reference
+/// (<https://developer.download.nvidia.com/compute/DevZone/docs/html/C/doc/html/group__CUDART__MEMORY_g48efa06b81cc031b2aa6fdc2e9930741.html>;
+/// later editions drop the sentence without allowing overlap). Refused as the
+/// other argument errors of a copy are: `CUDA_ERROR_INVALID_VALUE`, nothing
+/// copied, the context unharmed.
+fn refuse_overlap(
+    call: &str,
+    dst: &Side,
+    dst_pitch: u64,
+    src: &Side,
+    src_pitch: u64,
+    width: u64,
+    height: u64,
+) -> Result<()> {
+    // Compared where the bytes are (`host`); reported in the caller's addresses.
+    let Some(byte) = first_shared_byte(dst.host, dst_pitch, src.host, src_pitch, width, height) else {
+        return Ok(());
+    };
+    let at = dst.addr.wrapping_add(byte.wrapping_sub(dst.host));
+    err(
+        CUDA_ERROR_INVALID_VALUE,
+        format!(
+            "{call}: source {:#x} and destination {:#x} overlap at {at:#x} ({height} row(s) of {width} bytes, \
+             source pitch {src_pitch}, destination pitch {dst_pitch}): the memory areas may not overlap",
+            src.addr, dst.addr
+        ),
+    )
+}
+
 fn accesses(side: &Side, ranges: &[(u64, u64)], write: bool) -> Vec<Access> {
     if side.alloc.is_none() {
         return Vec::new();
@@ -1285,6 +1350,7 @@ fn copy_1d(call: &'static str, dst: u64, src: u64, n: usize, h: Handle, mode: Ho
     }
     let d = check_range(call, "destination", dst, n as u64)?;
     let sr = check_range(call, "source", src, n as u64)?;
+    refuse_overlap(call, &d, n as u64, &sr, n as u64, n as u64, 1)?;
     enqueue_copy(call, &s, d, n as u64, sr, n as u64, n as u64, 1, mode)
 }
 
@@ -1292,7 +1358,8 @@ fn copy_1d(call: &'static str, dst: u64, src: u64, n: usize, h: Handle, mode: Ho
 /// infers the type of the transfer (host to host, host to device, device to
 /// device, or device to host) from the pointer values. This function is only
 /// allowed in contexts which support unified addressing." A range past the end
-/// of an allocation: `CUDA_ERROR_INVALID_VALUE`.
+/// of an allocation, or a source and destination sharing a byte
+/// ([`refuse_overlap`], as for every 1-D and 2-D copy): `CUDA_ERROR_INVALID_VALUE`.
 ///
 /// # Safety
 ///
@@ -1544,6 +1611,15 @@ fn copy_2d(call: &'static str, p: *const CudaMemcpy2D, h: Handle, mode: HostSync
         w,
         ht,
     )?;
+    refuse_overlap(
+        call,
+        &dst,
+        c.dst_pitch as u64,
+        &src,
+        c.src_pitch as u64,
+        w as u64,
+        ht as u64,
+    )?;
     enqueue_copy(
         call,
         &s,
@@ -1560,7 +1636,8 @@ fn copy_2d(call: &'static str, p: *const CudaMemcpy2D, h: Handle, mode: HostSync
 /// `cuMemcpy2DAsync_v2`: "Perform a 2D memory copy according to the
 /// parameters specified in pCopy ... cuMemcpy2DAsync() returns an error if any
 /// pitch is greater than the maximum allowed (CU_DEVICE_ATTRIBUTE_MAX_PITCH)";
-/// WidthInBytes + XInBytes must not exceed the pitch (`CUDA_ERROR_INVALID_VALUE`).
+/// WidthInBytes + XInBytes must not exceed the pitch (`CUDA_ERROR_INVALID_VALUE`),
+/// and source and destination rows must not share a byte ([`refuse_overlap`]).
 /// CU_MEMORYTYPE_UNIFIED sides are resolved by unified addressing.
 ///
 /// # Safety
@@ -1602,7 +1679,9 @@ fn peer_side(call: &str, what: &str, ptr: u64, n: u64, ctx: &Context) -> Result<
 /// respect to the host, but serialized with respect to all pending and future
 /// asynchronous work in to the current context, srcContext, and dstContext"
 /// (group__CUDA__MEM). The emulator does it in place of the host: waits for
-/// all work of the three contexts, copies, returns.
+/// all work of the three contexts, copies, returns. Overlap is not checked:
+/// neither this page nor the runtime's cudaMemcpyPeer / cudaMemcpyPeerAsync
+/// says anything about it.
 ///
 /// # Safety
 ///
@@ -1652,7 +1731,8 @@ pub unsafe extern "C" fn cuMemcpyPeer(
     })
 }
 
-/// `cuMemcpyPeerAsync`: the peer copy in stream order on `h`.
+/// `cuMemcpyPeerAsync`: the peer copy in stream order on `h` (overlap not
+/// checked, as for [`cuMemcpyPeer`]).
 ///
 /// # Safety
 ///
@@ -1781,4 +1861,35 @@ pub fn live_allocations() -> Vec<(u64, u64, Kind)> {
         .filter(|a| !a.is_freed())
         .map(|a| (a.base, a.size, a.kind))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_shared_byte;
+
+    /// The bytes of `h` rows of `w` bytes from `lo`, `p` apart.
+    fn bytes(lo: u64, p: u64, w: u64, h: u64) -> std::collections::BTreeSet<u64> {
+        (0..h).flat_map(|r| lo + r * p..lo + r * p + w).collect()
+    }
+
+    #[test]
+    fn first_shared_byte_is_byte_exact() {
+        // Every small layout against a byte-by-byte answer: rows, not boxes.
+        for w in 1..=4 {
+            for h in 1..=4 {
+                for pa in w..=w + 5 {
+                    for pb in w..=w + 5 {
+                        for b in 0..=24 {
+                            let a = 8;
+                            let want = bytes(a, pa, w, h).intersection(&bytes(b, pb, w, h)).next().copied();
+                            let got = first_shared_byte(a, pa, b, pb, w, h);
+                            assert_eq!(got, want, "a={a} pa={pa} b={b} pb={pb} w={w} h={h}");
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(first_shared_byte(0, 4, 0, 4, 0, 3), None, "no bytes");
+        assert_eq!(first_shared_byte(0, 4, 0, 4, 4, 0), None, "no rows");
+    }
 }
