@@ -16,7 +16,8 @@ transposes; permutes of 1–4 MiB in cache whose destination rows are 4 KiB apar
 or whose unit-stride side is a pair or a pixel of three; tall, narrow matrices
 transposed; permutes of odd shapes (prime dims, short unit-stride sides); and small
 ones whose unit-stride side of 2–4 elements moves anywhere (`cpu_permute_sweep.py`
-times every permutation).
+times every permutation). Then copies between views of one buffer whose
+elements interleave (`inplace_patterns`), timed as `copy_` / `np.copyto`.
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
 """
@@ -165,6 +166,22 @@ def peer_patterns(quick):
     return v
 
 
+def inplace_patterns(quick):
+    """Copies between views of one buffer whose byte ranges overlap and whose
+    elements do not (`x[:, 0::2] = x[:, 1::2]`): (name, buffer shape, dst
+    view, src view), views as functions of the buffer. NumPy decides on the
+    bounds and copies the source aside first; torch and devtensor copy in place."""
+    n = 2048 if quick else 4096
+    return [
+        (f"inplace_even_cols_from_odd_f32_{n}x{n}", (n, n), lambda x: x[:, 0::2], lambda x: x[:, 1::2]),
+        (f"inplace_left_halves_from_right_f32_{n}x{n}", (n, n), lambda x: x[:, : n // 2], lambda x: x[:, n // 2:]),
+        (f"inplace_real_from_imag_f32_{n * n // 2}x2", (n * n // 2, 2), lambda x: x[:, 0], lambda x: x[:, 1]),
+        (f"inplace_channel_from_channel_f32_{n * n // 4}x4", (n * n // 4, 4), lambda x: x[:, 2], lambda x: x[:, 0]),
+        (f"inplace_even_cols_from_odd_transposed_f32_{n // 2}x{n}", (n // 2, n),
+         lambda x: x[:, 0::2], lambda x: x[:, 1::2].T),
+    ]
+
+
 def best_time(fn, min_time):
     fn()  # warm-up
     best, total = float("inf"), 0.0
@@ -194,7 +211,8 @@ def main():
     rows += [r for r in peer_patterns(args.quick) if not args.filter or args.filter in r["name"]]
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
-    w = max([34] + [len(r["name"]) for r in rows])  # the name column fits the longest
+    inplace = [p for p in inplace_patterns(args.quick) if not args.filter or args.filter in p[0]]
+    w = max([34] + [len(r["name"]) for r in rows] + [len(p[0]) for p in inplace])  # the name column fits the longest
     head = f"{'pattern':<{w}} {'cli':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} {'vs best peer':>12}"
     print(head + "\n" + "-" * len(head))
     worst = float("inf")
@@ -239,6 +257,28 @@ def main():
         worst = min(worst, ratio)
         print(f"{r['name']:<{w}} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
               flush=True)
+    if inplace:
+        print(f"\n{'copy between views of one buffer':<{w}} {'':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} "
+              f"{'vs best peer':>12}")
+    for name, shape, dst_of, src_of in inplace:
+        buf = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        d, s = dst_of(buf), src_of(buf)
+        moved = 2 * d.size * d.itemsize
+        dd, ds = devtensor.from_dlpack(d), devtensor.from_dlpack(s)
+        assert dd.data_ptr == d.ctypes.data, "devtensor must import the views without a copy"
+        timed = {"devtensor": lambda dd=dd, ds=ds: dd.copy_(ds), "numpy": lambda d=d, s=s: np.copyto(d, s)}
+        if torch is not None:
+            td, ts = torch.from_numpy(d), torch.from_numpy(s)
+            timed["torch"] = lambda td=td, ts=ts: td.copy_(ts)
+        best = {k: float("inf") for k in timed}
+        for _ in range(args.rounds):
+            for k, fn in timed.items():
+                best[k] = min(best[k], best_time(fn, args.min_time))
+        gb = {k: moved / t / 1e9 for k, t in best.items()}
+        gb_t = gb.get("torch", float("nan"))
+        ratio = gb["devtensor"] / max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
+        worst = min(worst, ratio)
+        print(f"{name:<{w}} {'':>7} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x", flush=True)
     print(f"\nworst ratio devtensor / faster peer: {worst:.2f}x  (numpy {np.__version__}"
           + (f", torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else "") + ")")
     return 0

@@ -958,6 +958,27 @@ fn overlapping_src_and_dst() {
 }
 
 #[test]
+fn interleaved_views_of_one_buffer_are_copied_in_place() {
+    // Byte ranges that overlap while no element does: the engine copies in
+    // place, with every kernel, small and large (parallel, streamed).
+    with_each_kernel_and_stream(|| {
+        for e in [1, 2, 4, 8, 16] {
+            // Even columns from odd ones.
+            check_overlapping(64 * 128, e, 0, &[128, 2], 1, &[128, 2], &[64, 64]);
+            check_overlapping(1024 * 1024, e, 1, &[1024, 2], 0, &[1024, 2], &[1024, 512]);
+            // The left half of each row from the right half.
+            check_overlapping(512 * 1024, e, 0, &[1024, 1], 512, &[1024, 1], &[512, 512]);
+            // A plane of 4-channel pixels from another.
+            check_overlapping(300 * 200 * 4, e, 2, &[800, 4], 0, &[800, 4], &[300, 200]);
+            // Even columns from the transpose of the odd ones.
+            check_overlapping(600 * 1200, e, 0, &[1200, 2], 1, &[2, 1200], &[600, 600]);
+            // Real parts from imaginary parts.
+            check_overlapping(2 * 300_000, e, 0, &[2], 1, &[2], &[300_000]);
+        }
+    });
+}
+
+#[test]
 fn broadcast_and_fill_large() {
     // [1, N] -> [M, N] and [M, 1] -> [M, N], beyond the parallel threshold.
     let (m, n) = (600, 500);

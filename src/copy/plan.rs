@@ -193,6 +193,17 @@ pub(crate) fn ranges_overlap(a: (usize, usize), b: (usize, usize)) -> bool {
     a.0 < a.1 && b.0 < b.1 && a.0 < b.1 && b.0 < a.1
 }
 
+/// `true` when two views of `shape` at the same base address have the same
+/// layout (strides equal wherever the length exceeds 1): a copy between them
+/// moves each element onto itself.
+pub(crate) fn same_layout(dst_base: usize, src_base: usize, shape: &[usize], dst: &[isize], src: &[isize]) -> bool {
+    dst_base == src_base
+        && shape
+            .iter()
+            .zip(dst.iter().zip(src))
+            .all(|(&n, (a, b))| n == 1 || a == b)
+}
+
 /// Absolute address range `[base + span.0, base + span.1)`, checked.
 pub(crate) fn absolute_range(base: usize, span: (isize, isize)) -> Result<(usize, usize)> {
     let lo = base
@@ -298,6 +309,104 @@ fn search_collision(
     let hi = (-(t - r).div_euclid(s) - 1).min(m); // ⌈(r − t)/s⌉ − 1
     for x in lo..=hi {
         if search_collision(dims, reach, i - 1, t + x * s, moved || x != 0, e, budget)? {
+            return Some(true);
+        }
+    }
+    Some(false)
+}
+
+/// Whether an element of the view at `dst_base` shares a byte with an element
+/// of the view at `src_base`: both of `shape` elements of `e` bytes, strides
+/// in elements. Exact where byte ranges alone are not: `t[::2]` and `t[1::2]`
+/// span the same bytes and share none, and a copy between them needs no
+/// temporary. NumPy decides such copies on the bounds alone
+/// (`arrays_overlap`, `NPY_MAY_SHARE_BOUNDS`); this is its exact
+/// `solve_may_share_memory` question, asked of a bounded search: `true`
+/// ("may") also when a stride overflows or the search runs past
+/// [`OVERLAP_SEARCH_BUDGET`].
+pub(crate) fn views_may_share(
+    dst_base: usize,
+    dst: &[isize],
+    src_base: usize,
+    src: &[isize],
+    shape: &[usize],
+    e: usize,
+) -> bool {
+    if shape.contains(&0) {
+        return false;
+    }
+    // Σ dᵢ·xᵢ − Σ sᵢ·yᵢ + (dst_base − src_base) within (−e, e), for
+    // 0 ≤ xᵢ, yᵢ ≤ lenᵢ − 1. A negative coefficient c takes x = m − x′,
+    // moving c·m into the constant: every term is then c·x with c > 0.
+    // Lengths and strides are below 2^64 and e below 2^32 in any layout that
+    // fits memory; a product or sum past i128 answers "may" all the same.
+    let Ok(eb) = u32::try_from(e).map(i128::from) else {
+        return true;
+    };
+    let mut t = dst_base as i128 - src_base as i128;
+    let mut terms: SmallVec<[(i128, i128); 2 * INLINE_DIMS]> = SmallVec::new();
+    for (i, &n) in shape.iter().enumerate() {
+        let m = n as i128 - 1;
+        if m == 0 {
+            continue;
+        }
+        for c in [dst[i] as i128 * eb, -(src[i] as i128) * eb] {
+            if c < 0 {
+                match c.checked_mul(m).and_then(|x| t.checked_add(x)) {
+                    Some(x) => t = x,
+                    None => return true,
+                }
+            }
+            if c != 0 {
+                terms.push((c.abs(), m));
+            }
+        }
+    }
+    insertion_sort_by_key(&mut terms, |&(c, _)| c);
+    // Terms of one coefficient are one term: x + y takes every value of
+    // [0, m₁ + m₂]. The rows of both views, often of one stride, then cost
+    // a few steps instead of one per row.
+    let mut merged: SmallVec<[(i128, i128); 2 * INLINE_DIMS]> = SmallVec::new();
+    for (c, m) in terms {
+        match merged.last_mut() {
+            Some(last) if last.0 == c => last.1 += m,
+            _ => merged.push((c, m)),
+        }
+    }
+    let terms = merged;
+    let mut reach: SmallVec<[i128; 2 * INLINE_DIMS]> = SmallVec::with_capacity(terms.len() + 1);
+    reach.push(0);
+    for &(c, m) in &terms {
+        match c.checked_mul(m).and_then(|x| x.checked_add(reach[reach.len() - 1])) {
+            Some(r) => reach.push(r),
+            None => return true,
+        }
+    }
+    let mut budget = OVERLAP_SEARCH_BUDGET;
+    search_meeting(&terms, &reach, terms.len(), t, eb, &mut budget).unwrap_or(true)
+}
+
+/// One level of [`views_may_share`]'s search: can the terms before `i` (each
+/// `c·x`, `0 ≤ x ≤ m`, sorted by `c`) bring `v` into `(−e, e)`? `None` when the
+/// budget is spent.
+fn search_meeting(
+    terms: &[(i128, i128)],
+    reach: &[i128],
+    i: usize,
+    v: i128,
+    e: i128,
+    budget: &mut u32,
+) -> Option<bool> {
+    if i == 0 {
+        return Some(v.abs() < e);
+    }
+    *budget = budget.checked_sub(1)?;
+    let (c, m) = terms[i - 1];
+    // v + c·x < e, and v + c·x + reach[i − 1] > −e.
+    let hi = (e - v - 1).div_euclid(c).min(m);
+    let lo = ((-e - v - reach[i - 1]).div_euclid(c) + 1).max(0);
+    for x in lo..=hi {
+        if search_meeting(terms, reach, i - 1, v + c * x, e, budget)? {
             return Some(true);
         }
     }
@@ -930,6 +1039,77 @@ mod tests {
         // With room, the same search answers (a small layout, exactly).
         let small = [PlanDim { len: 3, src: 0, dst: 2 }, PlanDim { len: 2, src: 0, dst: 3 }];
         assert_eq!(search_within(&small, 1, OVERLAP_SEARCH_BUDGET), Some(false));
+    }
+
+    /// Element addresses (in bytes, from the view's base) of a layout.
+    fn element_addresses(shape: &[usize], strides: &[isize], e: usize) -> Vec<isize> {
+        let mut addrs = vec![0isize];
+        for (&len, &s) in shape.iter().zip(strides) {
+            addrs = addrs
+                .iter()
+                .flat_map(|&a| (0..len as isize).map(move |i| a + i * s * e as isize))
+                .collect();
+        }
+        addrs
+    }
+
+    #[test]
+    fn views_may_share_is_exact() {
+        // Every pair of layouts of up to 2 dims, lengths 1–3, strides −3..3,
+        // the source's base −4..4 bytes from the destination's, elements of
+        // 1–2 bytes, against the listed addresses.
+        let mut layouts: Vec<(Vec<usize>, Vec<isize>)> = vec![];
+        for n0 in 1..=3usize {
+            for s0 in -3..=3isize {
+                layouts.push((vec![n0], vec![s0]));
+                for n1 in 1..=3usize {
+                    for s1 in -3..=3isize {
+                        layouts.push((vec![n0, n1], vec![s0, s1]));
+                    }
+                }
+            }
+        }
+        let (mut shared, mut apart) = (0, 0);
+        for e in 1..=2usize {
+            for (shape, ds) in &layouts {
+                let da = element_addresses(shape, ds, e);
+                for (_, ss) in layouts.iter().filter(|(s, _)| s == shape) {
+                    let sa = element_addresses(shape, ss, e);
+                    for off in -4..=4isize {
+                        let truth = da
+                            .iter()
+                            .any(|&a| sa.iter().any(|&b| (a - (b + off)).abs() < e as isize));
+                        let got = views_may_share(1000, ds, (1000 + off) as usize, ss, shape, e);
+                        assert_eq!(got, truth, "shape {shape:?} dst {ds:?} src {ss:?} +{off} e {e}");
+                        if truth { shared += 1 } else { apart += 1 }
+                    }
+                }
+            }
+        }
+        assert!(shared > 10_000 && apart > 10_000, "{shared} shared, {apart} apart");
+    }
+
+    #[test]
+    fn views_may_share_answers_the_common_cases_within_budget() {
+        let f = 4; // f32, a 4096 × 4096 tensor at 0
+        let rows = [4096isize, 2];
+        // Its even and odd columns: interleaved, no byte in common.
+        assert!(!views_may_share(0, &rows, f, &rows, &[4096, 2048], f));
+        // Real and imaginary parts of complex pairs.
+        assert!(!views_may_share(0, &[2], f, &[2], &[1 << 20], f));
+        // The left and right halves of each row: byte ranges overlap, rows do not.
+        assert!(!views_may_share(0, &[4096, 1], 2048 * f, &[4096, 1], &[4096, 2048], f));
+        // A shift by one element, the transpose, the flip: shared.
+        assert!(views_may_share(f, &[4096, 1], 0, &[4096, 1], &[4096, 4095], f));
+        assert!(views_may_share(0, &[4096, 1], 0, &[1, 4096], &[4096, 4096], f));
+        assert!(views_may_share(0, &[1], 4095 * f, &[-1], &[4096], f));
+        // A source a byte into the destination's elements.
+        assert!(views_may_share(0, &[2], 1, &[2], &[8], f));
+        // A broadcast source inside the destination, and beside it.
+        assert!(views_may_share(0, &[1], 8 * f, &[0], &[16], f));
+        assert!(!views_may_share(0, &[2], f, &[0], &[16], f));
+        // Empty views share nothing.
+        assert!(!views_may_share(0, &[1], 0, &[1], &[0], f));
     }
 
     #[test]

@@ -69,13 +69,13 @@ fn check_same_kind(dst: &Tensor, src: &Tensor) -> Result<()> {
 /// How a copy's two views share memory.
 #[derive(PartialEq, Eq)]
 enum Sharing {
-    /// No byte in common.
+    /// No byte of an element in common.
     None,
     /// The same layout at the same address: each element copied onto itself.
     Identical,
     /// Some bytes in common: a kernel must not read what it writes (it reads
     /// through the non-coherent cache), nor may a DMA's areas overlap (the
-    /// CUDA runtime's `cudaMemcpy`: "the memory areas may not overlap").
+    /// CUDA runtime's `cudaMemcpy2D`: "The memory areas may not overlap").
     Partial,
 }
 
@@ -93,16 +93,14 @@ fn sharing(dst: &Tensor, src: &Tensor) -> Result<Sharing> {
     if !crate::copy::plan::ranges_overlap(absolute(dst, d)?, absolute(src, s)?) {
         return Ok(Sharing::None);
     }
-    let same_layout = dst.data_ptr() == src.data_ptr()
-        && dst
-            .shape()
-            .iter()
-            .zip(dst.strides().iter().zip(src.strides()))
-            .all(|(&n, (a, b))| n == 1 || a == b);
-    Ok(if same_layout {
+    let (dp, sp) = (dst.data_ptr() as usize, src.data_ptr() as usize);
+    let (shape, ds, ss) = (dst.shape(), dst.strides(), src.strides());
+    Ok(if crate::copy::plan::same_layout(dp, sp, shape, ds, ss) {
         Sharing::Identical
-    } else {
+    } else if crate::copy::plan::views_may_share(dp, ds, sp, ss, shape, e) {
         Sharing::Partial
+    } else {
+        Sharing::None // elements that interleave (`t[::2]`, `t[1::2]`) share no byte
     })
 }
 

@@ -386,9 +386,18 @@ macro_rules! gpu_suite {
             }
             // In place: a reversal, a square transpose, shifts by one element both
             // ways (one DMA each, whose areas may not overlap), a copy onto itself;
-            // on the default stream and on a stream of our own.
+            // then views whose rows interleave and whose elements do not (copied
+            // without a temporary: the emulator checks that no kernel reads what
+            // it writes and that no DMA's areas overlap); on the default stream
+            // and on a stream of our own.
             let n = 4096;
-            let cases: [(&str, fn(&Tensor) -> (Tensor, Tensor)); 5] = [
+            fn cols(t: &Tensor, rows: isize, start: isize, step: isize) -> Tensor {
+                t.reshape(&[rows, -1])
+                    .unwrap()
+                    .slice(1, Some(start), None, step)
+                    .unwrap()
+            }
+            let cases: [(&str, fn(&Tensor) -> (Tensor, Tensor)); 8] = [
                 ("reverse", |t| (t.clone(), t.flip(&[0]).unwrap())),
                 ("transpose", |t| {
                     let m = t.reshape(&[64, 64]).unwrap();
@@ -407,6 +416,20 @@ macro_rules! gpu_suite {
                     )
                 }),
                 ("itself", |t| (t.clone(), t.clone())),
+                ("even columns from odd", |t| {
+                    (cols(t, 64, 0, 2), cols(t, 64, 1, 2))
+                }),
+                ("left halves from right halves", |t| {
+                    let m = t.reshape(&[64, 64]).unwrap();
+                    (
+                        m.slice(1, None, Some(32), 1).unwrap(),
+                        m.slice(1, Some(32), None, 1).unwrap(),
+                    )
+                }),
+                ("even columns from odd, transposed", |t| {
+                    let top = |c| cols(t, 64, c, 2).slice(0, None, Some(32), 1).unwrap(); // 32 × 32
+                    (top(0), top(1).transpose(0, 1).unwrap())
+                }),
             ];
             // A broadcast destination copied onto itself is refused, as on the CPU.
             for d in [Device::Cpu, dev(0)] {

@@ -76,7 +76,8 @@ use self::runs::{memcpy_par, runs_stream_threshold, stream_threshold};
 use self::tiny::copy_tiny;
 use self::transpose::transpose;
 use crate::copy::plan::{
-    BaseAddrs, CopyPlan, INLINE_DIMS, PlanKind, PlanOptions, absolute_range, plan_copy, ranges_overlap,
+    BaseAddrs, CopyPlan, INLINE_DIMS, PlanKind, PlanOptions, absolute_range, plan_copy, ranges_overlap, same_layout,
+    views_may_share,
 };
 use crate::error::{Error, Result};
 
@@ -136,8 +137,10 @@ const MAX_ELEM: usize = 16;
 /// Pointers point at the logical element `[0, 0, …, 0]`; strides are in
 /// elements and may be negative (the source's may also be 0 to broadcast).
 /// Any `elem_size ≥ 1` works; 1–16 byte elements take the typed fast paths.
-/// When the source and destination byte ranges overlap, the source is first
-/// copied into a temporary buffer (a copy onto an identical layout is a no-op).
+/// When an element of the source shares a byte with an element of the
+/// destination, the source is first copied into a temporary buffer; views
+/// whose elements only interleave are copied in place, and a copy onto an
+/// identical layout is a no-op.
 ///
 /// Errors: [`Error::ShapeMismatch`] when a stride slice's length differs from
 /// `shape`'s, [`Error::OverlappingDestination`] when the destination (with more
@@ -203,16 +206,15 @@ pub unsafe fn copy_strided(
     let d_range = absolute_range(bases.dst, plan.dst_span)?;
     let s_range = absolute_range(bases.src, plan.src_span)?;
     if ranges_overlap(d_range, s_range) {
-        let same = bases.dst == bases.src
-            && shape
-                .iter()
-                .zip(dst_strides.iter().zip(src_strides))
-                .all(|(&n, (a, b))| n == 1 || a == b);
-        if same {
+        if same_layout(bases.dst, bases.src, shape, dst_strides, src_strides) {
             return Ok(()); // every element is copied onto itself
         }
-        // SAFETY: forwarded from the caller.
-        return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.bytes()) };
+        // Views whose elements interleave (`t[::2]` and `t[1::2]`) share no
+        // byte that is read and written: copied in place, as disjoint ones.
+        if views_may_share(bases.dst, dst_strides, bases.src, src_strides, shape, elem_size) {
+            // SAFETY: forwarded from the caller.
+            return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.bytes()) };
+        }
     }
     // SAFETY: the plan's offsets move the bases to elements of the caller's
     // layouts (the flipped dimensions' last elements), which are in bounds.
