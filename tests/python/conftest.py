@@ -471,3 +471,26 @@ def refcount(obj):
 @pytest.fixture
 def rc():
     return refcount
+
+
+# Pairs of views of one 64 × 64 buffer, (destination, source), written alike
+# for NumPy arrays and devtensor tensors: byte ranges that overlap while the
+# elements do not (copied in place), and elements that do (through a copy).
+VIEW_PAIRS = {
+    "even columns from odd": lambda x: (x[:, 0::2], x[:, 1::2]),
+    "left halves from right": lambda x: (x[:, :32], x[:, 32:]),
+    "one channel from another": lambda x: (x.reshape(-1, 4)[:, 2], x.reshape(-1, 4)[:, 0]),
+    "even columns from odd, transposed": lambda x: (x[:32, 0::2], x[:32, 1::2].transpose(1, 0)),
+    "shift by one": lambda x: (x.reshape(-1)[1:], x.reshape(-1)[:-1]),
+    "reverse": lambda x: (x, x[::-1]),
+    "transpose": lambda x: (x, x.transpose(1, 0)),
+}
+
+
+def copied_between_views(pair):
+    """NumPy's result of VIEW_PAIRS[pair] on a float32 arange buffer."""
+    import numpy as np
+
+    want = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    np.copyto(*VIEW_PAIRS[pair](want))
+    return want

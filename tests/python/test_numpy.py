@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import devtensor
-from conftest import NUMPY_DTYPES
+from conftest import NUMPY_DTYPES, VIEW_PAIRS, copied_between_views
 
 np = pytest.importorskip("numpy")
 
@@ -317,3 +317,11 @@ def test_interleaved_views_of_distinct_elements_take_writes_as_numpy():
     with pytest.raises(ValueError, match="overlaps itself"):
         devtensor.from_dlpack(clash).fill_(1.0)
     assert ours.tolist() == [7.5, 0, 7.5, 7.5, 7.5, 7.5, 0, 7.5]
+
+@pytest.mark.parametrize("pair", list(VIEW_PAIRS))
+def test_copies_between_views_of_one_tensor_match_numpy(pair):
+    buf = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    dst, src = VIEW_PAIRS[pair](devtensor.from_dlpack(buf))
+    dst.copy_(src)
+    np.testing.assert_array_equal(buf, copied_between_views(pair))
+
