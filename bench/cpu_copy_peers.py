@@ -16,7 +16,7 @@ transposes; permutes of 1–4 MiB in cache whose destination rows are 4 KiB apar
 or whose unit-stride side is a pair or a pixel of three; tall, narrow matrices
 transposed; permutes of odd shapes (prime dims, short unit-stride sides); and small
 ones whose unit-stride side of 2–4 elements moves anywhere (`cpu_permute_sweep.py`
-times every permutation). Then copies between views of one buffer whose
+times every permutation); transposes of strided views (`x[:, ::2].T`). Then copies between views of one buffer whose
 elements interleave (`inplace_patterns`), timed as `copy_` / `np.copyto`.
 
     python bench/cpu_copy_peers.py [--quick] [--bin target/release/devtensor] [--no-matrix]
@@ -163,6 +163,14 @@ def peer_patterns(quick):
         ("narrow_permute5d_03142_f64_5x7x9x11x2", 8, [5, 7, 9, 11, 2], [0, 3, 1, 4, 2]),
     ]:
         v.append(permute(name, e, shape, perm))
+    # Transposes of strided views: x[:, ::k].T, the real parts of a complex
+    # matrix transposed, one channel of an image transposed. No side has a
+    # unit stride; NumPy and torch read a line per element.
+    for n in ([256, 1024] if quick else [256, 1024, 4096]):
+        for k in [2, 4]:
+            v.append(pattern(f"strided_transpose_f32_{n}x{n}_step{k}", 4, n * n * k, [n, n], [k, n * k]))
+    v.append(pattern("real_parts_transposed_c128_2048x2048", 8, 2048 * 2048 * 2, [2048, 2048], [2, 4096]))
+    v.append(pattern("channel_transposed_u8_1080x1920x3", 1, 1080 * 1920 * 3, [1920, 1080], [3, 5760]))
     return v
 
 

@@ -978,6 +978,75 @@ fn interleaved_views_of_one_buffer_are_copied_in_place() {
     });
 }
 
+/// Copies `shape` elements of `e` bytes from `src` (at byte `so`, strides
+/// `ss`) into a patterned buffer of `dst_len` bytes (at byte `dof`, strides
+/// `ds`), against the reference: the elements and the bytes between them.
+#[allow(clippy::too_many_arguments)]
+fn check_copy(
+    src: &[u8],
+    so: usize,
+    ss: &[isize],
+    dst_len: usize,
+    dof: usize,
+    ds: &[isize],
+    shape: &[usize],
+    e: usize,
+) {
+    let mut got = pattern(dst_len, 0xd57);
+    let mut want = got.clone();
+    reference(&mut want, dof, ds, src, so, ss, shape, e);
+    // SAFETY: every element of both views lies inside its buffer.
+    unsafe { copy_strided(got.as_mut_ptr().add(dof), ds, src.as_ptr().add(so), ss, shape, e).unwrap() };
+    assert!(
+        got == want,
+        "{shape:?} e = {e}: source {ss:?} at {so}, destination {ds:?} at {dof}"
+    );
+}
+
+/// Transposes of strided views (`x[:, ::k].T`, a complex matrix's real parts
+/// transposed), flipped, batched, into dense and strided destinations: no
+/// side has a unit stride, and the engine copies them in tiles.
+#[test]
+fn transposes_of_strided_views() {
+    with_each_kernel_and_stream(|| {
+        for e in [1, 2, 4, 8, 16] {
+            for (rows, cols, k) in [(8, 8, 2), (37, 300, 2), (300, 37, 3), (520, 700, 2), (1030, 64, 4)] {
+                let (n, pitch) = (rows * cols * k, (cols * k) as isize);
+                let src = pattern(2 * n * e, (rows * k + e) as u64);
+                let (shape, step) = ([cols, rows], k as isize);
+                let dense = [rows as isize, 1];
+                check_copy(&src, 0, &[step, pitch], n * e, 0, &dense, &shape, e);
+                // x[:, ::-k].T, from the last column.
+                let last = (cols - 1) * k * e;
+                check_copy(&src, last, &[-step, pitch], n * e, 0, &dense, &shape, e);
+                // Into every other element of wider rows.
+                check_copy(
+                    &src,
+                    0,
+                    &[step, pitch],
+                    2 * n * e,
+                    e,
+                    &[2 * rows as isize, 2],
+                    &shape,
+                    e,
+                );
+                // Two such matrices, a batch.
+                let batched = [2, cols, rows];
+                check_copy(
+                    &src,
+                    0,
+                    &[n as isize, step, pitch],
+                    2 * n * e,
+                    0,
+                    &[(rows * cols) as isize, rows as isize, 1],
+                    &batched,
+                    e,
+                );
+            }
+        }
+    });
+}
+
 #[test]
 fn broadcast_and_fill_large() {
     // [1, N] -> [M, N] and [M, 1] -> [M, N], beyond the parallel threshold.

@@ -138,10 +138,10 @@ const PAGE: usize = 4096;
 /// f16 512 × 2048 0.70×, 768 × 1024 (rows that spread) 0.49×, f32 256 × 1024
 /// 0.82×, u8 1536 × 1024 0.71×; f32 512² and 512 × 1024 1.00×, u8 512 ×
 /// 2048 1.10×.
-const L1_SET_SPAN: isize = 4096;
+pub(super) const L1_SET_SPAN: isize = 4096;
 
 /// Ways of the smallest L1D (Zen's 32 KiB, 8-way).
-const L1_WAYS: usize = 8;
+pub(super) const L1_WAYS: usize = 8;
 
 /// Source spans (bytes) that [`few_channels_of_wide_pixels`] reads once a
 /// channel: this Xeon's 48 KiB L1D, where the rule was measured.
