@@ -442,9 +442,13 @@ macro_rules! gpu_suite {
             }
             let stream = <$stream>::new(0).unwrap();
             for (name, views) in cases {
+                // The reference: through a fresh copy of the source, which
+                // shares nothing with the destination.
                 let cpu = arange_u32(n);
                 let (d, s) = views(&cpu);
-                d.copy_from(&s).unwrap();
+                let snapshot = Tensor::empty(s.shape(), s.dtype(), Device::Cpu).unwrap();
+                snapshot.copy_from(&s).unwrap();
+                d.copy_from(&snapshot).unwrap();
                 let want = cpu.to_vec::<u32>().unwrap();
                 for on_stream in [false, true] {
                     let gpu = arange_u32(n).to(dev(0)).unwrap();

@@ -318,10 +318,10 @@ def test_interleaved_views_of_distinct_elements_take_writes_as_numpy():
         devtensor.from_dlpack(clash).fill_(1.0)
     assert ours.tolist() == [7.5, 0, 7.5, 7.5, 7.5, 7.5, 0, 7.5]
 
+
 @pytest.mark.parametrize("pair", list(VIEW_PAIRS))
 def test_copies_between_views_of_one_tensor_match_numpy(pair):
     buf = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
     dst, src = VIEW_PAIRS[pair](devtensor.from_dlpack(buf))
     dst.copy_(src)
     np.testing.assert_array_equal(buf, copied_between_views(pair))
-

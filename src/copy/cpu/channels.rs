@@ -563,8 +563,10 @@ fn wide_step(e: usize) -> usize {
 /// # Safety
 ///
 /// `src` readable for the `k` channels of each of the `n` pixels `s ≥ k`
-/// elements apart, each of the `k` planes writable for `n` elements; the
-/// planes and pixels do not overlap; `e` is 1, 2, 4 or 8, and the CPU has
+/// elements apart, each of the `k` planes writable for `n` elements; no
+/// element of the planes shares a byte with a channel read (other bytes of
+/// the pixels may be the planes' where one thread copies: `copy_strided`'s
+/// interleaved views); `e` is 1, 2, 4 or 8, and the CPU has
 /// AVX where it is 4 or 8.
 #[allow(clippy::too_many_arguments)] // two operands, their strides, the pixels and their shape
 unsafe fn split_wide(dst: *mut u8, plane: isize, src: *const u8, n: usize, e: usize, k: usize, s: usize) {

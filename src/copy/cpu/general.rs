@@ -327,8 +327,8 @@ unsafe fn short_gathers<T: Elem>(
 ///
 /// # Safety
 ///
-/// Every element of those rows is in bounds on its side, and the two sides
-/// do not overlap.
+/// Every element of those rows is in bounds on its side, and no element of
+/// one side shares a byte with an element of the other.
 #[inline(always)]
 unsafe fn gather_block<T: Elem>(
     dst: *mut u8,

@@ -70,7 +70,7 @@ use smallvec::SmallVec;
 
 use self::fill::{fill_pattern, fill_rows, fill_run};
 use self::general::general;
-use self::parallel::PAR_MIN_BYTES;
+use self::parallel::{PAR_MIN_BYTES, serially};
 use self::rows::rows;
 use self::runs::{memcpy_par, runs_stream_threshold, stream_threshold};
 use self::tiny::copy_tiny;
@@ -138,9 +138,10 @@ const MAX_ELEM: usize = 16;
 /// elements and may be negative (the source's may also be 0 to broadcast).
 /// Any `elem_size ≥ 1` works; 1–16 byte elements take the typed fast paths.
 /// When an element of the source shares a byte with an element of the
-/// destination, the source is first copied into a temporary buffer; views
-/// whose elements only interleave are copied in place, and a copy onto an
-/// identical layout is a no-op.
+/// destination (or the bounded search that decides it gives up), the source
+/// is first copied into a temporary buffer; views whose elements only
+/// interleave are copied in place, and a copy onto an identical layout is a
+/// no-op.
 ///
 /// Errors: [`Error::ShapeMismatch`] when a stride slice's length differs from
 /// `shape`'s, [`Error::OverlappingDestination`] when the destination (with more
@@ -210,11 +211,22 @@ pub unsafe fn copy_strided(
             return Ok(()); // every element is copied onto itself
         }
         // Views whose elements interleave (`t[::2]` and `t[1::2]`) share no
-        // byte that is read and written: copied in place, as disjoint ones.
+        // byte that is read and written: copied in place.
         if views_may_share(bases.dst, dst_strides, bases.src, src_strides, shape, elem_size) {
             // SAFETY: forwarded from the caller.
             return unsafe { copy_via_temp(dst, dst_strides, src, src_strides, shape, elem_size, plan.bytes()) };
         }
+        // Kernels that load whole vectors around the source's elements (and
+        // discard the other lanes) may load the destination's bytes between
+        // them: on this thread alone, where no other thread writes them.
+        // SAFETY: as below.
+        let run = || unsafe { execute(&plan, dst.offset(plan.dst_offset), src.offset(plan.src_offset)) };
+        if loads_only_elements(&plan) {
+            run()
+        } else {
+            serially(run)
+        }
+        return Ok(());
     }
     // SAFETY: the plan's offsets move the bases to elements of the caller's
     // layouts (the flipped dimensions' last elements), which are in bounds.
@@ -319,12 +331,30 @@ unsafe fn copy_via_temp(
     }
 }
 
+/// Whether [`execute`] loads no source byte outside the source's elements
+/// for `plan`: runs and rows, and the general kernel's loops but its gathers
+/// into unit-stride destination rows (whose constant-stride forms load whole
+/// vectors and keep every other lane, every third…). Transposes' kernels
+/// load whole lines.
+fn loads_only_elements(plan: &CopyPlan) -> bool {
+    match plan.kind {
+        PlanKind::Empty | PlanKind::Memcpy | PlanKind::Rows => true,
+        PlanKind::Fill | PlanKind::General => {
+            let (d0, e) = (plan.dims[0], plan.elem_size as isize);
+            !(d0.dst == e && d0.src != e && d0.src != 0)
+        }
+        PlanKind::Transpose { .. } => false,
+    }
+}
+
 /// Runs a plan on bases already moved by the plan's offsets.
 ///
 /// # Safety
 ///
 /// `dst`/`src` are the plan's bases of layouts satisfying [`copy_strided`]'s
-/// contract, and the two do not overlap.
+/// contract, and no element of one shares a byte with an element of the
+/// other. Where their byte ranges overlap, the call runs [`serially`] unless
+/// [`loads_only_elements`] holds.
 unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
     let nt = plan.bytes() >= stream_threshold();
     // SAFETY: every arm forwards the caller's guarantees.
@@ -337,5 +367,31 @@ unsafe fn execute(plan: &CopyPlan, dst: *mut u8, src: *const u8) {
             PlanKind::Fill | PlanKind::General => with_elem!(plan.elem_size, general(plan, dst, src, nt)),
             PlanKind::Transpose { src_fast } => with_elem!(plan.elem_size, transpose(plan, src_fast, dst, src, nt)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loads_only_elements;
+    use crate::copy::plan::{BaseAddrs, PlanOptions, plan_copy};
+
+    fn loads_only(shape: &[usize], dst: &[isize], src: &[isize]) -> bool {
+        let bases = BaseAddrs { dst: 0, src: 4 };
+        loads_only_elements(&plan_copy(shape, dst, src, 4, bases, PlanOptions::CPU).unwrap())
+    }
+
+    #[test]
+    fn interleaved_copies_split_only_where_the_kernels_load_elements_alone() {
+        // f32 views of one 4096 × 4096 buffer: even columns from odd ones,
+        // the halves of rows, real parts from imaginary ones, a transposed
+        // interleaving: element loops, rows, tiles.
+        assert!(loads_only(&[4096, 2048], &[4096, 2], &[4096, 2]));
+        assert!(loads_only(&[4096, 2048], &[4096, 1], &[4096, 1]));
+        assert!(loads_only(&[1 << 23], &[2], &[2]));
+        assert!(loads_only(&[2048, 2048], &[4096, 2], &[2, 4096]));
+        // Every other element gathered into dense rows (whole vectors loaded,
+        // the odd lanes dropped), and a transpose (whole lines): one thread.
+        assert!(!loads_only(&[4096, 1024], &[4096, 1], &[4096, 2]));
+        assert!(!loads_only(&[4096, 4096], &[4096, 1], &[1, 4096]));
     }
 }

@@ -3,6 +3,7 @@
 //! they sleep: [`Handoff`]), and [`for_each_segment`] walks one task's piece
 //! of it row by row.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -137,7 +138,7 @@ fn slow_counted(bytes: usize) -> usize {
 /// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     // No copy touches rayon while the pool is backed off.
-    let split = if total < 2 || COPY_BACKOFF.active(clock_ns) {
+    let split = if total < 2 || SERIAL.get() || COPY_BACKOFF.active(clock_ns) {
         None
     } else {
         split_pool(bytes)
@@ -174,6 +175,24 @@ struct Backoff {
 
 /// The one copies follow (every job feeds it, a test's pool of its own too).
 static COPY_BACKOFF: Backoff = Backoff::new();
+
+thread_local! {
+    /// Set while [`serially`] runs.
+    static SERIAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every copy it makes on the calling thread (see
+/// `copy_strided`'s views whose elements interleave).
+pub(super) fn serially<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SERIAL.set(self.0);
+        }
+    }
+    let _restore = Restore(SERIAL.replace(true));
+    f()
+}
 
 /// Late pools in a row that make a back-off: one late start can be a pool
 /// thread whose core the VM had put to sleep (the best single 1 MiB clone
@@ -805,6 +824,10 @@ mod tests {
         // copy can tell whether the copy was split.
         let (total, big) = (1000, 64 << 20);
         assert_eq!(calls(total, super::PAR_MIN_BYTES - 1), [(0, total)]);
+        // Within `serially`, large copies run on the calling thread, and the
+        // mode ends with it.
+        assert_eq!(super::serially(|| calls(total, big)), [(0, total)]);
+        assert!(!super::SERIAL.get());
         // Backed off: large copies run serially too.
         COPY_BACKOFF.until.store(u64::MAX, Ordering::SeqCst);
         assert_eq!(calls(total, big), [(0, total)]);
