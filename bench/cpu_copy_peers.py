@@ -201,6 +201,18 @@ def best_time(fn, min_time):
     return best
 
 
+def compare(timed, moved, args):
+    """Times `timed` (name -> call) in interleaved rounds: GB/s by name, torch's
+    (NaN without it), and devtensor's ratio to the faster peer."""
+    best = {k: float("inf") for k in timed}
+    for _ in range(args.rounds):
+        for k, fn in timed.items():
+            best[k] = min(best[k], best_time(fn, args.min_time))
+    gb = {k: moved / t / 1e9 for k, t in best.items()}
+    gb_t = gb.get("torch", float("nan"))
+    return gb, gb_t, gb["devtensor"] / max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/devtensor")
@@ -254,14 +266,7 @@ def main():
             else:
                 tv = torch.as_strided(tb, r["shape"], r["src_strides"], r["src_offset"])
                 timed["torch"] = (lambda tv=tv: tv.clone()) if tv.is_contiguous() else (lambda tv=tv: tv.contiguous())
-        best = {k: float("inf") for k in timed}
-        for _ in range(args.rounds):
-            for k, fn in timed.items():
-                best[k] = min(best[k], best_time(fn, args.min_time))
-        gb = {k: moved / t / 1e9 for k, t in best.items()}
-        gb_t = gb.get("torch", float("nan"))
-        peer = max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
-        ratio = gb["devtensor"] / peer
+        gb, gb_t, ratio = compare(timed, moved, args)
         worst = min(worst, ratio)
         print(f"{r['name']:<{w}} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
               flush=True)
@@ -278,13 +283,7 @@ def main():
         if torch is not None:
             td, ts = torch.from_numpy(d), torch.from_numpy(s)
             timed["torch"] = lambda td=td, ts=ts: td.copy_(ts)
-        best = {k: float("inf") for k in timed}
-        for _ in range(args.rounds):
-            for k, fn in timed.items():
-                best[k] = min(best[k], best_time(fn, args.min_time))
-        gb = {k: moved / t / 1e9 for k, t in best.items()}
-        gb_t = gb.get("torch", float("nan"))
-        ratio = gb["devtensor"] / max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
+        gb, gb_t, ratio = compare(timed, moved, args)
         worst = min(worst, ratio)
         print(f"{name:<{w}} {'':>7} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x", flush=True)
     print(f"\nworst ratio devtensor / faster peer: {worst:.2f}x  (numpy {np.__version__}"
