@@ -222,12 +222,14 @@ extern "C" __global__ void fill_e4(u8* __restrict__ dst, u32 value, StridedArgs 
 extern "C" __global__ void fill_e8(u8* __restrict__ dst, u64 value, StridedArgs a) { dt_fill<u64>(dst, value, a); }
 extern "C" __global__ void fill_e16(u8* __restrict__ dst, v16 value, StridedArgs a) { dt_fill<v16>(dst, value, a); }
 
-// Shared-memory tiled transpose over two dims: the source's fastest dim (unit
-// source stride) and the destination's fastest dim (unit destination stride).
-// Every other dim is a batch dim described by `batch`. A block moves one
-// TILE x TILE tile, reading along the source's fast dim and writing along the
-// destination's fast dim, so both sides are coalesced; the +1 column of padding
-// keeps shared-memory accesses free of bank conflicts for 4- and 8-byte types.
+// Shared-memory tiled transpose over two dims: the source's fastest dim and
+// the destination's fastest dim (unit strides in a dense transpose; small ones
+// in a transpose of strided views, `x[:, ::2].T`, where the host picks the
+// pair). Every other dim is a batch dim described by `batch`. A block moves
+// one TILE x TILE tile, reading along the source's fast dim and writing along
+// the destination's fast dim, so both sides are coalesced; the +1 column of
+// padding keeps shared-memory accesses free of bank conflicts for 4- and
+// 8-byte types.
 enum { DT_TILE = 32 };
 enum { DT_TILE_ROWS = 8 };
 
@@ -236,6 +238,8 @@ struct TransposeArgs {
   u32 n_dst_fast;      // extent of the destination's fastest dim (src stride = src_stride_df)
   int src_stride_df;   // source stride of the destination-fast dim
   int dst_stride_sf;   // destination stride of the source-fast dim
+  int src_stride_sf;   // source stride of the source-fast dim (1 in a dense transpose)
+  int dst_stride_df;   // destination stride of the destination-fast dim (likewise)
   u32 tiles_sf, tiles_df;
   StridedArgs batch;   // remaining dims (numel = number of batches)
 };
@@ -257,13 +261,15 @@ __device__ __forceinline__ void dt_transpose_tiled(const u8* __restrict__ src, u
   // read: threadIdx.x walks the source-fast dim
   for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
     u32 sf = sf0 + threadIdx.x, df = df0 + r;
-    if (sf < a.n_src_fast && df < a.n_dst_fast) tile[r][threadIdx.x] = s[so + (int)sf + (int)df * a.src_stride_df];
+    if (sf < a.n_src_fast && df < a.n_dst_fast)
+      tile[r][threadIdx.x] = s[so + (int)sf * a.src_stride_sf + (int)df * a.src_stride_df];
   }
   __syncthreads();
   // write: threadIdx.x walks the destination-fast dim
   for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
     u32 df = df0 + threadIdx.x, sf = sf0 + r;
-    if (sf < a.n_src_fast && df < a.n_dst_fast) d[dof + (int)df + (int)sf * a.dst_stride_sf] = tile[threadIdx.x][r];
+    if (sf < a.n_src_fast && df < a.n_dst_fast)
+      d[dof + (int)df * a.dst_stride_df + (int)sf * a.dst_stride_sf] = tile[threadIdx.x][r];
   }
 }
 

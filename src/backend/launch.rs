@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use crate::copy::plan::{CopyPlan, PlanKind};
+use crate::copy::plan::{CopyPlan, PlanKind, PlanOptions};
 use crate::error::{Error, Result};
 
 /// Every kernel the source must define (checked against the compiled module by
@@ -101,6 +101,8 @@ pub struct TransposeArgs {
     n_dst_fast: u32,
     src_stride_df: i32,
     dst_stride_sf: i32,
+    src_stride_sf: i32,
+    dst_stride_df: i32,
     tiles_sf: u32,
     tiles_df: u32,
     batch: StridedArgs,
@@ -320,6 +322,40 @@ fn vec_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64) -> Option<Ker
     })
 }
 
+/// Bytes of a global-memory sector: lanes of a warp whose addresses are this
+/// far apart each move a sector of their own.
+const SECTOR: u64 = 32;
+
+/// The dim the tiled transpose pairs with the destination's fast one
+/// (`dims[0]`), reading along it: a dense transpose's unit-stride source dim;
+/// in a gather, one along which the source is dense enough to share sectors
+/// (two elements a sector or more) while the destination's fast dim is not
+/// (a transpose of strided views: `x[:, ::2].T`, the real parts of a complex
+/// matrix transposed), where the element kernels' lanes would each read a
+/// sector of their own. Both dims at least `PlanOptions::GPU`'s tile extent.
+fn tiled_partner(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<usize> {
+    match plan.kind {
+        PlanKind::Transpose { src_fast } => Some(src_fast),
+        PlanKind::General => {
+            let e = plan.elem_size as u64;
+            let min = PlanOptions::GPU.transpose_min_extent;
+            let shares = |stride: i64| stride != 0 && stride.unsigned_abs() * e <= SECTOR / 2;
+            let &(len0, src0, dst0) = dims.first()?;
+            if len0 < min || shares(src0) || src0 == 0 || !shares(dst0) {
+                return None;
+            }
+            let (k, &(_, _, dst)) = dims
+                .iter()
+                .enumerate()
+                .skip(1)
+                .filter(|(_, d)| d.0 >= min && d.1 != 0)
+                .min_by_key(|(_, d)| d.1.unsigned_abs())?;
+            (shares(dims[k].1) && !shares(dst)).then_some(k)
+        }
+        _ => None,
+    }
+}
+
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
 /// none: the caller issues a DMA or nothing). Its arguments are
 /// `(src, dst, args)` with `src` / `dst` the addresses of element 0 plus the
@@ -329,7 +365,7 @@ pub fn copy_call(plan: &CopyPlan, dst: u64) -> Result<KernelCall> {
     if dims.len() > MAX_DIMS {
         return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
     }
-    if let PlanKind::Transpose { src_fast } = plan.kind
+    if let Some(src_fast) = tiled_partner(plan, &dims)
         && plan.elem_size <= 8
         && fits_i32(plan.numel, &dims)
     {
@@ -354,6 +390,8 @@ pub fn copy_call(plan: &CopyPlan, dst: u64) -> Result<KernelCall> {
                     n_dst_fast: df.0 as u32,
                     src_stride_df: df.1 as i32,
                     dst_stride_sf: sf.2 as i32,
+                    src_stride_sf: sf.1 as i32,
+                    dst_stride_df: df.2 as i32,
                     tiles_sf,
                     tiles_df,
                     batch: strided_args(batches, &batch),
@@ -447,7 +485,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<StridedArgs>(), 8 + 16 * 12 + 16 * 4 * 2);
         // StridedArgs64: u64, i32 (+4 pad), 3 arrays of 16 eight-byte values.
         assert_eq!(std::mem::size_of::<StridedArgs64>(), 16 + 16 * 8 * 3);
-        assert_eq!(std::mem::offset_of!(TransposeArgs, batch), 24);
+        assert_eq!(std::mem::offset_of!(TransposeArgs, batch), 32);
     }
 
     /// Every (src, dst) byte-offset pair a plan moves, in a canonical order.
@@ -565,6 +603,35 @@ mod tests {
         assert_eq!(c.name, "transpose_tiled_e4");
         assert_eq!(c.block, (32, 8, 1));
         assert_eq!(c.grid.0, 7 * 10);
+    }
+
+    #[test]
+    fn transposes_of_strided_views_pick_the_tiled_kernel_on_their_dense_pair() {
+        // x[:, ::2].T of a 256 x 512 f32 matrix: read along the stride-2 dim.
+        let c = copy_call(&plan(&[256, 256], &[256, 1], &[2, 512], 4), 0).unwrap();
+        assert_eq!(c.name, "transpose_tiled_e4");
+        let KernelArgs::Transpose(a) = c.args else {
+            panic!("{c:?}")
+        };
+        assert_eq!((a.src_stride_sf, a.src_stride_df), (2, 512));
+        assert_eq!((a.dst_stride_sf, a.dst_stride_df), (256, 1));
+        assert_eq!((a.tiles_sf, a.tiles_df, a.batch.numel), (8, 8, 1));
+        // The real parts of a complex128 matrix transposed, batched; one
+        // channel of u8 pixels transposed (3 bytes apart along the rows).
+        let c = copy_call(&plan(&[4, 64, 64], &[4096, 64, 1], &[16384, 2, 256], 8), 0).unwrap();
+        assert_eq!(c.name, "transpose_tiled_e8");
+        let KernelArgs::Transpose(a) = c.args else {
+            panic!("{c:?}")
+        };
+        assert_eq!((a.src_stride_sf, a.batch.numel), (2, 4));
+        let c = copy_call(&plan(&[1920, 1080], &[1080, 1], &[3, 5760], 1), 0).unwrap();
+        assert_eq!(c.name, "transpose_tiled_e1");
+        // Reads that already share sectors along the destination's rows, a
+        // source dense along no other dim, or a partner too short to tile: not tiled.
+        for (shape, src) in [([64, 256], [256, 2]), ([64, 256], [1024, 512]), ([8, 256], [1, 8])] {
+            let c = copy_call(&plan(&shape, &[256, 1], &src, 4), 0).unwrap();
+            assert_ne!(c.name, "transpose_tiled_e4", "{shape:?} {src:?}");
+        }
     }
 
     #[test]

@@ -451,6 +451,22 @@ fn matrix(q: usize) -> Vec<Pattern> {
             src_offset: 0,
         });
     }
+    // Transposes of strided views: every other column (`x[:, ::2].T`) and the
+    // real parts of a complex128 matrix, unit-stride along neither dim.
+    for (e, ty, name) in [
+        (4usize, "f32", "strided_transpose2d"),
+        (8, "f64", "real_parts_transposed"),
+    ] {
+        let n = n4k / 2;
+        v.push(Pattern {
+            name: format!("{name}_{ty}_{n}x{n}_step2"),
+            elem_size: e,
+            src_alloc_elems: 2 * n * n,
+            shape: vec![n, n],
+            src_strides: vec![2, 2 * n as isize],
+            src_offset: 0,
+        });
+    }
     // 3. Batched last-two transposes.
     v.push(p(
         format!("batched_transpose_f32_{}x512x512", 32 / (q * q)),

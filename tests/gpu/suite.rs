@@ -158,6 +158,68 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        fn transposes_of_strided_views_of_every_element_size() {
+            if !ready("transposes_of_strided_views_of_every_element_size") {
+                return;
+            }
+            // Views read along a stride of 2 or 3 (-3) elements, which the
+            // tiled kernel pairs with the destination's rows: x[:, ::2].T,
+            // x[::-1, ::3].T, batched, and into every other column of a wider
+            // destination. Inner dims of e bytes, widened to one element.
+            for e in [1usize, 2, 4, 8] {
+                for (m, n) in [(33usize, 65usize), (64, 48), (17, 300)] {
+                    let bytes: Vec<u8> = (0..2 * m * 3 * n * e).map(|i| (i * 31 % 251) as u8).collect();
+                    let host = Tensor::from_slice(&bytes, &[2, m, 3 * n, e]).unwrap();
+                    let gpu = host.to(dev(0)).unwrap();
+                    let views = |t: &Tensor| -> Vec<(&'static str, Tensor)> {
+                        let x = t.select(0, 0).unwrap();
+                        vec![
+                            (
+                                "x[:, ::2].T",
+                                x.slice(1, None, None, 2).unwrap().permute(&[1, 0, 2]).unwrap(),
+                            ),
+                            (
+                                "x[::-1, ::3].T",
+                                x.flip(&[0])
+                                    .unwrap()
+                                    .slice(1, None, None, 3)
+                                    .unwrap()
+                                    .permute(&[1, 0, 2])
+                                    .unwrap(),
+                            ),
+                            (
+                                "batched x[:, :, ::2].mT",
+                                t.slice(2, None, None, 2).unwrap().permute(&[0, 2, 1, 3]).unwrap(),
+                            ),
+                        ]
+                    };
+                    for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
+                        let want = h.to_vec::<u8>().unwrap();
+                        let got = g.contiguous().unwrap().to_vec::<u8>().unwrap();
+                        assert_eq!(got, want, "e={e} {m}x{n}: {what}");
+                        // Into every other column of a destination twice as wide.
+                        let mut wide_shape = g.shape().to_vec();
+                        let cols = wide_shape.len() - 2;
+                        wide_shape[cols] *= 2;
+                        let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
+                        let every_other = wide.slice(cols as isize, None, None, 2).unwrap();
+                        every_other.copy_from(&g).unwrap();
+                        assert_eq!(
+                            every_other.to_vec::<u8>().unwrap(),
+                            want,
+                            "e={e} {m}x{n}: {what}, strided"
+                        );
+                        let skipped = wide.slice(cols as isize, Some(1), None, 2).unwrap();
+                        assert!(
+                            skipped.to_vec::<u8>().unwrap().iter().all(|&b| b == 0),
+                            "{what}: untouched"
+                        );
+                    }
+                }
+            }
+        }
+
+        #[test]
         fn vector_copies_of_every_element_size() {
             if !ready("vector_copies_of_every_element_size") {
                 return;
