@@ -68,7 +68,8 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
             }
         }
     }
-    // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. legacy on TypeError.
+    // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. on TypeError,
+    //    the legacy call (`stream` only).
     // Only AttributeError means "not there" (as for `hasattr`): any other error
     // of a producer's property is its own and reaches the caller.
     let Some(dlpack) = x.getattr_opt(pyo3::intern!(py, "__dlpack__"))? else {
@@ -122,7 +123,18 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     let mut producer_copied = true;
     let cap = match dlpack.call((), Some(&kwargs)) {
         Ok(cap) => cap,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) && device.is_none() && copy.is_none() => dlpack.call0()?,
+        // A producer older than DLPack 1.0 (no `max_version`, `dl_device` or
+        // `copy`): its legacy export, with `stream` kept (ordering does not
+        // depend on the protocol's version); `finish` then moves or copies as
+        // `device` and `copy` ask (a legacy export never copies, so copy=False holds).
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            let legacy = PyDict::new(py);
+            if let Some(stream) = kwargs.get_item(pyo3::intern!(py, "stream"))? {
+                legacy.set_item(pyo3::intern!(py, "stream"), stream)?;
+            }
+            producer_copied = false;
+            dlpack.call((), Some(&legacy))?
+        }
         // A producer that cannot export on `device` (NumPy for a GPU): the
         // export where its data is; `finish` copies it to `device` (our copy
         // the only one, so `copy=True` is not passed) or refuses `copy=False`.

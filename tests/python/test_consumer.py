@@ -325,10 +325,27 @@ def test_consumer_passes_copy_and_device():
     assert t3.data_ptr == a.ctypes.data
 
 
-def test_consumer_old_producer_with_copy_or_device_is_an_error():
-    s = Spy(np.zeros(3), new_style=False)
-    with pytest.raises((TypeError, BufferError)):
+def test_consumer_old_producer_with_copy_or_device_gets_the_legacy_export_adjusted():
+    # A producer older than DLPack 1.0 knows neither dl_device nor copy: the legacy
+    # export (zero-copy, so copy=False holds), then our own copy where copy=True asks.
+    a = np.arange(5, dtype=np.float32)
+    for kwargs, shares in [
+        ({"copy": True}, False),
+        ({"copy": False}, True),
+        ({"device": "cpu"}, True),
+        ({"device": "cpu", "copy": True}, False),
+    ]:
+        s = Spy(a, new_style=False)
+        t = devtensor.from_dlpack(s, **kwargs)
+        assert len(s.calls) == 2, kwargs
+        assert s.calls[1] == {}, "the legacy call: no stream for host data, no new keywords"
+        assert (t.data_ptr == a.ctypes.data) is shares, kwargs
+        np.testing.assert_array_equal(np.from_dlpack(t), a)
+    # Only TypeError means "an older protocol": other errors reach the caller.
+    s = Spy(a, fail_with=ValueError("bad"))
+    with pytest.raises(ValueError, match="bad"):
         devtensor.from_dlpack(s, copy=True)
+    assert len(s.calls) == 1
 
 
 def test_producer_returning_garbage():

@@ -240,6 +240,37 @@ def test_from_dlpack_to_another_device_copies_as_the_array_api_asks(source, devi
         devtensor.from_dlpack(x, device=device, copy=False)
 
 
+class _Legacy:
+    """A GPU producer older than DLPack 1.0: `__dlpack__(stream=None)` only."""
+
+    def __init__(self, t):
+        self.t, self.streams = t, []
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
+
+    def __dlpack__(self, *, stream=None):
+        self.streams.append(stream)
+        return self.t.__dlpack__(stream=stream)
+
+
+def test_from_dlpack_of_a_legacy_gpu_producer_keeps_the_stream_and_copies_itself():
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    src = devtensor.from_dlpack(want).to("cuda:0")
+    p = _Legacy(src)
+    on_host = devtensor.from_dlpack(p, device="cpu")
+    assert p.streams == [1], "the legacy call keeps the stream (the legacy default stream)"
+    assert on_host.device == "cpu"
+    np.testing.assert_array_equal(np.from_dlpack(on_host), want)
+    copied = devtensor.from_dlpack(p, copy=True)
+    assert copied.device == "cuda:0" and copied.data_ptr != src.data_ptr
+    np.testing.assert_array_equal(host(copied), want)
+    shared = devtensor.from_dlpack(p, device="cuda:0", copy=False)
+    assert shared.data_ptr == src.data_ptr
+    with pytest.raises(BufferError, match="copy=False"):
+        devtensor.from_dlpack(p, device="cpu", copy=False)
+
+
 def test_from_dlpack_to_another_device_copies_strided_views():
     a = np.arange(24, dtype=np.float64).reshape(4, 6)
     v = devtensor.from_dlpack(a)[::2, ::-3]
