@@ -55,14 +55,15 @@ const TILE: usize = 32;
 /// Side of [`tiled`]'s work units, in elements (a multiple of [`TILE`]).
 const MACRO: usize = 256;
 
-/// The dim [`tiled`] pairs with `dims[0]`: where each step of `dims[0]` (the
-/// destination's fastest) reads another source line and another dim, of
-/// [`TILE`] / 4 elements or more, steps within one (the transpose of a strided
-/// view: `x[:, ::2].T`, the real parts of a complex matrix transposed), the
-/// one of the shortest source stride. (The planner's transposes have a unit
-/// source stride; these are the general kernel's.) Walked in the destination's order,
-/// such a copy reads a line an element and has evicted it before the next
-/// element of that line is read.
+/// The dim [`tiled`] pairs with `dims[0]` (the destination's fastest), if
+/// any. The transpose of a strided view (`x[:, ::2].T`, the real parts of a
+/// complex matrix transposed) comes to this kernel, as the planner's
+/// transposes need a unit source stride: each step of `dims[0]` reads another
+/// source line while another dim, of [`TILE`] / 4 elements or more, steps
+/// within one; the one of the shortest source stride is taken. Walked in the
+/// destination's order such a copy reads a line an element, and where a
+/// sweep's lines crowd the caches (below) each is evicted before its next
+/// element is read.
 fn tile_partner(dims: &[PlanDim], e: usize) -> Option<usize> {
     let d0 = dims[0];
     if d0.len < TILE / 4 || d0.src.unsigned_abs() < LINE {
