@@ -220,6 +220,77 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        fn permutes_with_a_short_dim_of_every_element_size() {
+            if !ready("permutes_with_a_short_dim_of_every_element_size") {
+                return;
+            }
+            // A dim shorter than a tile's edge beside a long one: NHWC <->
+            // NCHW with 2, 3, 4 and 7 channels, a complex matrix split into
+            // planes, a reversed 5-D shape; each also into a destination of
+            // every other element. Inner dims of e bytes.
+            for e in [1usize, 2, 4, 8] {
+                let bytes: Vec<u8> = (0..3 * 37 * 41 * 7 * e).map(|i| (i * 29 % 253) as u8).collect();
+                let host = Tensor::from_slice(&bytes, &[bytes.len()]).unwrap();
+                let gpu = host.to(dev(0)).unwrap();
+                let views = |t: &Tensor| -> Vec<(String, Tensor)> {
+                    let take = |shape: &[isize]| {
+                        let n: isize = shape.iter().product();
+                        let mut shape = shape.to_vec();
+                        shape.push(e as isize);
+                        t.slice(0, None, Some(n * e as isize), 1)
+                            .unwrap()
+                            .reshape(&shape)
+                            .unwrap()
+                    };
+                    let mut v = Vec::new();
+                    for c in [2isize, 3, 4, 7] {
+                        v.push((
+                            format!("nhwc -> nchw, {c} channels"),
+                            take(&[3, 37, 41, c]).permute(&[0, 3, 1, 2, 4]).unwrap(),
+                        ));
+                        v.push((
+                            format!("nchw -> nhwc, {c} channels"),
+                            take(&[3, c, 37, 41]).permute(&[0, 2, 3, 1, 4]).unwrap(),
+                        ));
+                    }
+                    v.push((
+                        "pairs to planes".into(),
+                        take(&[1000, 2]).permute(&[1, 0, 2]).unwrap(),
+                    ));
+                    v.push((
+                        "reversed 5-D".into(),
+                        take(&[3, 5, 8, 4, 17]).permute(&[4, 3, 2, 1, 0, 5]).unwrap(),
+                    ));
+                    v
+                };
+                for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
+                    let want = h.to_vec::<u8>().unwrap();
+                    assert_eq!(
+                        g.contiguous().unwrap().to_vec::<u8>().unwrap(),
+                        want,
+                        "e={e}: {what}"
+                    );
+                    let mut wide_shape = g.shape().to_vec();
+                    let last = wide_shape.len() - 2;
+                    wide_shape[last] *= 2;
+                    let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
+                    let every_other = wide.slice(last as isize, None, None, 2).unwrap();
+                    every_other.copy_from(&g).unwrap();
+                    assert_eq!(
+                        every_other.to_vec::<u8>().unwrap(),
+                        want,
+                        "e={e}: {what}, strided"
+                    );
+                    let skipped = wide.slice(last as isize, Some(1), None, 2).unwrap();
+                    assert!(
+                        skipped.to_vec::<u8>().unwrap().iter().all(|&b| b == 0),
+                        "{what}: untouched"
+                    );
+                }
+            }
+        }
+
+        #[test]
         fn vector_copies_of_every_element_size() {
             if !ready("vector_copies_of_every_element_size") {
                 return;
