@@ -72,13 +72,16 @@ impl Scalar {
             DType::U16 => int!(u16)?,
             DType::U32 => int!(u32)?,
             DType::U64 => int!(u64)?,
-            DType::F16 => half::f16::from_f64(f).to_ne_bytes().to_vec(),
-            DType::BF16 => half::bf16::from_f64(f).to_ne_bytes().to_vec(),
+            // Half types through float32, as torch rounds a Python float
+            // (`half`'s from_f64 drops the low 29 bits of a double's mantissa
+            // in software: 3464.0007 became bfloat16 3456, not 3472).
+            DType::F16 => half::f16::from_f32(f as f32).to_ne_bytes().to_vec(),
+            DType::BF16 => half::bf16::from_f32(f as f32).to_ne_bytes().to_vec(),
             DType::F32 => (f as f32).to_ne_bytes().to_vec(),
             DType::F64 => f.to_ne_bytes().to_vec(),
             DType::C32 => [
-                half::f16::from_f64(f).to_ne_bytes(),
-                half::f16::from_f64(imag).to_ne_bytes(),
+                half::f16::from_f32(f as f32).to_ne_bytes(),
+                half::f16::from_f32(imag as f32).to_ne_bytes(),
             ]
             .concat(),
             DType::C64 => [(f as f32).to_ne_bytes(), (imag as f32).to_ne_bytes()].concat(),
@@ -124,7 +127,8 @@ fn float8_format(dtype: DType) -> Result<(u32, u32, i32, Special)> {
     })
 }
 
-/// Encodes `v` in a float8 format (through float32, as ml_dtypes and torch do).
+/// Encodes `v` in a float8 format (through float32, as torch does, and
+/// ml_dtypes did before 0.7, which rounds a float64 directly).
 fn float8(dtype: DType, v: f64) -> Result<u8> {
     let v = f64::from(v as f32);
     if dtype == DType::F8E8M0Fnu {
@@ -333,6 +337,22 @@ mod tests {
         assert_eq!(f8(DType::F8E4M3Fn, 1.0625), 0x38);
         assert_eq!(f8(DType::F8E4M3Fn, 1.1875), 0x3a);
         assert_eq!(f8(DType::F8E8M0Fnu, 0.25), 125);
+    }
+
+    #[test]
+    fn half_types_round_above_a_tie_up_as_torch_does() {
+        // Just above the tie between bfloat16 3456 and 3472 (16 apart): up,
+        // from a double and from a float32 (torch, ml_dtypes); a true tie to even.
+        let bf16 =
+            |v: f64| half::bf16::from_ne_bytes(Scalar::Float(v).to_bytes(DType::BF16).unwrap().try_into().unwrap());
+        assert_eq!(bf16(3464.0 * (1.0 + 2f64.powi(-22))).to_f64(), 3472.0);
+        assert_eq!(bf16(f64::from(3464.000_732_421_875_f32)).to_f64(), 3472.0);
+        assert_eq!(bf16(3464.0).to_f64(), 3456.0);
+        assert_eq!(bf16(3480.0).to_f64(), 3488.0);
+        // float16 near 2049 (ties between 2048 and 2050).
+        let f16 = |v: f64| half::f16::from_ne_bytes(Scalar::Float(v).to_bytes(DType::F16).unwrap().try_into().unwrap());
+        assert_eq!(f16(2049.0 * (1.0 + 2f64.powi(-20))).to_f64(), 2050.0);
+        assert_eq!(f16(2049.0).to_f64(), 2048.0);
     }
 
     #[test]

@@ -106,6 +106,8 @@ class Tensor:
     def __complex__(self) -> complex: ...
     def __repr__(self) -> str:
         """The values as torch prints them: tensor([...], device='cuda:0', dtype=float16)."""
+    def item(self) -> bool | int | float | complex:
+        """The one element as a Python scalar (ValueError unless the tensor has exactly one)."""
     def tolist(self) -> Any:
         """Nested lists of bool / int / float / complex (a scalar for a 0-d tensor)."""
     def cpu(self) -> Tensor:

@@ -88,18 +88,11 @@ fn filled_bytes(py: Python<'_>, shape: ShapeArg, bytes: &[u8], dtype: DType, dev
 /// `zeros(shape, dtype="float32", device="cpu")`.
 fn zeros(py: Python<'_>, shape: ShapeArg, dtype: Option<DTypeArg>, device: Option<DeviceArg>) -> PyResult<PyTensor> {
     let dtype = dtype.map_or(DType::F32, |d| d.0);
-    // No Python object to convert, and no allocation where zero is zero bytes
-    // (float8_e8m0fnu has no zero: it rounds zero as it rounds any value).
+    // Zero bytes, converting no Python object: every dtype's zero, and for
+    // float8_e8m0fnu (no zero) its smallest value 2^-127, as numpy.zeros and
+    // torch.zeros give (`full(0)` rounds 0 as ml_dtypes does instead: NaN).
     const ZERO: [u8; 16] = [0; 16];
-    let rounded;
-    let bytes = match ZERO.get(..dtype.size()) {
-        Some(zero) if dtype != DType::F8E8M0Fnu => zero,
-        _ => {
-            rounded = crate::scalar::Scalar::Int(0).to_bytes(dtype).map_err(to_py)?;
-            &rounded[..]
-        }
-    };
-    filled_bytes(py, shape, bytes, dtype, device.unwrap_or_default())
+    filled_bytes(py, shape, &ZERO[..dtype.size()], dtype, device.unwrap_or_default())
 }
 
 /// `ones(shape, dtype="float32", device="cpu")`.

@@ -235,6 +235,12 @@ impl PyTensor {
         Ok(py.get_type::<pyo3::types::PyInt>().call1((v,))?.unbind())
     }
 
+    /// The one element as a Python bool, int, float or complex (ValueError for
+    /// another count, as NumPy's `item()`); what `fill_`/`full` take from a 0-d tensor.
+    fn item(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.one_value(py, "item() of a tensor with", PyValueError::new_err)
+    }
+
     /// `float()` of the one element (TypeError for a complex one, as Python's `float`).
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
         let v = self.one_value(py, "float() of a tensor with", PyTypeError::new_err)?;

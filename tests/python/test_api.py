@@ -113,17 +113,22 @@ def test_empty_every_dtype(dtype):
     assert t.data_ptr != 0
 
 
-@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d != "float8_e8m0fnu"])  # e8m0 has no zero
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_zeros_every_dtype(dtype):
+    # Zero bytes, also for float8_e8m0fnu (no zero: 2^-127), as numpy.zeros and torch.zeros.
     t = devtensor.zeros((3, 5), dtype=dtype)
     assert t.dtype == dtype
     assert raw(t) == bytes(15 * ITEMSIZE[dtype])
+    if dtype == "float8_e8m0fnu":
+        torch = pytest.importorskip("torch")
+        want = bytes(torch.zeros(15, dtype=torch.float8_e8m0fnu).view(torch.uint8).tolist())
+        assert raw(t) == want
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES)
+@pytest.mark.parametrize("dtype", [d for d in ALL_DTYPES if d != "float8_e8m0fnu"])
 def test_zeros_holds_what_full_with_zero_holds(dtype):
-    # zeros() converts no Python object; it must still round 0 as full() does
-    # (float8_e8m0fnu has no zero).
+    # zeros() converts no Python object; it must still hold what full(0) rounds 0 to
+    # (not float8_e8m0fnu, whose full(0) is ml_dtypes' NaN, its zeros torch's 2^-127).
     assert raw(devtensor.zeros(4, dtype=dtype)) == raw(devtensor.full(4, 0, dtype=dtype))
 
 
@@ -136,7 +141,7 @@ def test_large_zeros_read_as_zeros_where_a_freed_block_held_data(dtype):
         t = devtensor.full(n, 1, dtype=dtype)
         del t
         z = devtensor.zeros(n, dtype=dtype)
-        assert raw(z) == raw(devtensor.zeros(1, dtype=dtype)) * n  # e8m0 has no zero: not all zero bytes
+        assert raw(z) == bytes(n * ITEMSIZE[dtype])
         z.fill_(1)  # and writable, as any tensor
         assert raw(z[-1:]) == ONE_BYTES[dtype]
 

@@ -163,6 +163,27 @@ def test_0d_torch_tensors_are_fill_values():
         t.fill_(torch.tensor([1.0]))
 
 
+def test_0d_devtensor_tensors_are_fill_values_through_item():
+    # Their own tensors as torch's: the value they hold (item()), its kind and every bit.
+    big = devtensor.full((), 2**62 + 1, dtype="int64")
+    assert big.item() == 2**62 + 1 and type(big.item()) is int
+    assert devtensor.zeros(1, dtype="int64").fill_(big).tolist() == [2**62 + 1]
+    assert devtensor.full(2, big).dtype == "int64"
+    top = devtensor.full((), 2**64 - 1, dtype="uint64")
+    assert devtensor.zeros(1, dtype="uint64").fill_(top).tolist() == [2**64 - 1]
+    assert devtensor.full(2, devtensor.full((), True, dtype="bool")).dtype == "bool"
+    c = devtensor.full((), 1 - 2j, dtype="complex64")
+    assert devtensor.full(2, c).tolist() == [1 - 2j] * 2
+    with pytest.raises(TypeError, match="complex"):
+        devtensor.zeros(1).fill_(c)
+    # item() needs exactly one element, as NumPy's.
+    assert devtensor.ones((1, 1)).item() == 1.0
+    with pytest.raises(ValueError, match="2 elements"):
+        devtensor.ones(2).item()
+    with pytest.raises(ValueError, match="dimensions"):
+        devtensor.full(2, devtensor.ones(1))
+
+
 def test_arrays_with_dimensions_are_not_fill_values():
     with pytest.raises(ValueError, match="dimensions"):
         devtensor.zeros(3).fill_(np.array([1.0]))
@@ -201,6 +222,11 @@ def _dense_sample(np_type):
 
 @pytest.mark.parametrize("name", FLOAT8_NAMES)
 def test_every_float8_encoding_matches_ml_dtypes_densely(name):
+    # A Python float is rounded through float32, as torch does (c10's float8 types
+    # are built from a float) and ml_dtypes did for float64 before 0.7, which rounds
+    # it directly: the reference is ml_dtypes' rounding of the float32, the same in
+    # every version. Except e8m0 of float32 subnormals, where ml_dtypes 0.7 rounds
+    # 0x400001 to 2^-127 and 0.6 as torch's conversion (2^-126): there, torch's.
     ml_dtypes = pytest.importorskip("ml_dtypes")
     np_type = getattr(ml_dtypes, name, None)
     if np_type is None:
@@ -210,7 +236,12 @@ def test_every_float8_encoding_matches_ml_dtypes_densely(name):
     assert len(sample) > 5000
     for v in sample:
         with np.errstate(all="ignore"):
-            want = int(np.array(v, dtype=np.float64).astype(np_type).view(np.uint8))
+            f = np.array(v, dtype=np.float64).astype(np.float32)
+            if name == "float8_e8m0fnu" and 0 < f < np.finfo(np.float32).tiny:
+                torch = pytest.importorskip("torch")
+                want = int(torch.tensor(f).to(torch.float8_e8m0fnu).view(torch.uint8))
+            else:
+                want = int(f.astype(np_type).view(np.uint8))
         want_nan = bool(np.isnan(np.array(want, dtype=np.uint8).view(np_type).astype(np.float64)))
         got = raw(devtensor.full((), float(v), dtype=name))[0]
         got_nan = bool(np.isnan(np.array(got, dtype=np.uint8).view(np_type).astype(np.float64)))
@@ -218,6 +249,41 @@ def test_every_float8_encoding_matches_ml_dtypes_densely(name):
             continue
         mismatches.append((float(v), hex(got), hex(want)))
     assert not mismatches, f"{len(mismatches)} of {len(sample)} differ, e.g. (value, ours, ml_dtypes): {mismatches[:8]}"
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16"])
+def test_half_types_round_python_floats_as_torch_does(name):
+    # torch rounds a Python float to a half type through float32; so must we, on every
+    # platform (half's software from_f64 ignored a double's low mantissa bits: values
+    # just above a tie went to even). Ties of the format nudged by float32 and float64
+    # ulps, and log-uniform random values.
+    torch = pytest.importorskip("torch")
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    np_type = ml_dtypes.bfloat16 if name == "bfloat16" else np.float16
+    rng = np.random.default_rng(23)
+    top = 0x7F7F if name == "bfloat16" else 0x7BFF
+    codes = rng.integers(1, top, 1500).astype(np.uint16)
+    lo = codes.view(np_type).astype(np.float64)
+    hi = (codes + 1).view(np_type).astype(np.float64)
+    mid = (lo + hi) / 2
+    mid32 = mid.astype(np.float32)
+    near = [
+        np.nextafter(mid32, np.float32(np.inf)).astype(np.float64),
+        np.nextafter(mid32, np.float32(0)).astype(np.float64),
+        mid * (1 + 2.0**-40),
+        mid * (1 - 2.0**-40),
+    ]
+    rand = 2.0 ** rng.uniform(-20, 20, 1000)
+    sample = np.concatenate([mid, *near, rand])
+    sample = np.concatenate([sample, -sample])
+    bits = lambda t: int.from_bytes(raw(t), "little")  # noqa: E731
+    mismatches = []
+    for v in sample.tolist():
+        want = int(torch.full((1,), v, dtype=getattr(torch, name)).view(torch.int16)[0]) & 0xFFFF
+        got = bits(devtensor.full((1,), v, dtype=name))
+        if got != want:
+            mismatches.append((v, hex(got), hex(want)))
+    assert not mismatches, f"{len(mismatches)} of {len(sample)} differ, e.g. (value, ours, torch): {mismatches[:8]}"
 
 
 # --------------------------------------------------------------------------------------
