@@ -204,9 +204,11 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
         return Err(PyValueError::new_err(format!("negative dimension {s} in shape")));
     }
     let dtype = parse_typestr(&need("typestr")?.extract::<String>()?)?;
-    let (ptr, read_only): (usize, bool) = need("data")?
-        .extract()
+    // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
+    let (ptr, read_only) = need("data")?
+        .extract::<(usize, Bound<'_, PyAny>)>()
         .map_err(|_| PyTypeError::new_err("'data' must be a (pointer, read_only) tuple"))?;
+    let read_only = read_only.is_truthy()?;
     let elem = dtype.size() as i64;
     let strides: Vec<i64> = match get("strides")? {
         None => crate::layout::contiguous_strides(&shape.iter().map(|&s| s as usize).collect::<Vec<_>>())

@@ -40,10 +40,14 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     }
     // 1. The producer type's C exchange API (torch ≥ 2.10 has one): no Python call.
     //    Only for host memory: the no-sync entry point leaves stream ordering to us.
+    //    Not for a torch tensor that requires grad: torch's `__dlpack__` refuses
+    //    it (BufferError), its exchange API does not, and a write through our
+    //    view would go unseen by autograd.
     if device.is_none()
         && copy.is_none()
         && let Some(api) = exchange::lookup(x)
         && let Some(get) = api.managed_tensor_from_py_object_no_sync
+        && !requires_grad(x)?
     {
         let mut out = std::ptr::null_mut();
         // SAFETY: the GIL is held and `x` is alive; the function fills `out` with
@@ -59,13 +63,10 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
                 return Ok(t);
             }
         } else {
-            let err = PyErr::take(py);
-            // tvm-ffi's rule: BufferError means "try the Python protocol".
-            if let Some(e) = err
-                && !e.is_instance_of::<PyBufferError>(py)
-            {
-                return Err(e);
-            }
+            // Whatever the error (torch raises RuntimeError for a sparse or meta
+            // tensor), the Python protocol below gives the producer's answer as
+            // `__dlpack__` words it: the array API's BufferError where it cannot export.
+            drop(PyErr::take(py));
         }
     }
     // 2. `__dlpack__(max_version=(1, 3), dl_device=..., copy=...)`; 3. on TypeError,
@@ -167,8 +168,8 @@ fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
 /// negated on read (`is_conj()` / `is_neg()`): DLPack cannot describe that, and
 /// torch exports such views anyway (its C exchange API ignores both bits, its
 /// `__dlpack__` the negative one), so the bytes would be silently wrong. Only
-/// complex tensors can be conjugate views and only floating ones negative
-/// views, so other dtypes cost nothing. `t` drops (its deleter runs).
+/// complex tensors can be conjugate views and only complex and floating ones
+/// negative views, so other dtypes cost nothing. `t` drops (its deleter runs).
 pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
     if lazy_view_bit(x, t)? {
         return Err(PyBufferError::new_err(
@@ -180,18 +181,23 @@ pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()
 }
 
 fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
-    let method = if t.dtype().is_complex() {
-        pyo3::intern!(x.py(), "is_conj")
-    } else if t.dtype().is_floating_point() {
-        pyo3::intern!(x.py(), "is_neg")
-    } else {
-        return Ok(false);
-    };
+    let (complex, floating) = (t.dtype().is_complex(), t.dtype().is_floating_point());
     // Subclasses too: torch's exchange API and `__dlpack__` serve them through the MRO.
+    if !(complex || floating) || !is_torch_tensor(x) {
+        return Ok(false);
+    }
+    let py = x.py();
+    // A complex view may carry either bit (`torch._neg_view` of one the negative).
+    Ok((complex && x.call_method0(pyo3::intern!(py, "is_conj"))?.is_truthy()?)
+        || x.call_method0(pyo3::intern!(py, "is_neg"))?.is_truthy()?)
+}
+
+/// Whether `x` is a torch tensor that requires grad (cheap for everyone else).
+fn requires_grad(x: &Bound<'_, PyAny>) -> PyResult<bool> {
     if !is_torch_tensor(x) {
         return Ok(false);
     }
-    x.call_method0(method)?.is_truthy()
+    x.getattr(pyo3::intern!(x.py(), "requires_grad"))?.is_truthy()
 }
 
 /// Whether `type(x)` is `torch.Tensor` or a subclass of it (`nn.Parameter`, a

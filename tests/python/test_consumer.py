@@ -385,6 +385,16 @@ def test_producer_attribute_errors_propagate(attr):
     np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(Absent())), a)
 
 
+def test_array_interface_read_only_flag_may_be_an_int():
+    # NumPy reads the flag's truth: (ptr, 1) / (ptr, 0) as producers write it.
+    a = np.arange(4.0)
+    for flag, read_only in [(1, True), (0, False), (True, True)]:
+        ai = dict(a.__array_interface__, data=(a.ctypes.data, flag))
+        t = devtensor.from_dlpack(type("P", (), {"__array_interface__": ai, "keep": a})())
+        assert t.read_only is read_only and t.data_ptr == a.ctypes.data
+        np.testing.assert_array_equal(np.from_dlpack(t), a)
+
+
 def test_a_producer_dlpack_device_error_propagates():
     # Optional for old producers (no __dlpack_device__ still imports), but an
     # error of its own reaches the caller, as torch's from_dlpack lets it.

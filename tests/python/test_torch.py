@@ -352,6 +352,51 @@ def test_lazy_views_of_tensor_subclasses_are_refused(kind, wrap):
     np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(r)), r.detach().numpy())
 
 
+def test_negative_view_of_a_complex_tensor_is_refused():
+    # Complex tensors carry the negative bit too (torch._neg_view): the sign would be lost.
+    x = torch._neg_view(torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64))
+    assert x.is_neg() and not x.is_conj()
+    for kwargs in ({}, {"copy": False}):
+        with pytest.raises(BufferError):
+            devtensor.from_dlpack(x, **kwargs)
+    np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(x.resolve_neg())), [-1 - 2j, -3 + 4j])
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"copy": False}, {"device": "cpu"}])
+def test_tensors_that_require_grad_are_refused_on_every_path(kwargs):
+    # torch's exchange API exports them, its __dlpack__ does not: a write through our
+    # view would go unseen by autograd (x.exp()'s saved result zeroed: a grad of 0).
+    x = torch.ones(3, requires_grad=True)
+    z = x.exp()
+    with pytest.raises(BufferError, match="gradient"):
+        devtensor.from_dlpack(z, **kwargs)
+    with pytest.raises(BufferError):
+        devtensor.zeros(3).copy_(z)
+    t = devtensor.from_dlpack(z.detach(), **kwargs)
+    np.testing.assert_allclose(np.from_dlpack(t), np.e, rtol=1e-6)
+    z.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.e, rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make, error",
+    [
+        (lambda: torch.eye(3).to_sparse(), BufferError),
+        (lambda: torch.eye(3).to_sparse_csr(), BufferError),
+        # torch's __dlpack_device__ refuses it first: "Unknown device type meta".
+        (lambda: torch.empty(3, device="meta"), ValueError),
+    ],
+)
+def test_tensors_dlpack_cannot_describe_raise_what_their_dlpack_raises(make, error):
+    # The exchange API's own error (RuntimeError with a C++ trace) is not passed on:
+    # the import falls back to the Python protocol, whose error is torch's word, as
+    # with copy=False (which never takes the exchange API).
+    x = make()
+    for kwargs in ({}, {"copy": False}):
+        with pytest.raises(error):
+            devtensor.from_dlpack(x, **kwargs)
+
+
 def test_torch_empty_with_devtensor_dtype_names():
     # Names line up with torch's.
     for name, dt in TORCH_DTYPES.items():
