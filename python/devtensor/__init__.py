@@ -8,6 +8,7 @@
 
 from ._devtensor import (
     DLPACK_VERSION,
+    AxisError,
     EnvAlloc,
     Event,
     ExternalStream,
@@ -37,6 +38,7 @@ from ._devtensor import (
 
 __all__ = [
     "DLPACK_VERSION",
+    "AxisError",
     "EnvAlloc",
     "Event",
     "ExternalStream",

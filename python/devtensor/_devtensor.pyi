@@ -33,6 +33,7 @@ _Index = Union[_IndexItem, tuple[_IndexItem, ...]]
 __all__ = [
     "__version__",
     "DLPACK_VERSION",
+    "AxisError",
     "Tensor",
     "empty",
     "zeros",
@@ -67,6 +68,9 @@ __all__ = [
 __version__: str
 # The DLPack (major, minor) version this build speaks.
 DLPACK_VERSION: tuple[int, int]
+
+class AxisError(ValueError, IndexError):
+    """A dimension out of range: both a ValueError and an IndexError, as NumPy's AxisError."""
 
 @final
 class Tensor:

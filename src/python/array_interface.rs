@@ -46,6 +46,26 @@ fn with_order(kind: char, size: usize) -> String {
     format!("{order}{kind}{size}")
 }
 
+/// The devtensor dtype `obj.dtype.name` names when `raw` is a type string
+/// of its size NumPy has no kind for: raw bytes (`"<V2"`) or a float of a
+/// size NumPy lacks (`"<f1"`), as ml_dtypes arrays describe bfloat16 and
+/// float8, which NumPy's DLPack export refuses.
+fn named_raw_dtype(obj: &Bound<'_, PyAny>, raw: &str) -> Option<DType> {
+    let size: usize = raw.get(2..)?.parse().ok()?;
+    if !matches!(raw.get(1..2), Some("V" | "f")) {
+        return None;
+    }
+    let py = obj.py();
+    let name = obj
+        .getattr(pyo3::intern!(py, "dtype"))
+        .and_then(|d| d.getattr(pyo3::intern!(py, "name")))
+        .and_then(|n| n.extract::<String>())
+        .ok()?;
+    DType::from_name(&name)
+        .ok()
+        .filter(|d| d.size() == size && typestr(*d).is_none())
+}
+
 /// The dtype a type string names (native or no byte order).
 fn parse_typestr(s: &str) -> PyResult<DType> {
     let bad = || PyBufferError::new_err(format!("unsupported typestr {s:?}"));
@@ -203,7 +223,13 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
     if let Some(s) = shape.iter().find(|&&s| s < 0) {
         return Err(PyValueError::new_err(format!("negative dimension {s} in shape")));
     }
-    let dtype = parse_typestr(&need("typestr")?.extract::<String>()?)?;
+    let typestr = need("typestr")?.extract::<String>()?;
+    let dtype = match parse_typestr(&typestr) {
+        Ok(dtype) => dtype,
+        // Raw bytes ("<V2") of a dtype NumPy has no kind for, named by the
+        // object's dtype: ml_dtypes' bfloat16 and float8 arrays.
+        Err(e) => named_raw_dtype(obj, &typestr).ok_or(e)?,
+    };
     // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
     let (ptr, read_only) = need("data")?
         .extract::<(usize, Bound<'_, PyAny>)>()

@@ -122,8 +122,8 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
     }
     // Whether the producer was given (and so honoured, or raised) `copy`.
     let mut producer_copied = true;
-    let cap = match dlpack.call((), Some(&kwargs)) {
-        Ok(cap) => cap,
+    let exported = (|| match dlpack.call((), Some(&kwargs)) {
+        Ok(cap) => Ok(cap),
         // A producer older than DLPack 1.0 (no `max_version`, `dl_device` or
         // `copy`): its legacy export, with `stream` kept (ordering does not
         // depend on the protocol's version); `finish` then moves or copies as
@@ -134,7 +134,7 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
                 legacy.set_item(pyo3::intern!(py, "stream"), stream)?;
             }
             producer_copied = false;
-            dlpack.call((), Some(&legacy))?
+            dlpack.call((), Some(&legacy))
         }
         // A producer that cannot export on `device` (NumPy for a GPU): the
         // export where its data is; `finish` copies it to `device` (our copy
@@ -148,7 +148,22 @@ pub(crate) fn from_dlpack(x: &Bound<'_, PyAny>, device: Option<Device>, copy: Op
                 kwargs.del_item(pyo3::intern!(py, "copy"))?;
                 producer_copied = false;
             }
-            dlpack.call((), Some(&kwargs))?
+            dlpack.call((), Some(&kwargs))
+        }
+        Err(e) => Err(e),
+    })();
+    let cap = match exported {
+        Ok(cap) => cap,
+        // NumPy refuses to export dtypes it has no kind for (ml_dtypes'
+        // bfloat16 and float8: BufferError); its array interface still
+        // describes them, as raw bytes the array's dtype names.
+        Err(e) if e.is_instance_of::<PyBufferError>(py) => {
+            use crate::python::array_interface::{Kind, import};
+            let Some(ai) = x.getattr_opt(pyo3::intern!(py, "__array_interface__"))? else {
+                return Err(e);
+            };
+            let t = import(x, &ai, Kind::Host).map_err(|_| e)?;
+            return finish(py, t, device, copy, false);
         }
         Err(e) => return Err(e),
     };

@@ -75,8 +75,18 @@ fn sequence_shape(ob: &Bound<'_, PyAny>) -> PyResult<Shape> {
 
 /// One dimension of a shape: a non-negative integer.
 fn dim(x: &Bound<'_, PyAny>) -> PyResult<usize> {
+    refuse_bool(x)?;
     let d = x.extract::<i64>()?;
     usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape")))
+}
+
+/// TypeError for a bool where a size or a dimension index goes (an int to
+/// Python, but `zeros(True)` is a mistake NumPy and torch refuse).
+pub(crate) fn refuse_bool(x: &Bound<'_, PyAny>) -> PyResult<()> {
+    if x.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err("a size or dimension must be an int, not a bool"));
+    }
+    Ok(())
 }
 
 /// A dtype name (`"float32"`), a numpy dtype or scalar type, Python's

@@ -273,6 +273,7 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
             crate::dlpack::ffi::DLPACK_MINOR_VERSION,
         ),
     )?;
+    m.add("AxisError", errors::axis_error(m.py())?)?;
     m.add_class::<PyTensor>()?;
     dlpack_method::install(&m.py().get_type::<PyTensor>())?;
     for def in &CONSTRUCTORS {

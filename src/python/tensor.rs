@@ -90,13 +90,18 @@ fn wrap(r: crate::Result<Tensor>) -> PyResult<PyTensor> {
 
 /// `*dims` given either as varargs or as one sequence.
 fn dims_arg(args: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
+    let one = |a: Bound<'_, PyAny>| {
+        crate::python::convert::refuse_bool(&a)?;
+        a.extract::<isize>()
+    };
     if args.len() == 1
         && let Ok(first) = args.get_item(0)
         && first.extract::<isize>().is_err()
     {
-        return first.extract(); // one sequence of dims
+        let dims: Vec<Bound<'_, PyAny>> = first.extract()?; // one sequence of dims
+        return dims.into_iter().map(one).collect();
     }
-    args.iter().map(|a| a.extract::<isize>()).collect() // ints or `__index__` objects
+    args.iter().map(one).collect() // ints or `__index__` objects
 }
 
 /// How the DLPack `stream` argument applies to this tensor's device.

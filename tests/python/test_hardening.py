@@ -184,6 +184,32 @@ def test_0d_devtensor_tensors_are_fill_values_through_item():
         devtensor.full(2, devtensor.ones(1))
 
 
+def test_dimensions_out_of_range_are_value_and_index_errors():
+    # NumPy's AxisError is both; torch raises IndexError: either handler catches ours.
+    t = devtensor.zeros((2, 3))
+    assert issubclass(devtensor.AxisError, ValueError) and issubclass(devtensor.AxisError, IndexError)
+    for call in (lambda: t.transpose(0, 2), lambda: t.permute(0, 5), lambda: t.transpose(-3, 0)):
+        with pytest.raises(devtensor.AxisError, match="out of range"):
+            call()
+        with pytest.raises(IndexError):
+            call()
+
+
+def test_bools_are_not_sizes_or_dimensions():
+    # An int to Python, a mistake to NumPy and torch (TypeError).
+    for call in (
+        lambda: devtensor.zeros(True),
+        lambda: devtensor.zeros((True, 2)),
+        lambda: devtensor.empty([2, False]),
+        lambda: devtensor.zeros((2, 3)).permute(True, False),
+        lambda: devtensor.zeros((2, 3)).reshape(True, 6),
+        lambda: devtensor.zeros((2, 3)).reshape((6, True)),
+    ):
+        with pytest.raises(TypeError, match="bool"):
+            call()
+    assert devtensor.zeros(np.int64(2)).shape == (2,)  # NumPy ints still are
+
+
 def test_arrays_with_dimensions_are_not_fill_values():
     with pytest.raises(ValueError, match="dimensions"):
         devtensor.zeros(3).fill_(np.array([1.0]))

@@ -234,6 +234,31 @@ def test_numpy_asarray_gives_ml_dtypes_types_not_raw_bytes(dtype):
     np.testing.assert_array_equal(np.array(t).astype(np.float32), np.full((2, 3), 2.0, np.float32))
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu"])
+def test_ml_dtypes_arrays_import_back_through_their_array_interface(dtype):
+    # NumPy's __dlpack__ refuses these dtypes (BufferError); their array interface
+    # describes them as raw bytes ("<V2"), which the array's dtype names.
+    kind = getattr(ml_dtypes, dtype)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4).astype(kind)
+    with pytest.raises(BufferError):
+        a.__dlpack__()
+    t = devtensor.from_dlpack(a)
+    assert t.dtype == dtype and t.shape == (3, 4) and t.data_ptr == a.ctypes.data
+    np.testing.assert_array_equal(t.tolist(), a.astype(np.float64))  # NaN == NaN here
+    v = devtensor.from_dlpack(a[::2, ::-1])  # strided views keep their strides
+    np.testing.assert_array_equal(v.tolist(), a[::2, ::-1].astype(np.float64))
+    assert devtensor.from_dlpack(a, copy=True).data_ptr != a.ctypes.data
+    a.flags.writeable = False
+    assert devtensor.from_dlpack(a).read_only
+    # And the round trip through .numpy(), into a tensor with copy_.
+    back = devtensor.empty((3, 4), dtype=dtype).copy_(devtensor.from_dlpack(a).numpy())
+    np.testing.assert_array_equal(back.tolist(), t.tolist())
+    # Raw bytes no dtype names stay refused.
+    raw = type("Raw", (), {"__array_interface__": dict(np.zeros(2, "V2").__array_interface__)})()
+    with pytest.raises(BufferError, match="typestr"):
+        devtensor.from_dlpack(raw)
+
+
 def test_read_only_tensors_give_read_only_arrays():
     a = np.arange(4.0)
     a.flags.writeable = False
