@@ -346,7 +346,8 @@ mod tests {
         let bf16 =
             |v: f64| half::bf16::from_ne_bytes(Scalar::Float(v).to_bytes(DType::BF16).unwrap().try_into().unwrap());
         assert_eq!(bf16(3464.0 * (1.0 + 2f64.powi(-22))).to_f64(), 3472.0);
-        assert_eq!(bf16(f64::from(3464.000_732_421_875_f32)).to_f64(), 3472.0);
+        let three_f32_ulps_above = 3464.0 + 3.0 * 2f64.powi(-12); // a float32 exactly
+        assert_eq!(bf16(f64::from(three_f32_ulps_above as f32)).to_f64(), 3472.0);
         assert_eq!(bf16(3464.0).to_f64(), 3456.0);
         assert_eq!(bf16(3480.0).to_f64(), 3488.0);
         // float16 near 2049 (ties between 2048 and 2050).
