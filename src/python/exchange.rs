@@ -249,7 +249,9 @@ pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI>
     let addr = match hit {
         Some(addr) => addr,
         None => {
-            let addr = read_table(&ty).map(|api| api as *const DLPackExchangeAPI as usize);
+            let addr = read_table(&ty)
+                .filter(|_| table_serves_dlpack(&ty))
+                .map(|api| api as *const DLPackExchangeAPI as usize);
             if let Ok(weak) = PyWeakrefReference::new(&ty) {
                 let evicted = {
                     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
@@ -284,6 +286,23 @@ pub(crate) fn lookup(x: &Bound<'_, PyAny>) -> Option<&'static DLPackExchangeAPI>
     // SAFETY: the address came from `read_table` for `x`'s type; the table is
     // immutable and static (the DLPack header: it lives as long as the process).
     addr.map(|a| unsafe { &*(a as *const DLPackExchangeAPI) })
+}
+
+/// Whether `ty`'s `__dlpack__` comes from the class that holds its exchange
+/// table: a subclass that overrides `__dlpack__` (to refuse an export, or to
+/// export something else) is asked through it, as NumPy asks, not around it
+/// through the table it inherits. Read once per type (the lookup caches it).
+fn table_serves_dlpack(ty: &Bound<'_, PyType>) -> bool {
+    let py = ty.py();
+    let holder = |name: &Bound<'_, pyo3::types::PyString>| -> Option<usize> {
+        ty.mro().iter().position(|c| {
+            c.getattr(pyo3::intern!(py, "__dict__"))
+                .and_then(|d| d.contains(name))
+                .unwrap_or(false)
+        })
+    };
+    let table = holder(pyo3::intern!(py, "__dlpack_c_exchange_api__"));
+    table.is_some() && table == holder(pyo3::intern!(py, "__dlpack__"))
 }
 
 pub(crate) fn read_table(ty: &Bound<'_, PyType>) -> Option<&'static DLPackExchangeAPI> {

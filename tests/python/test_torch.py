@@ -397,6 +397,41 @@ def test_tensors_dlpack_cannot_describe_raise_what_their_dlpack_raises(make, err
             devtensor.from_dlpack(x, **kwargs)
 
 
+class _Guarded(torch.Tensor):
+    """A subclass that overrides __dlpack__ to refuse exports."""
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("this tensor is not to be shared")
+
+
+def test_a_subclass_overriding_dlpack_is_asked_through_it():
+    # Not around it through the exchange table torch.Tensor holds, as NumPy asks.
+    x = torch.arange(3.0).as_subclass(_Guarded)
+    with pytest.raises(BufferError, match="not to be shared"):
+        devtensor.from_dlpack(x)
+    with pytest.raises(BufferError, match="not to be shared"):
+        np.from_dlpack(x)
+    # A subclass that does not override it still imports (zero-copy), and plain
+    # tensors still take the exchange table: torch's __dlpack__ is not called.
+    y = torch.arange(3.0).as_subclass(_Sub)
+    assert devtensor.from_dlpack(y).data_ptr == y.data_ptr()
+    if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        z = torch.arange(3.0)
+        calls = []
+        original = torch.Tensor.__dlpack__
+
+        def spy(self, *args, **kwargs):
+            calls.append(kwargs)
+            return original(self, *args, **kwargs)
+
+        torch.Tensor.__dlpack__ = spy
+        try:
+            assert devtensor.from_dlpack(z).data_ptr == z.data_ptr()
+        finally:
+            torch.Tensor.__dlpack__ = original
+        assert calls == []
+
+
 def test_torch_empty_with_devtensor_dtype_names():
     # Names line up with torch's.
     for name, dt in TORCH_DTYPES.items():
