@@ -162,7 +162,7 @@ impl From<Device> for DeviceSpec {
 
 impl FromStr for DeviceSpec {
     type Err = Error;
-    /// Parses `cpu`, `cuda[:N]`, `cuda_host`, `cuda_managed[:N]`, `rocm[:N]`,
+    /// Parses `cpu` (or `cpu:0`), `cuda[:N]`, `cuda_host`, `cuda_managed[:N]`, `rocm[:N]`,
     /// `rocm_host` (`hip` is accepted for `rocm`); no backend is asked.
     fn from_str(s: &str) -> Result<DeviceSpec> {
         let bad = || Error::UnknownDevice(s.to_owned());
@@ -172,7 +172,8 @@ impl FromStr for DeviceSpec {
         };
         let ordinal = id.unwrap_or(0);
         let device = match (kind, id) {
-            ("cpu", None) => Device::Cpu,
+            // `cpu:0` as torch writes `torch.device("cpu", 0)`; no other index.
+            ("cpu", None | Some(0)) => Device::Cpu,
             ("cuda", _) => Device::Cuda(ordinal),
             ("cuda_host", None) => Device::CudaHost,
             ("cuda_managed", _) => Device::CudaManaged(ordinal),
@@ -228,6 +229,7 @@ mod tests {
             "cuda:0".parse::<DeviceSpec>().unwrap(),
             DeviceSpec::Exact(Device::Cuda(0))
         );
+        assert_eq!("cpu:0".parse::<Device>().unwrap(), Device::Cpu);
         assert_eq!(
             "cuda_host".parse::<DeviceSpec>().unwrap(),
             DeviceSpec::Exact(Device::CudaHost)

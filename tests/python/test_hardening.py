@@ -210,6 +210,14 @@ def test_bools_are_not_sizes_or_dimensions():
     assert devtensor.zeros(np.int64(2)).shape == (2,)  # NumPy ints still are
 
 
+def test_cpu_0_is_the_cpu_as_in_torch():
+    torch = pytest.importorskip("torch")
+    for d in ("cpu:0", torch.device("cpu", 0)):
+        assert devtensor.empty(2, device=d).device == "cpu"
+    with pytest.raises(ValueError):
+        devtensor.empty(2, device="cpu:1")  # one CPU: no other index
+
+
 def test_arrays_with_dimensions_are_not_fill_values():
     with pytest.raises(ValueError, match="dimensions"):
         devtensor.zeros(3).fill_(np.array([1.0]))
