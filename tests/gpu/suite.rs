@@ -38,6 +38,25 @@ macro_rules! gpu_suite {
             Tensor::from_slice(&(0..n as u32).collect::<Vec<_>>(), &[n]).unwrap()
         }
 
+        /// Asserts that GPU view `g` copies to the bytes of its host twin
+        /// (`want`): contiguously, and into every other element of the second
+        /// innermost dim of a destination twice as wide (the others untouched).
+        fn assert_copies_as_on_the_host(g: &Tensor, want: &[u8], what: &str) {
+            assert_eq!(g.contiguous().unwrap().to_vec::<u8>().unwrap(), want, "{what}");
+            let mut wide_shape = g.shape().to_vec();
+            let d = wide_shape.len() - 2;
+            wide_shape[d] *= 2;
+            let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
+            let every_other = wide.slice(d as isize, None, None, 2).unwrap();
+            every_other.copy_from(g).unwrap();
+            assert_eq!(every_other.to_vec::<u8>().unwrap(), want, "{what}, strided");
+            let skipped = wide.slice(d as isize, Some(1), None, 2).unwrap();
+            assert!(
+                skipped.to_vec::<u8>().unwrap().iter().all(|&b| b == 0),
+                "{what}: untouched"
+            );
+        }
+
         #[test]
         fn allocates_every_memory_kind() {
             if !ready("allocates_every_memory_kind") {
@@ -164,8 +183,8 @@ macro_rules! gpu_suite {
             }
             // Views read along a stride of 2 or 3 (-3) elements, which the
             // tiled kernel pairs with the destination's rows: x[:, ::2].T,
-            // x[::-1, ::3].T, batched, and into every other column of a wider
-            // destination. Inner dims of e bytes, widened to one element.
+            // x[::-1, ::3].T, batched; each also into every other column of a
+            // wider destination. Inner dims of e bytes, widened to one element.
             for e in [1usize, 2, 4, 8] {
                 for (m, n) in [(33usize, 65usize), (64, 48), (17, 300)] {
                     let bytes: Vec<u8> = (0..2 * m * 3 * n * e).map(|i| (i * 31 % 251) as u8).collect();
@@ -195,25 +214,7 @@ macro_rules! gpu_suite {
                     };
                     for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
                         let want = h.to_vec::<u8>().unwrap();
-                        let got = g.contiguous().unwrap().to_vec::<u8>().unwrap();
-                        assert_eq!(got, want, "e={e} {m}x{n}: {what}");
-                        // Into every other column of a destination twice as wide.
-                        let mut wide_shape = g.shape().to_vec();
-                        let cols = wide_shape.len() - 2;
-                        wide_shape[cols] *= 2;
-                        let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
-                        let every_other = wide.slice(cols as isize, None, None, 2).unwrap();
-                        every_other.copy_from(&g).unwrap();
-                        assert_eq!(
-                            every_other.to_vec::<u8>().unwrap(),
-                            want,
-                            "e={e} {m}x{n}: {what}, strided"
-                        );
-                        let skipped = wide.slice(cols as isize, Some(1), None, 2).unwrap();
-                        assert!(
-                            skipped.to_vec::<u8>().unwrap().iter().all(|&b| b == 0),
-                            "{what}: untouched"
-                        );
+                        assert_copies_as_on_the_host(&g, &want, &format!("e={e} {m}x{n}: {what}"));
                     }
                 }
             }
@@ -265,27 +266,7 @@ macro_rules! gpu_suite {
                 };
                 for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
                     let want = h.to_vec::<u8>().unwrap();
-                    assert_eq!(
-                        g.contiguous().unwrap().to_vec::<u8>().unwrap(),
-                        want,
-                        "e={e}: {what}"
-                    );
-                    let mut wide_shape = g.shape().to_vec();
-                    let last = wide_shape.len() - 2;
-                    wide_shape[last] *= 2;
-                    let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
-                    let every_other = wide.slice(last as isize, None, None, 2).unwrap();
-                    every_other.copy_from(&g).unwrap();
-                    assert_eq!(
-                        every_other.to_vec::<u8>().unwrap(),
-                        want,
-                        "e={e}: {what}, strided"
-                    );
-                    let skipped = wide.slice(last as isize, Some(1), None, 2).unwrap();
-                    assert!(
-                        skipped.to_vec::<u8>().unwrap().iter().all(|&b| b == 0),
-                        "{what}: untouched"
-                    );
+                    assert_copies_as_on_the_host(&g, &want, &format!("e={e}: {what}"));
                 }
             }
         }
