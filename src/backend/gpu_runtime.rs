@@ -187,7 +187,7 @@ pub unsafe fn run_plan(rt: &dyn GpuRuntime, plan: &CopyPlan, dst: u64, src: u64,
             for piece in split_for_32bit(plan) {
                 let mut src_base = src.wrapping_add_signed(piece.src_offset as i64);
                 let mut dst_base = dst.wrapping_add_signed(piece.dst_offset as i64);
-                let mut call = copy_call(&piece, dst_base)?;
+                let mut call = copy_call(&piece, dst_base, src_base)?;
                 let mut params = [
                     (&raw mut src_base).cast::<c_void>(),
                     (&raw mut dst_base).cast(),

@@ -33,6 +33,8 @@ pub const KERNELS: &[&str] = &[
     "transpose_tiled_e2",
     "transpose_tiled_e4",
     "transpose_tiled_e8",
+    "transpose_packed_e1",
+    "transpose_packed_e2",
 ];
 
 /// Dims a kernel takes after coalescing (`DT_MAX_DIMS` in the kernel source).
@@ -93,7 +95,8 @@ pub struct StridedArgs64 {
     dst_stride: [i64; MAX_DIMS],
 }
 
-/// `TransposeArgs`: the tiled transpose over two fast dims and a batch.
+/// `TransposeArgs`: the tiled transpose over two fast dims and a batch
+/// (`transpose_tiled_eE`, `transpose_packed_eE`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct TransposeArgs {
@@ -127,7 +130,7 @@ pub enum KernelArgs {
     Strided(StridedArgs),
     /// `copy_strided64_eE`.
     Strided64(StridedArgs64),
-    /// `transpose_tiled_eE`.
+    /// `transpose_tiled_eE` and `transpose_packed_eE`.
     Transpose(TransposeArgs),
     /// `copy_vec_eE`.
     Vector(VecArgs),
@@ -361,11 +364,36 @@ fn tiled_partner(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<usize> {
     }
 }
 
+/// Whether `transpose_packed_eE` can move a dense transpose of `e`-byte
+/// elements four bytes at a time: elements of 1 or 2 bytes, both fast dims
+/// unit-stride on their side and P = 4 / e long a multiple, every other
+/// stride (the rows' and the batch dims') a multiple of P, both bases
+/// 4-byte aligned: every u32 it reads or writes is whole and aligned.
+fn packs_four_bytes(
+    e: usize,
+    df: (usize, i64, i64),
+    sf: (usize, i64, i64),
+    batch: &[(usize, i64, i64)],
+    dst: u64,
+    src: u64,
+) -> bool {
+    if !matches!(e, 1 | 2) || df.2 != 1 || sf.1 != 1 || dst % 4 != 0 || src % 4 != 0 {
+        return false;
+    }
+    let p = (4 / e) as i64;
+    let whole = |x: i64| x % p == 0;
+    whole(df.0 as i64)
+        && whole(sf.0 as i64)
+        && whole(df.1)
+        && whole(sf.2)
+        && batch.iter().all(|b| whole(b.1) && whole(b.2))
+}
+
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
 /// none: the caller issues a DMA or nothing). Its arguments are
 /// `(src, dst, args)` with `src` / `dst` the addresses of element 0 plus the
 /// plan's offsets; `dst` is that address (the vector kernel's alignment).
-pub fn copy_call(plan: &CopyPlan, dst: u64) -> Result<KernelCall> {
+pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
     let dims = unit_dims(plan);
     if dims.len() > MAX_DIMS {
         return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
@@ -382,12 +410,16 @@ pub fn copy_call(plan: &CopyPlan, dst: u64) -> Result<KernelCall> {
             .map(|(_, d)| *d)
             .collect();
         let batches: usize = batch.iter().map(|d| d.0).product();
-        let tiles_sf = sf.0.div_ceil(TILE as usize) as u32;
-        let tiles_df = df.0.div_ceil(TILE as usize) as u32;
+        let packed = packs_four_bytes(plan.elem_size, df, sf, &batch, dst, src);
+        // A packed tile is 32 u32s of elements on each side.
+        let edge = if packed { 4 / plan.elem_size } else { 1 } * TILE as usize;
+        let tiles_sf = sf.0.div_ceil(edge) as u32;
+        let tiles_df = df.0.div_ceil(edge) as u32;
         let blocks = u64::from(tiles_sf) * u64::from(tiles_df) * batches as u64;
         if blocks <= i32::MAX as u64 {
+            let kernel = if packed { "transpose_packed" } else { "transpose_tiled" };
             return Ok(KernelCall {
-                name: kernel_name("transpose_tiled", plan.elem_size)?,
+                name: kernel_name(kernel, plan.elem_size)?,
                 grid: (blocks as u32, 1, 1),
                 block: (TILE, TILE_ROWS, 1),
                 args: KernelArgs::Transpose(TransposeArgs {
@@ -578,7 +610,7 @@ mod tests {
         let pieces = split_for_32bit(&plan);
         assert!(pieces.len() <= 4, "{} pieces", pieces.len());
         for p in &pieces {
-            assert_eq!(copy_call(p, 0).unwrap().name, "transpose_tiled_e4");
+            assert_eq!(copy_call(p, 0, 0).unwrap().name, "transpose_tiled_e4");
         }
     }
 
@@ -604,16 +636,44 @@ mod tests {
     #[test]
     fn transposes_pick_the_tiled_kernel_with_whole_tiles() {
         // dst [300, 200] contiguous, src its transpose: 10 x 7 tiles of 32.
-        let c = copy_call(&plan(&[300, 200], &[200, 1], &[1, 300], 4), 0).unwrap();
+        let c = copy_call(&plan(&[300, 200], &[200, 1], &[1, 300], 4), 0, 0).unwrap();
         assert_eq!(c.name, "transpose_tiled_e4");
         assert_eq!(c.block, (32, 8, 1));
         assert_eq!(c.grid.0, 7 * 10);
     }
 
     #[test]
+    fn byte_and_half_transposes_pack_four_bytes_where_every_u32_is_whole() {
+        // u8 [256, 128] from its transpose: tiles of 128 x 128 bytes.
+        let p = plan(&[256, 128], &[128, 1], &[1, 256], 1);
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!((c.name, c.block, c.grid.0), ("transpose_packed_e1", (32, 8, 1), 2));
+        // u16, batched: tiles of 64 x 64 elements.
+        let p = plan(&[3, 128, 192], &[192 * 128, 192, 1], &[192 * 128, 1, 128], 2);
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!((c.name, c.grid.0), ("transpose_packed_e2", 3 * 2 * 3));
+        // Element by element: a base off 4 bytes, an extent or a row stride
+        // not a multiple of 4 / e, a strided source, wider elements.
+        let p = plan(&[256, 128], &[128, 1], &[1, 256], 1);
+        assert_eq!(copy_call(&p, 0, 2).unwrap().name, "transpose_tiled_e1");
+        assert_eq!(copy_call(&p, 8, 0).unwrap().name, "transpose_packed_e1");
+        assert_eq!(copy_call(&p, 6, 0).unwrap().name, "transpose_tiled_e1");
+        let p = plan(&[255, 128], &[128, 1], &[1, 255], 1);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_tiled_e1");
+        let p = plan(&[256, 126], &[126, 1], &[1, 256], 2);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_packed_e2");
+        let p = plan(&[256, 127], &[127, 1], &[1, 256], 2);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_tiled_e2");
+        let p = plan(&[256, 128], &[128, 1], &[2, 512], 1);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_tiled_e1");
+        let p = plan(&[256, 128], &[128, 1], &[1, 256], 4);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_tiled_e4");
+    }
+
+    #[test]
     fn transposes_of_strided_views_pick_the_tiled_kernel_on_their_dense_pair() {
         // x[:, ::2].T of a 256 x 512 f32 matrix: read along the stride-2 dim.
-        let c = copy_call(&plan(&[256, 256], &[256, 1], &[2, 512], 4), 0).unwrap();
+        let c = copy_call(&plan(&[256, 256], &[256, 1], &[2, 512], 4), 0, 0).unwrap();
         assert_eq!(c.name, "transpose_tiled_e4");
         let KernelArgs::Transpose(a) = c.args else {
             panic!("{c:?}")
@@ -623,18 +683,18 @@ mod tests {
         assert_eq!((a.tiles_sf, a.tiles_df, a.batch.numel), (8, 8, 1));
         // The real parts of a complex128 matrix transposed, batched; one
         // channel of u8 pixels transposed (3 bytes apart along the rows).
-        let c = copy_call(&plan(&[4, 64, 64], &[4096, 64, 1], &[16384, 2, 256], 8), 0).unwrap();
+        let c = copy_call(&plan(&[4, 64, 64], &[4096, 64, 1], &[16384, 2, 256], 8), 0, 0).unwrap();
         assert_eq!(c.name, "transpose_tiled_e8");
         let KernelArgs::Transpose(a) = c.args else {
             panic!("{c:?}")
         };
         assert_eq!((a.src_stride_sf, a.batch.numel), (2, 4));
-        let c = copy_call(&plan(&[1920, 1080], &[1080, 1], &[3, 5760], 1), 0).unwrap();
+        let c = copy_call(&plan(&[1920, 1080], &[1080, 1], &[3, 5760], 1), 0, 0).unwrap();
         assert_eq!(c.name, "transpose_tiled_e1");
         // Reads that already share sectors along the destination's rows, a
         // source dense along no other dim, or a partner too short to tile: not tiled.
         for (shape, src) in [([64, 256], [256, 2]), ([64, 256], [1024, 512]), ([8, 256], [1, 8])] {
-            let c = copy_call(&plan(&shape, &[256, 1], &src, 4), 0).unwrap();
+            let c = copy_call(&plan(&shape, &[256, 1], &src, 4), 0, 0).unwrap();
             assert_ne!(c.name, "transpose_tiled_e4", "{shape:?} {src:?}");
         }
     }
@@ -642,7 +702,7 @@ mod tests {
     #[test]
     fn gathers_pick_the_strided_kernel_and_cover_every_element() {
         // A destination 2 bytes past a 16-byte boundary: no vectors.
-        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 2).unwrap();
+        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 2, 0).unwrap();
         assert_eq!(c.name, "copy_strided_e2");
         let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(ILP);
         assert!(threads >= 1000);
@@ -651,7 +711,7 @@ mod tests {
     #[test]
     fn unit_stride_destination_runs_pick_the_vector_kernel() {
         // Rows of 1000 u16 (125 vectors of 8) read with stride 3.
-        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 64).unwrap();
+        let c = copy_call(&plan(&[1000], &[1], &[3], 2), 64, 0).unwrap();
         assert_eq!(c.name, "copy_vec_e2");
         let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
         assert_eq!((a.inner.div, a.src_inner, a.src_outer, a.rows.numel), (1000, 3, 0, 125));
@@ -659,9 +719,9 @@ mod tests {
         let threads = u64::from(c.grid.0) * u64::from(c.block.0) * u64::from(VEC_ILP);
         assert!(threads >= 125);
         // Broadcast columns (source stride 0) and flips (-1) of f32 rows.
-        let c = copy_call(&plan(&[64, 256], &[256, 1], &[1, 0], 4), 0).unwrap();
+        let c = copy_call(&plan(&[64, 256], &[256, 1], &[1, 0], 4), 0, 0).unwrap();
         assert_eq!(c.name, "copy_vec_e4");
-        let c = copy_call(&plan(&[64, 256], &[256, 1], &[256, -1], 4), 0).unwrap();
+        let c = copy_call(&plan(&[64, 256], &[256, 1], &[256, -1], 4), 0, 0).unwrap();
         assert_eq!(c.name, "copy_vec_e4");
         // NCHW -> NHWC with 3 channels: the run is the pixels' channels, the
         // inner index wrapping every 3 elements.
@@ -672,7 +732,7 @@ mod tests {
             &[(ch * hw) as isize, 1, hw as isize],
             1,
         );
-        let c = copy_call(&p, 0).unwrap();
+        let c = copy_call(&p, 0, 0).unwrap();
         assert_eq!(c.name, "copy_vec_e1");
         let KernelArgs::Vector(a) = c.args else { panic!("{c:?}") };
         assert_eq!(
@@ -687,11 +747,11 @@ mod tests {
             &[(hw * ch) as isize, 1, ch as isize],
             4,
         );
-        assert_eq!(copy_call(&p, 0).unwrap().name, "copy_vec_e4");
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "copy_vec_e4");
         // RGB pixels transposed: the run would take a byte from another
         // source row each (6 KiB apart), so it is not joined.
         let p = plan(&[64, 32, 3], &[96, 3, 1], &[3, 192, 1], 1);
-        assert_eq!(copy_call(&p, 0).unwrap().name, "copy_strided_e1");
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "copy_strided_e1");
         // Not a whole number of vectors a run, rows not 16-byte aligned, or a
         // destination not aligned: element by element.
         for (shape, dst, dst_at) in [
@@ -699,7 +759,7 @@ mod tests {
             ([64, 256], [258, 1], 0),
             ([64, 256], [256, 1], 4),
         ] {
-            let c = copy_call(&plan(&shape, &dst, &[1, 0], 4), dst_at).unwrap();
+            let c = copy_call(&plan(&shape, &dst, &[1, 0], 4), dst_at, 0).unwrap();
             assert_eq!(c.name, "copy_strided_e4", "{shape:?} {dst:?} at {dst_at}");
         }
     }
