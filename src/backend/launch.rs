@@ -377,7 +377,7 @@ fn packs_four_bytes(
     dst: u64,
     src: u64,
 ) -> bool {
-    if !matches!(e, 1 | 2) || df.2 != 1 || sf.1 != 1 || dst % 4 != 0 || src % 4 != 0 {
+    if !matches!(e, 1 | 2) || df.2 != 1 || sf.1 != 1 || !dst.is_multiple_of(4) || !src.is_multiple_of(4) {
         return false;
     }
     let p = (4 / e) as i64;
