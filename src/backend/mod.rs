@@ -133,7 +133,7 @@ pub use cpu::cpu_status;
 
 /// The ordinal of `backend`'s GPU current on the calling thread, what a device
 /// named without an index (`"cuda"`, `"rocm"`) means. CUDA: the device of the
-/// current context, else a GPU devtensor already uses (the lowest), else 0;
+/// current context, else the first GPU devtensor used, else 0;
 /// ROCm: `hipGetDevice`. Never makes a context: asking retains nothing.
 pub fn current_ordinal(backend: Backend) -> Result<u32> {
     for_backend(backend).current_ordinal()

@@ -7,6 +7,7 @@ use pyo3::types::{PyBool, PyCapsule, PyDict, PyTuple, PyType};
 
 use crate::backend::BoundDevice;
 use crate::device::Device;
+use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi as dl;
 use crate::python::errors::to_py;
 use crate::python::{capsule, exchange};
@@ -310,6 +311,17 @@ fn finish(
     if let Some(d) = device
         && d != t.device()
     {
+        // Pinned or managed memory asked for on the CPU: the host reads it in
+        // place, as `__dlpack__(dl_device=(kDLCPU, 0))` of our tensors gives it
+        // (a capsule of one came here as cuda_host / cuda_managed).
+        if d == Device::Cpu && t.device().is_host_accessible() && copy != Some(true) {
+            let host = t.to_dlpack_versioned(ExportOptions {
+                as_host: true,
+                ..ExportOptions::default()
+            });
+            // SAFETY: an owned export of a live tensor, consumed once.
+            return unsafe { crate::dlpack::from_dlpack_versioned(host.into_raw()) }.map_err(to_py);
+        }
         if copy == Some(false) {
             return Err(PyBufferError::new_err(format!(
                 "moving {} to {d} needs a copy, but copy=False",

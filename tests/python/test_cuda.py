@@ -7,6 +7,8 @@ device they skip visibly.
 
 import ctypes
 import gc
+import subprocess
+import sys
 
 import pytest
 
@@ -189,6 +191,25 @@ def _two_gpus():
         pytest.skip(f"SKIP: needs two CUDA devices, found {devtensor.device_count()}")
 
 
+def test_cuda_without_an_index_keeps_meaning_the_first_gpu_used_after_asking_about_another():
+    # No context current: "cuda" is the GPU this process worked on first (so a
+    # process on GPU 1 never makes a context on GPU 0 for it); a query about
+    # GPU 0, which retains its context, must not move it. A fresh interpreter.
+    _two_gpus()
+    code = """
+import devtensor as dt
+dt.zeros(4, device="cuda:1")
+before = (dt.current_device(), dt.empty(1, device="cuda").device)
+dt.memory_stats("cuda:0")
+dt.synchronize(0)
+after = (dt.current_device(), dt.empty(1, device="cuda").device)
+print(before, after)
+assert before == after == (1, "cuda:1"), (before, after)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 class _RefusesDevice:
     """A producer that exports only where its data is, refusing `dl_device` with `error`
     (NumPy raises BufferError for a GPU)."""
@@ -238,6 +259,23 @@ def test_from_dlpack_to_another_device_copies_as_the_array_api_asks(source, devi
     x = src if how == "tensor" else src.__dlpack__(max_version=(1, 3))
     with pytest.raises(BufferError, match="copy=False"):
         devtensor.from_dlpack(x, device=device, copy=False)
+
+
+@pytest.mark.parametrize("kind", ["cuda_host", "cuda_managed"])
+@pytest.mark.parametrize("how", ["tensor", "capsule"])
+def test_host_readable_memory_imports_to_the_cpu_in_place(kind, how):
+    # The array API's copy=None "must reuse the existing memory buffer if possible":
+    # the host reads pinned and managed memory in place, from a tensor or a capsule.
+    want = np.arange(6, dtype=np.float32)
+    src = devtensor.from_dlpack(want).to(kind)
+    make = (lambda: src) if how == "tensor" else (lambda: src.__dlpack__(max_version=(1, 3)))
+    for copy in (None, False):
+        t = devtensor.from_dlpack(make(), device="cpu", copy=copy)
+        assert t.device == "cpu" and t.data_ptr == src.data_ptr, (copy, t.device)
+        np.testing.assert_array_equal(np.from_dlpack(t), want)
+    c = devtensor.from_dlpack(make(), device="cpu", copy=True)
+    assert c.device == "cpu" and c.data_ptr != src.data_ptr
+    np.testing.assert_array_equal(np.from_dlpack(c), want)
 
 
 class _Legacy:

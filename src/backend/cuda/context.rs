@@ -110,14 +110,19 @@ pub fn used_gpus() -> Vec<&'static Gpu> {
 
 /// What a device named without an index means, and the GPU whose context
 /// allocates portable pinned memory when none is current: the device of the
-/// calling thread's current context, else the lowest GPU devtensor already
-/// uses, else 0. Retains nothing.
+/// calling thread's current context, else the first GPU devtensor used in
+/// this process, else 0. Retains nothing. The first, not the lowest: a
+/// process that works on GPU 1 keeps meaning GPU 1 by "cuda" after merely
+/// asking about GPU 0 (`memory_stats("cuda:0")` retains its context).
 pub fn current_or_used() -> Result<u32> {
     if let Some(i) = current_device()? {
         return Ok(i);
     }
-    Ok(used_gpus().first().map_or(0, |g| g.ordinal))
+    Ok(FIRST_USED.get().copied().unwrap_or(0))
 }
+
+/// The ordinal of the first GPU whose primary context devtensor retained.
+static FIRST_USED: OnceLock<u32> = OnceLock::new();
 
 fn lock_gpus() -> std::sync::MutexGuard<'static, HashMap<u32, &'static Gpu>> {
     static GPUS: OnceLock<Mutex<HashMap<u32, &'static Gpu>>> = OnceLock::new();
@@ -239,6 +244,7 @@ pub fn device(ordinal: u32) -> Result<&'static Gpu> {
         max_pitch: usize::try_from(max_pitch).unwrap_or(0),
     }));
     gpus.insert(ordinal, gpu);
+    FIRST_USED.get_or_init(|| ordinal);
     Ok(gpu)
 }
 
