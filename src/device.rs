@@ -167,7 +167,16 @@ impl FromStr for DeviceSpec {
     fn from_str(s: &str) -> Result<DeviceSpec> {
         let bad = || Error::UnknownDevice(s.to_owned());
         let (kind, id) = match s.split_once(':') {
-            Some((k, n)) => (k, Some(n.parse::<u32>().map_err(|_| bad())?)),
+            // An index DLPack's int32 device_id can carry.
+            Some((k, n)) => (
+                k,
+                Some(
+                    n.parse::<u32>()
+                        .ok()
+                        .filter(|&i| i <= i32::MAX as u32)
+                        .ok_or_else(bad)?,
+                ),
+            ),
             None => (s, None),
         };
         let ordinal = id.unwrap_or(0);
@@ -245,7 +254,15 @@ mod tests {
 
     #[test]
     fn bad_devices_are_errors() {
-        for s in ["gpu", "cuda:x", "cpu:1", "cuda:-1", ""] {
+        for s in [
+            "gpu",
+            "cuda:x",
+            "cpu:1",
+            "cuda:-1",
+            "",
+            "cuda:2147483648",
+            "rocm:4294967295",
+        ] {
             assert!(matches!(s.parse::<Device>(), Err(Error::UnknownDevice(_))), "{s}");
         }
         let vulkan = DLDevice {

@@ -209,9 +209,13 @@ pub fn infer_shape(requested: &[isize], numel: usize) -> Result<Shape> {
 /// Strides that let `new_shape` view the same elements as (`shape`, `strides`)
 /// without moving data, or `None` when a copy is required (PyTorch's
 /// `computeStride`: each run of old dims merged into new dims must be
-/// contiguous within itself).
+/// contiguous within itself). `None` too for strides of another length than
+/// the shape and for sizes whose product overflows.
 pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> Option<Strides> {
-    let numel: usize = shape.iter().product();
+    if strides.len() != shape.len() {
+        return None;
+    }
+    let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
     if numel == 0 || shape.is_empty() {
         // Empty tensors and scalars can take any shape with the same numel.
         return contiguous_strides(new_shape).ok();
@@ -229,7 +233,7 @@ pub fn view_strides(shape: &[usize], strides: &[isize], new_shape: &[usize]) -> 
         if chunk_ends {
             while view_d >= 0 && (view_numel < tensor_numel || new_shape[view_d as usize] == 1) {
                 out[view_d as usize] = (view_numel as isize).checked_mul(chunk_base_stride)?;
-                view_numel *= new_shape[view_d as usize];
+                view_numel = view_numel.checked_mul(new_shape[view_d as usize])?;
                 view_d -= 1;
             }
             if view_numel != tensor_numel {
@@ -352,6 +356,10 @@ mod tests {
         // Splitting a transposed dim is fine.
         assert_eq!(s(view_strides(&[4, 2], &[1, 4], &[2, 2, 2])), Some(vec![2, 1, 4]));
         assert_eq!(s(view_strides(&[2, 3], &[3, 1], &[1, 2, 1, 3])), Some(vec![6, 3, 3, 1]));
+        // Strides of another length, sizes whose product overflows: no view, no panic.
+        assert_eq!(s(view_strides(&[2, 3, 4], &[1], &[24])), None);
+        assert_eq!(s(view_strides(&[usize::MAX, 4], &[4, 1], &[4])), None);
+        assert_eq!(s(view_strides(&[2, 3], &[3, 1], &[usize::MAX, 6, 4])), None);
         assert_eq!(infer_shape(&[-1, 4], 12).unwrap().to_vec(), vec![3, 4]);
         assert!(infer_shape(&[-1, 5], 12).is_err());
         assert!(infer_shape(&[-1, -1], 12).is_err());

@@ -257,6 +257,33 @@ fn limit_is_enforced() {
 }
 
 #[test]
+fn segments_are_never_smaller_than_the_request_whatever_the_config() {
+    // The fields are public: small segments below `small_max` (or of 0 bytes)
+    // once handed out a block shorter than the request.
+    for (small_segment, large_segment) in [(MIB, 2 * MIB), (0, 0)] {
+        let cfg = PoolConfig {
+            small_max: 8 * MIB,
+            small_segment,
+            large_max: 16 * MIB,
+            large_segment,
+            ..PoolConfig::default()
+        };
+        let pool = CachingAlloc::new(TestRaw::new(usize::MAX), cfg);
+        for size in [4 * MIB, 12 * MIB, 1000] {
+            let a = pool.allocate(size, 256, None).unwrap();
+            assert!(a.size >= size, "{size}: a block of {}", a.size);
+            assert!(pool.memory_stats().reserved >= size);
+            fill(&a, 7); // the whole block is the pool's to hand out
+            assert!(check(&a, 7));
+            // SAFETY: freed once.
+            unsafe { pool.deallocate(a, None) };
+        }
+        pool.empty_cache();
+        assert_eq!(pool.raw().used.load(Ordering::SeqCst), 0);
+    }
+}
+
+#[test]
 fn eight_threads_alloc_and_free_without_leaks() {
     let iters: usize = std::env::var("DEVTENSOR_STRESS_ITERS")
         .ok()

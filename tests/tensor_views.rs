@@ -237,3 +237,12 @@ fn a_tensor_stays_within_128_bytes_and_more_than_five_dims_still_work() {
         assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
     }
 }
+
+#[test]
+fn to_vec_of_a_view_too_large_for_memory_is_an_error_not_an_abort() {
+    let huge = Tensor::zeros(&[1], DType::F32, Device::Cpu)
+        .unwrap()
+        .expand(&[1 << 45])
+        .unwrap();
+    assert!(matches!(huge.to_vec::<f32>(), Err(Error::OutOfMemory { .. })));
+}

@@ -58,6 +58,13 @@ impl Drop for ForeignOwner {
 /// descriptor validates, `dl_tensor.data + byte_offset` must address the
 /// memory it describes, valid until the deleter runs. Ownership passes to this
 /// function on every path, errors included.
+///
+/// The returned tensor's reads and writes are serialized only with those of
+/// its own views (its storage's lock): not with another owner's of the same
+/// memory, whether the producer's (a torch tensor) or a devtensor tensor this
+/// was exported from. Writing through one while another reads or writes the
+/// same bytes from another thread is a data race the caller must rule out,
+/// as with any memory two libraries share.
 pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> Result<Tensor> {
     let Some(ptr) = NonNull::new(managed) else {
         return Err(DLPackError::NullTensor.into());

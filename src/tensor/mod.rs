@@ -25,14 +25,32 @@ use crate::error::{Error, Result};
 use crate::layout::{self, Shape, Strides};
 use crate::stream::StreamHandle;
 
-/// A Rust scalar type that maps to one [`DType`].
-pub trait Element: Copy + Send + Sync + 'static {
+/// A Rust scalar type that maps to one [`DType`]. Sealed: `to_vec`,
+/// `from_slice` and `fill` move an element's bytes as `T`, which is sound only
+/// for plain scalars of exactly the dtype's size (a reference or a larger
+/// struct claiming `U8` would read or write out of bounds).
+///
+/// ```compile_fail
+/// struct Big([u8; 64]);
+/// impl devtensor::Element for Big {
+///     const DTYPE: devtensor::DType = devtensor::DType::U8;
+/// }
+/// ```
+pub trait Element: sealed::Scalar + Copy + Send + Sync + 'static {
     /// Its dtype.
     const DTYPE: DType;
 }
 
+mod sealed {
+    /// Implemented for the element types below only.
+    pub trait Scalar {}
+}
+
 macro_rules! elements {
-    ($($t:ty => $d:ident),*) => { $(impl Element for $t { const DTYPE: DType = DType::$d; })* };
+    ($($t:ty => $d:ident),*) => { $(
+        impl sealed::Scalar for $t {}
+        impl Element for $t { const DTYPE: DType = DType::$d; }
+    )* };
 }
 elements!(bool => Bool, i8 => I8, i16 => I16, i32 => I32, i64 => I64, u8 => U8, u16 => U16,
           u32 => U32, u64 => U64, f32 => F32, f64 => F64);
@@ -628,7 +646,15 @@ impl Tensor {
             return self.to(Device::Cpu)?.to_vec();
         }
         let n = self.numel();
-        let mut out: Vec<T> = Vec::with_capacity(n);
+        // A huge broadcast view is an error, not an abort.
+        let mut out: Vec<T> = Vec::new();
+        out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+            device: Device::Cpu,
+            requested: n.saturating_mul(self.dtype.size()),
+            reserved: 0,
+            allocated: 0,
+            largest_free: 0,
+        })?;
         let strides = layout::contiguous_strides(&self.shape)?;
         let _access = access::lock(None, Some(&self.storage));
         self.wait_for_host_access()?;

@@ -193,10 +193,12 @@ impl<A: NDAlloc> CachingAlloc<A> {
     /// a large one (PyTorch's `get_allocation_size`).
     fn segment_size_for(&self, size: usize) -> (usize, bool) {
         let c = &self.cfg;
+        // Never smaller than the request: the config's fields are public, and
+        // a small segment below `small_max` would hand out a short block.
         if size <= c.small_max {
-            (c.small_segment, false)
+            (c.small_segment.max(size), false)
         } else if size <= c.large_max {
-            (c.large_segment, true)
+            (c.large_segment.max(size), true)
         } else {
             (size.div_ceil(2 * MIB).saturating_mul(2 * MIB), true)
         }
