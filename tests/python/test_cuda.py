@@ -210,6 +210,22 @@ assert before == after == (1, "cuda:1"), (before, after)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("kind", ["cuda:0", "cuda_managed"])
+def test_a_consumer_stream_of_another_gpu_is_refused_at_export(kind):
+    # The array API: the stream is "a stream on the producer's device". One of
+    # another GPU would have our event recorded on it across contexts, which a
+    # driver refuses only when the memory is freed: an error at export instead.
+    _two_gpus()
+    t = devtensor.ones(4, device=kind)
+    other = devtensor.Stream("cuda:1")
+    with pytest.raises(ValueError, match="belongs to GPU 1"):
+        t.__dlpack__(stream=other.cuda_stream, max_version=(1, 3))
+    own = devtensor.Stream("cuda:0")
+    cap = t.__dlpack__(stream=own.cuda_stream, max_version=(1, 3))
+    assert devtensor.from_dlpack(cap).data_ptr == t.data_ptr
+    own.synchronize()
+
+
 class _RefusesDevice:
     """A producer that exports only where its data is, refusing `dl_device` with `error`
     (NumPy raises BufferError for a GPU)."""

@@ -86,6 +86,22 @@ impl CudaStream {
             Some(2) => Ok(Some(CudaStream::per_thread(ordinal))),
             Some(-1) => Ok(None),
             Some(v) if v > 2 => {
+                // A stream of another GPU (the spec: "a stream on the producer's
+                // device") would have our event recorded on it across contexts,
+                // which a driver refuses only later, when the memory is freed:
+                // the memory could be reused before the consumer's work ran.
+                // SAFETY: forwarded from the caller (a live stream).
+                if let Some(theirs) = unsafe { stream_device(v as usize) }?
+                    && theirs != ordinal
+                {
+                    return Err(Error::InvalidArgument {
+                        op: "a CUDA DLPack stream",
+                        reason: format!(
+                            "stream {v:#x} belongs to GPU {theirs}, the tensor to GPU {ordinal}: \
+                             pass a stream of the producer's device"
+                        ),
+                    });
+                }
                 // SAFETY: forwarded from the caller.
                 Ok(Some(unsafe { CudaStream::borrowed(ordinal, v as usize) }))
             }
@@ -324,4 +340,23 @@ pub fn handoff(producer: &CudaStream, consumer: &CudaStream) -> Result<()> {
     let ev = CudaEvent::new(producer.ordinal, false)?;
     ev.record(producer)?;
     consumer.wait(&ev)
+}
+
+/// The GPU a live stream belongs to: its context's device
+/// (`cuStreamGetCtx`, then `cuCtxGetDevice` with that context current);
+/// `None` when the driver cannot say (the caller's thread is left as it was).
+///
+/// # Safety
+///
+/// `raw` is a live `CUstream`.
+pub unsafe fn stream_device(raw: usize) -> Result<Option<u32>> {
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: a live stream (the caller's contract); `ctx` is a valid out-pointer.
+    let rc = unsafe { sys::cuStreamGetCtx(raw as sys::CUstream, &mut ctx) };
+    if rc != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a live stream's context outlives this call.
+    let _current = unsafe { bind_context(ctx) }?;
+    super::context::current_device()
 }
