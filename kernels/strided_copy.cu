@@ -244,20 +244,30 @@ struct TransposeArgs {
   StridedArgs batch;   // remaining dims (numel = number of batches)
 };
 
+// The tile a block moves, from its index: the first source-fast and
+// destination-fast indices (multiples of the tile's `edge`, in elements) and
+// its batch's element offsets. Source-fast tiles vary fastest.
+__device__ __forceinline__ void dt_tile_origin(const TransposeArgs& a, u32 edge, u32& sf0, u32& df0, int& so,
+                                               int& dof) {
+  u32 b = blockIdx.x;
+  u32 t_sf = b % a.tiles_sf;
+  b /= a.tiles_sf;
+  u32 t_df = b % a.tiles_df;
+  b /= a.tiles_df;
+  dt_offsets(a.batch, b, so, dof);
+  sf0 = t_sf * edge;
+  df0 = t_df * edge;
+}
+
 template <typename T>
 __device__ __forceinline__ void dt_transpose_tiled(const u8* __restrict__ src, u8* __restrict__ dst,
                                                    const TransposeArgs& a) {
   __shared__ T tile[DT_TILE][DT_TILE + 1];
   const T* s = (const T*)src;
   T* d = (T*)dst;
-  u32 b = blockIdx.x;
-  u32 t_sf = b % a.tiles_sf;
-  b /= a.tiles_sf;
-  u32 t_df = b % a.tiles_df;
-  b /= a.tiles_df;
+  u32 sf0, df0;
   int so, dof;
-  dt_offsets(a.batch, b, so, dof);
-  u32 sf0 = t_sf * DT_TILE, df0 = t_df * DT_TILE;
+  dt_tile_origin(a, DT_TILE, sf0, df0, so, dof);
   // read: threadIdx.x walks the source-fast dim
   for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
     u32 sf = sf0 + threadIdx.x, df = df0 + r;
@@ -295,14 +305,9 @@ __device__ __forceinline__ void dt_transpose_packed(const u8* __restrict__ src, 
                                                     const TransposeArgs& a) {
   enum { P = 4 / sizeof(T), TD = 32 * P };
   __shared__ u32 tile[TD * 32];
-  u32 b = blockIdx.x;
-  u32 t_sf = b % a.tiles_sf;
-  b /= a.tiles_sf;
-  u32 t_df = b % a.tiles_df;
-  b /= a.tiles_df;
+  u32 sf0, df0;
   int so, dof;
-  dt_offsets(a.batch, b, so, dof);
-  const u32 sf0 = t_sf * TD, df0 = t_df * TD;
+  dt_tile_origin(a, TD, sf0, df0, so, dof);
   const T* s = (const T*)src + so;
   T* d = (T*)dst + dof;
   // Read: row r (along df) of the tile, u32 x of it (elements sf0 + P·x ..).
@@ -340,3 +345,46 @@ __device__ __forceinline__ void dt_transpose_packed(const u8* __restrict__ src, 
 
 extern "C" __global__ void transpose_packed_e1(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_packed<u8>(src, dst, a); }
 extern "C" __global__ void transpose_packed_e2(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_packed<u16>(src, dst, a); }
+
+// Transposes of pixels: elements that are runs of three T (RGB of u8, f16 or
+// f32) contiguous on both sides, whose pixels are adjacent along both fast
+// dims (the host checks: source stride 3 along the source-fast dim,
+// destination stride 3 along the destination-fast dim; the Args' strides are
+// in T). A block moves 32 x 32 pixels, and a tile row is 96 contiguous T on
+// either side, so a warp reads and writes 32 contiguous T an instruction,
+// whole sectors, where an element kernel's lanes each take one T from a
+// different row (a sector for three bytes). Shared rows are ROW T long:
+// the write phase's lanes read pixel j / 3, channel j % 3, of one column,
+// from 11 rows, so a row is 2 words past a multiple of the 32 banks where a
+// pixel spans at most two words (bytes, halves: 34 and 66 words) and 3 where
+// it spans three (99 words): no bank serves two words of a request.
+template <typename T>
+__device__ __forceinline__ void dt_transpose_rgb(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                 const TransposeArgs& a) {
+  enum { ROW = sizeof(T) == 1 ? 136 : sizeof(T) == 2 ? 132 : 99 };
+  __shared__ T tile[DT_TILE * ROW];
+  u32 sf0, df0;
+  int so, dof;
+  dt_tile_origin(a, DT_TILE, sf0, df0, so, dof);
+  const T* s = (const T*)src + so + (int)sf0 * 3;
+  T* d = (T*)dst + dof + (int)df0 * 3;
+  const u32 sf_left = a.n_src_fast - sf0, df_left = a.n_dst_fast - df0;
+  const u32 n_sf = sf_left < DT_TILE ? sf_left : DT_TILE;  // pixels a tile row, source side
+  const u32 n_df = df_left < DT_TILE ? df_left : DT_TILE;  // and destination side
+  for (u32 r = threadIdx.y; r < n_df; r += DT_TILE_ROWS) {
+    const T* row = s + (int)(df0 + r) * a.src_stride_df;
+    for (u32 j = threadIdx.x; j < 3 * n_sf; j += DT_TILE) tile[r * ROW + j] = row[j];
+  }
+  __syncthreads();
+  for (u32 w = threadIdx.y; w < n_sf; w += DT_TILE_ROWS) {
+    T* row = d + (int)(sf0 + w) * a.dst_stride_sf;
+    for (u32 j = threadIdx.x; j < 3 * n_df; j += DT_TILE) {
+      u32 p = j / 3;
+      row[j] = tile[p * ROW + 3 * w + (j - 3 * p)];
+    }
+  }
+}
+
+extern "C" __global__ void transpose_rgb_e1(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_rgb<u8>(src, dst, a); }
+extern "C" __global__ void transpose_rgb_e2(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_rgb<u16>(src, dst, a); }
+extern "C" __global__ void transpose_rgb_e4(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_rgb<u32>(src, dst, a); }

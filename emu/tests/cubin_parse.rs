@@ -256,11 +256,16 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         let info = cubin::parse(&cubin).unwrap();
         let tag = format!("{} sm_{arch}", nvrtc.path.display());
         assert_eq!(info.arch, arch, "{tag}");
-        assert_eq!(info.kernels.len(), 5 * 3 + 4 + 4 + 2, "{tag}: {:?}", info.kernels);
+        assert_eq!(info.kernels.len(), 5 * 3 + 4 + 4 + 2 + 3, "{tag}: {:?}", info.kernels);
         // transpose_packed_eE: a tile of 32·P rows of 32 u32s (P = 4 / e).
         for (e, rows) in [(1, 128), (2, 64)] {
             let t = info.kernel(&format!("transpose_packed_e{e}")).unwrap();
             assert_eq!(t.shared_bytes, rows * 32 * 4, "{tag}");
+        }
+        // transpose_rgb_eE: 32 rows of 136, 132 or 99 elements of e bytes.
+        for (e, row) in [(1, 136), (2, 132), (4, 99)] {
+            let t = info.kernel(&format!("transpose_rgb_e{e}")).unwrap();
+            assert_eq!(t.shared_bytes, 32 * row * e, "{tag}");
         }
         for e in [1u32, 2, 4, 8, 16] {
             let k = |n: String| info.kernel(&n).unwrap_or_else(|| panic!("{tag}: no {n}"));

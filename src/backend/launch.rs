@@ -35,6 +35,9 @@ pub const KERNELS: &[&str] = &[
     "transpose_tiled_e8",
     "transpose_packed_e1",
     "transpose_packed_e2",
+    "transpose_rgb_e1",
+    "transpose_rgb_e2",
+    "transpose_rgb_e4",
 ];
 
 /// Dims a kernel takes after coalescing (`DT_MAX_DIMS` in the kernel source).
@@ -389,6 +392,78 @@ fn packs_four_bytes(
         && batch.iter().all(|b| whole(b.1) && whole(b.2))
 }
 
+/// Every dim of `dims` but those at `taken`: a tiled transpose's batch dims.
+fn batch_dims(dims: &[(usize, i64, i64)], taken: &[usize]) -> Vec<(usize, i64, i64)> {
+    dims.iter()
+        .enumerate()
+        .filter(|(i, _)| !taken.contains(i))
+        .map(|(_, d)| *d)
+        .collect()
+}
+
+/// A call of one of the tiled transpose kernels (`kernel_eE`, E = `e`),
+/// whose blocks each move an `edge` x `edge` tile of the destination-fast dim
+/// `df` by the source-fast dim `sf` of one batch; `None` past the grid's
+/// i32::MAX blocks.
+fn transpose_call(
+    kernel: &str,
+    e: usize,
+    edge: usize,
+    df: (usize, i64, i64),
+    sf: (usize, i64, i64),
+    batch: &[(usize, i64, i64)],
+) -> Option<KernelCall> {
+    let batches: usize = batch.iter().map(|d| d.0).product();
+    let tiles_sf = sf.0.div_ceil(edge) as u32;
+    let tiles_df = df.0.div_ceil(edge) as u32;
+    let blocks = u64::from(tiles_sf) * u64::from(tiles_df) * batches as u64;
+    if blocks > i32::MAX as u64 {
+        return None;
+    }
+    Some(KernelCall {
+        name: kernel_name(kernel, e).ok()?,
+        grid: (blocks as u32, 1, 1),
+        block: (TILE, TILE_ROWS, 1),
+        args: KernelArgs::Transpose(TransposeArgs {
+            n_src_fast: sf.0 as u32,
+            n_dst_fast: df.0 as u32,
+            src_stride_df: df.1 as i32,
+            dst_stride_sf: sf.2 as i32,
+            src_stride_sf: sf.1 as i32,
+            dst_stride_df: df.2 as i32,
+            tiles_sf,
+            tiles_df,
+            batch: strided_args(batches, batch),
+        }),
+    })
+}
+
+/// `transpose_rgb_eE` for a transpose of pixels: a run of three `e`-byte
+/// elements (e of 1, 2 or 4) dense on both sides (`dims[0]`), pixels adjacent
+/// in the destination along the next dim and in the source along another,
+/// both at least a tile's edge long. Without it the run is three elements
+/// each lane takes from another row: RGB u8 read 8.3 % of each sector.
+fn rgb_call(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<KernelCall> {
+    let min = TILE as usize;
+    let (&run, &df) = (dims.first()?, dims.get(1)?);
+    if !matches!(plan.elem_size, 1 | 2 | 4) || run != (3, 1, 1) || df.2 != 3 || df.0 < min {
+        return None;
+    }
+    let k = 2 + dims[2..].iter().position(|d| d.1 == 3 && d.0 >= min)?;
+    if !fits_i32(plan.numel, dims) {
+        return None;
+    }
+    // The kernel's strides count elements of the run (T), as the dims do.
+    transpose_call(
+        "transpose_rgb",
+        plan.elem_size,
+        TILE as usize,
+        df,
+        dims[k],
+        &batch_dims(dims, &[0, 1, k]),
+    )
+}
+
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
 /// none: the caller issues a DMA or nothing). Its arguments are
 /// `(src, dst, args)` with `src` / `dst` the addresses of element 0 plus the
@@ -398,42 +473,24 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
     if dims.len() > MAX_DIMS {
         return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
     }
+    if let Some(call) = rgb_call(plan, &dims) {
+        return Ok(call);
+    }
     if let Some(src_fast) = tiled_partner(plan, &dims)
         && plan.elem_size <= 8
         && fits_i32(plan.numel, &dims)
     {
         let (df, sf) = (dims[0], dims[src_fast]);
-        let batch: Vec<_> = dims
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| *i != 0 && *i != src_fast)
-            .map(|(_, d)| *d)
-            .collect();
-        let batches: usize = batch.iter().map(|d| d.0).product();
+        let batch = batch_dims(&dims, &[0, src_fast]);
         let packed = packs_four_bytes(plan.elem_size, df, sf, &batch, dst, src);
         // A packed tile is 32 u32s of elements on each side.
-        let edge = if packed { 4 / plan.elem_size } else { 1 } * TILE as usize;
-        let tiles_sf = sf.0.div_ceil(edge) as u32;
-        let tiles_df = df.0.div_ceil(edge) as u32;
-        let blocks = u64::from(tiles_sf) * u64::from(tiles_df) * batches as u64;
-        if blocks <= i32::MAX as u64 {
-            let kernel = if packed { "transpose_packed" } else { "transpose_tiled" };
-            return Ok(KernelCall {
-                name: kernel_name(kernel, plan.elem_size)?,
-                grid: (blocks as u32, 1, 1),
-                block: (TILE, TILE_ROWS, 1),
-                args: KernelArgs::Transpose(TransposeArgs {
-                    n_src_fast: sf.0 as u32,
-                    n_dst_fast: df.0 as u32,
-                    src_stride_df: df.1 as i32,
-                    dst_stride_sf: sf.2 as i32,
-                    src_stride_sf: sf.1 as i32,
-                    dst_stride_df: df.2 as i32,
-                    tiles_sf,
-                    tiles_df,
-                    batch: strided_args(batches, &batch),
-                }),
-            });
+        let (kernel, edge) = if packed {
+            ("transpose_packed", 4 / plan.elem_size)
+        } else {
+            ("transpose_tiled", 1)
+        };
+        if let Some(call) = transpose_call(kernel, plan.elem_size, edge * TILE as usize, df, sf, &batch) {
+            return Ok(call);
         }
     }
     if fits_i32(plan.numel, &dims) {
@@ -748,10 +805,40 @@ mod tests {
             4,
         );
         assert_eq!(copy_call(&p, 0, 0).unwrap().name, "copy_vec_e4");
-        // RGB pixels transposed: the run would take a byte from another
-        // source row each (6 KiB apart), so it is not joined.
+        // RGB pixels transposed: the pixel kernel, tiles of pixels; with
+        // pixels too few a side, the run would take a byte from another
+        // source row each, so it is not joined.
         let p = plan(&[64, 32, 3], &[96, 3, 1], &[3, 192, 1], 1);
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!(c.name, "transpose_rgb_e1");
+        let KernelArgs::Transpose(a) = c.args else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (
+                a.n_src_fast,
+                a.n_dst_fast,
+                a.src_stride_df,
+                a.dst_stride_sf,
+                a.tiles_sf,
+                a.tiles_df
+            ),
+            (64, 32, 192, 96, 2, 1)
+        );
+        assert_eq!((c.grid.0, a.batch.numel), (2, 1));
+        let p = plan(&[64, 16, 3], &[48, 3, 1], &[3, 192, 1], 1);
         assert_eq!(copy_call(&p, 0, 0).unwrap().name, "copy_strided_e1");
+        // A batch of f32 pixels (three runs of 4 bytes), transposed.
+        let p = plan(&[5, 40, 33, 3], &[3960, 99, 3, 1], &[3960, 3, 120, 1], 4);
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!(c.name, "transpose_rgb_e4");
+        let KernelArgs::Transpose(a) = c.args else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            (a.n_src_fast, a.n_dst_fast, a.batch.numel, c.grid.0),
+            (40, 33, 5, 5 * 2 * 2)
+        );
         // Not a whole number of vectors a run, rows not 16-byte aligned, or a
         // destination not aligned: element by element.
         for (shape, dst, dst_at) in [

@@ -221,6 +221,59 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        fn transposes_of_pixels_of_every_channel_size() {
+            if !ready("transposes_of_pixels_of_every_channel_size") {
+                return;
+            }
+            // Images of three channels of e bytes (widened to one element),
+            // rows and columns swapped: whole, batched, cropped by a pixel
+            // (bases off the tiles' alignment), and into every other row of a
+            // wider destination (the rows untouched between). Sides under a
+            // tile's edge (17) take the element kernels.
+            for e in [1usize, 2, 4, 8] {
+                for (b, h, w) in [(1usize, 33usize, 65usize), (2, 64, 48), (1, 17, 300), (3, 40, 1)] {
+                    let bytes: Vec<u8> = (0..b * h * w * 3 * e).map(|i| (i * 37 % 251) as u8).collect();
+                    let host = Tensor::from_slice(&bytes, &[b, h, w, 3, e]).unwrap();
+                    let gpu = host.to(dev(0)).unwrap();
+                    let views = |t: &Tensor| -> Vec<(&'static str, Tensor)> {
+                        let crop = t
+                            .slice(1, Some(1), None, 1)
+                            .unwrap()
+                            .slice(2, Some(1), None, 1)
+                            .unwrap();
+                        vec![
+                            ("x.transpose(1, 2)", t.permute(&[0, 2, 1, 3, 4]).unwrap()),
+                            (
+                                "x[:, 1:, 1:].transpose(1, 2)",
+                                crop.permute(&[0, 2, 1, 3, 4]).unwrap(),
+                            ),
+                        ]
+                    };
+                    for ((what, hv), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
+                        let what = format!("e={e} {b}x{h}x{w}: {what}");
+                        let want = hv.to_vec::<u8>().unwrap();
+                        assert_eq!(g.contiguous().unwrap().to_vec::<u8>().unwrap(), want, "{what}");
+                        let mut wide_shape = g.shape().to_vec();
+                        wide_shape[1] *= 2;
+                        let wide = Tensor::zeros(&wide_shape, DType::U8, dev(0)).unwrap();
+                        let every_other = wide.slice(1, None, None, 2).unwrap();
+                        every_other.copy_from(&g).unwrap();
+                        assert_eq!(
+                            every_other.to_vec::<u8>().unwrap(),
+                            want,
+                            "{what}, every other row"
+                        );
+                        let skipped = wide.slice(1, Some(1), None, 2).unwrap();
+                        assert!(
+                            skipped.to_vec::<u8>().unwrap().iter().all(|&x| x == 0),
+                            "{what}: untouched"
+                        );
+                    }
+                }
+            }
+        }
+
+        #[test]
         fn permutes_with_a_short_dim_of_every_element_size() {
             if !ready("permutes_with_a_short_dim_of_every_element_size") {
                 return;
