@@ -246,3 +246,20 @@ fn to_vec_of_a_view_too_large_for_memory_is_an_error_not_an_abort() {
         .unwrap();
     assert!(matches!(huge.to_vec::<f32>(), Err(Error::OutOfMemory { .. })));
 }
+
+#[test]
+fn views_of_no_element_move_no_start() {
+    // Rows of an empty matrix too long to address: selecting or slicing one
+    // computed a byte offset past isize (an overflow error).
+    let z = Tensor::empty(&[1 << 62, 0], DType::F32, Device::Cpu).unwrap();
+    assert_eq!(z.select(0, -1).unwrap().shape(), &[0]);
+    assert_eq!(z.slice(0, Some(1 << 61), None, 1).unwrap().shape(), &[1 << 61, 0]);
+    assert_eq!(z.flip(&[0]).unwrap().shape(), &[1 << 62, 0]);
+    // A flipped empty view (negative stride) stepped before its storage's start.
+    let e = Tensor::empty(&[3, 0], DType::F64, Device::Cpu)
+        .unwrap()
+        .flip(&[0])
+        .unwrap();
+    assert_eq!(e.select(0, 2).unwrap().shape(), &[0]);
+    assert_eq!(e.slice(0, Some(1), None, 1).unwrap().shape(), &[2, 0]);
+}

@@ -108,6 +108,10 @@ class Tensor:
     def __int__(self) -> int: ...
     def __float__(self) -> float: ...
     def __complex__(self) -> complex: ...
+    def __index__(self) -> int:
+        """The integer of a 0-d integer tensor (list indices, shapes); TypeError for any other."""
+    def __contains__(self, key: object, /) -> bool:
+        """Whether any element equals `key`, a Python number; TypeError for anything else."""
     def __repr__(self) -> str:
         """The values as torch prints them: tensor([...], device='cuda:0', dtype=float16)."""
     def item(self) -> bool | int | float | complex:

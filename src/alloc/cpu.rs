@@ -2,6 +2,7 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use super::{AllocStats, Allocation, Counters, NDAlloc, huge_pages, mapped_blocks, small_blocks};
@@ -42,6 +43,10 @@ const PAD: usize = CPU_ALIGNMENT - MALLOC_ALIGNMENT;
 /// counted there, and only their bytes here ([`small_blocks`]).
 static COUNTERS: Counters = Counters::new();
 
+/// The most bytes live and kept for reuse together (`memory_stats`'
+/// `peak_reserved_bytes`): it stays when the kept blocks are released.
+static PEAK_RESERVED: AtomicUsize = AtomicUsize::new(0);
+
 /// The system allocator at 256-byte alignment, with live-allocation accounting.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct CpuAlloc;
@@ -62,6 +67,11 @@ impl CpuAlloc {
     /// Bytes of freed large blocks kept for reuse.
     pub fn cached_bytes() -> usize {
         mapped_blocks::cached_bytes()
+    }
+
+    /// The most bytes live and kept for reuse at once, since the process began.
+    pub fn peak_reserved() -> usize {
+        PEAK_RESERVED.load(Ordering::Relaxed)
     }
 
     fn layout(size: usize, align: usize) -> Result<Layout> {
@@ -166,6 +176,12 @@ impl CpuAlloc {
             COUNTERS.on_alloc_bytes(size);
         } else {
             COUNTERS.on_alloc(size);
+        }
+        // Reserved (live + kept) only grows here: a freed block moves from
+        // one to the other, and a kept one reused the other way.
+        let reserved = COUNTERS.live_bytes() + mapped_blocks::cached_bytes();
+        if reserved > PEAK_RESERVED.load(Ordering::Relaxed) {
+            PEAK_RESERVED.fetch_max(reserved, Ordering::Relaxed);
         }
         Ok(Allocation {
             ptr,

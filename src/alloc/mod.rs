@@ -112,6 +112,11 @@ impl Counters {
         s
     }
 
+    /// Bytes live now.
+    pub(crate) fn live_bytes(&self) -> usize {
+        self.live_bytes.load(Ordering::Relaxed)
+    }
+
     /// A snapshot.
     pub fn stats(&self) -> AllocStats {
         AllocStats {

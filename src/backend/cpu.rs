@@ -38,12 +38,12 @@ impl DeviceBackend for CpuBackend {
     }
 
     /// The allocator's figures, with the freed large blocks it keeps for
-    /// reuse counted as reserved (`peak_reserved`: the live peak, or the
-    /// current reserved where higher; the cache's own peak is not tracked).
+    /// reuse counted as reserved (`peak_reserved`: the most live and kept
+    /// bytes together, which `empty_cache` does not lower).
     fn pool_stats(&self, device: Device) -> Result<Option<MemoryStats>> {
         let mut s = unpooled_stats(self.allocator(device)?.stats());
         s.reserved += CpuAlloc::cached_bytes();
-        s.peak_reserved = s.peak_reserved.max(s.reserved);
+        s.peak_reserved = s.peak_reserved.max(s.reserved).max(CpuAlloc::peak_reserved());
         Ok(Some(s))
     }
 

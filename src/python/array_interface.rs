@@ -202,7 +202,7 @@ pub(crate) enum Kind {
 }
 
 /// A tensor viewing the memory `obj`'s interface dict `d` describes, which
-/// keeps `obj` alive. BufferError for what a tensor cannot describe (a mask,
+/// keeps `obj` and `d` alive. BufferError for what a tensor cannot describe (a mask,
 /// byte strides that are not whole elements, a foreign byte order).
 pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -> PyResult<Tensor> {
     let py = obj.py();
@@ -286,7 +286,9 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
                 byte_offset: 0,
             },
         },
-        owner: Some(obj.clone().unbind()),
+        // The dict too: NumPy's scalars describe a temporary array that only
+        // the dict holds (its "__ref" entry), which the protocol keeps alive so.
+        owner: Some(PyTuple::new(py, [obj.as_any(), d.as_any()])?.into_any().unbind()),
         shape,
         strides,
     });

@@ -9,6 +9,7 @@ use crate::backend::BoundDevice;
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi as dl;
+use crate::dtype::DType;
 use crate::python::errors::to_py;
 use crate::python::{capsule, exchange};
 use crate::stream::StreamHandle;
@@ -184,8 +185,9 @@ fn max_version(py: Python<'_>) -> PyResult<&Bound<'_, PyTuple>> {
 /// negated on read (`is_conj()` / `is_neg()`): DLPack cannot describe that, and
 /// torch exports such views anyway (its C exchange API ignores both bits, its
 /// `__dlpack__` the negative one), so the bytes would be silently wrong. Only
-/// complex tensors can be conjugate views and only complex and floating ones
-/// negative views, so other dtypes cost nothing. `t` drops (its deleter runs).
+/// complex tensors can be conjugate views; any numeric one can be a negative
+/// view (`torch._neg_view` of an int32 tensor reads -1 for 1), so only bools
+/// skip the check. `t` drops (its deleter runs).
 pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()> {
     if lazy_view_bit(x, t)? {
         return Err(PyBufferError::new_err(
@@ -197,9 +199,9 @@ pub(crate) fn refuse_lazy_views(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<()
 }
 
 fn lazy_view_bit(x: &Bound<'_, PyAny>, t: &Tensor) -> PyResult<bool> {
-    let (complex, floating) = (t.dtype().is_complex(), t.dtype().is_floating_point());
+    let complex = t.dtype().is_complex();
     // Subclasses too: torch's exchange API and `__dlpack__` serve them through the MRO.
-    if !(complex || floating) || !is_torch_tensor(x) {
+    if t.dtype() == DType::Bool || !is_torch_tensor(x) {
         return Ok(false);
     }
     let py = x.py();

@@ -64,13 +64,21 @@ fn check_ndim(ndim: usize) -> PyResult<()> {
 /// without end (`itertools.repeat(1)`) grew the shape until the process ran
 /// out of memory, and a set's order is not the caller's.
 fn sequence_shape(ob: &Bound<'_, PyAny>) -> PyResult<Shape> {
+    dim_items(ob)?.iter().map(dim).collect()
+}
+
+/// The items of a sequence of dims (a shape, `permute`'s or `reshape`'s one
+/// argument), its length checked against the dimension limit before any is
+/// read: `permute(range(2**70))` is refused, not read until memory runs out.
+/// TypeError for what is not a sequence of known length.
+pub(crate) fn dim_items<'py>(ob: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
     // SAFETY: `ob` is a live object and the thread is attached.
     if unsafe { ffi::PySequence_Check(ob.as_ptr()) } == 0 {
         return Err(not_a_shape());
     }
     let ndim = ob.len()?;
     check_ndim(ndim)?;
-    (0..ndim).map(|i| dim(&ob.get_item(i)?)).collect()
+    (0..ndim).map(|i| ob.get_item(i)).collect()
 }
 
 /// One dimension of a shape: a non-negative integer.
@@ -385,10 +393,15 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     }
     // Anything else that says what number it is.
     if value.hasattr(pyo3::intern!(py, "__index__"))? {
-        return value
-            .extract::<i128>()
-            .map(Scalar::Int)
-            .map_err(|_| PyOverflowError::new_err("integer fill value out of range"));
+        // Only the range is ours to word: an error of `__index__` itself
+        // (KeyboardInterrupt included) reaches the caller as it was raised.
+        return value.extract::<i128>().map(Scalar::Int).map_err(|e| {
+            if e.is_instance_of::<PyOverflowError>(py) {
+                PyOverflowError::new_err("integer fill value out of range")
+            } else {
+                e
+            }
+        });
     }
     if value.hasattr(pyo3::intern!(py, "__float__"))? {
         return float(value);

@@ -121,19 +121,22 @@ unsafe extern "C" fn allocator(
 /// Runs `f` with the GIL (the caller holds it, per the header) and turns a Rust
 /// error or panic into a set Python exception and -1.
 fn with_py(f: impl FnOnce(Python<'_>) -> PyResult<()>) -> c_int {
+    // Attached through PyO3 (as fastcall.rs's calls, and for its reason: a
+    // raised error's message would otherwise wait in PyO3's pool).
     // SAFETY: every `*_py_object_*` function of the exchange API is called with
     // the GIL held (DLPack header).
-    let py = unsafe { Python::assume_attached() };
-    match catch_unwind(AssertUnwindSafe(|| f(py))) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            e.restore(py);
-            -1
-        }
-        Err(_) => {
-            pyo3::exceptions::PyRuntimeError::new_err("devtensor exchange API panicked").restore(py);
-            -1
-        }
+    unsafe {
+        Python::attach_unchecked(|py| match catch_unwind(AssertUnwindSafe(|| f(py))) {
+            Ok(Ok(())) => 0,
+            Ok(Err(e)) => {
+                e.restore(py);
+                -1
+            }
+            Err(_) => {
+                pyo3::exceptions::PyRuntimeError::new_err("devtensor exchange API panicked").restore(py);
+                -1
+            }
+        })
     }
 }
 

@@ -177,7 +177,7 @@ fn env_var(py: Python<'_>) -> Option<&Py<PyAny>> {
 }
 
 /// The ContextVar of this context's open `env_alloc` scopes: a tuple of
-/// `(scope, token)`, innermost last.
+/// `(scope, the selection before it)`, innermost last.
 fn scopes_var(py: Python<'_>) -> PyResult<&Py<PyAny>> {
     static VAR: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     VAR.get_or_try_init(py, || -> PyResult<Py<PyAny>> {
@@ -515,8 +515,8 @@ impl PyEnvAlloc {
         self.framework.as_ref().map(|t| t.clone_ref(py))
     }
 
-    /// Selects the framework in this thread / async context. The token that
-    /// undoes it is kept in the context too (not in the object), so one
+    /// Selects the framework in this thread / async context. The selection it
+    /// replaces is kept in the context too (not in the object), so one
     /// object may be entered by several threads or tasks at once (a
     /// module-level `env_alloc(torch)`), each exit undoing its own context's.
     fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Option<Py<PyType>>> {
@@ -527,11 +527,13 @@ impl PyEnvAlloc {
             Some(t) => t.bind(py).clone().into_any(),
             None => py.None().into_bound(py),
         };
-        let token = var.bind(py).call_method1(pyo3::intern!(py, "set"), (value,))?;
+        let var = var.bind(py);
+        let before = var.call_method0(pyo3::intern!(py, "get"))?;
+        var.call_method1(pyo3::intern!(py, "set"), (value,))?;
         let scopes = scopes_var(py)?.bind(py);
         let open = scopes.call_method0(pyo3::intern!(py, "get"))?;
         let mut entries: Vec<Bound<'_, PyAny>> = open.cast::<PyTuple>()?.iter().collect();
-        entries.push(PyTuple::new(py, [slf.as_any(), &token])?.into_any());
+        entries.push(PyTuple::new(py, [slf.as_any(), &before])?.into_any());
         scopes.call_method1(pyo3::intern!(py, "set"), (PyTuple::new(py, entries)?,))?;
         Ok(this.framework(py))
     }
@@ -552,10 +554,17 @@ impl PyEnvAlloc {
         let Some(i) = ours else {
             return Ok(false); // an exit without an enter here: nothing to undo
         };
-        let entry = entries.remove(i);
+        // Each entry keeps the selection from before it. The innermost's
+        // exit restores that; an inner one's (an ExitStack unwound out of
+        // order) hands it to the entry opened after it, whose exit will
+        // restore it, and the selection stays the innermost scope's.
+        let before = entries.remove(i).get_item(1)?;
+        if let Some(next) = entries.get_mut(i) {
+            *next = PyTuple::new(py, [next.get_item(0)?, before])?.into_any();
+        } else {
+            var.bind(py).call_method1(pyo3::intern!(py, "set"), (before,))?;
+        }
         scopes.call_method1(pyo3::intern!(py, "set"), (PyTuple::new(py, entries)?,))?;
-        var.bind(py)
-            .call_method1(pyo3::intern!(py, "reset"), (entry.get_item(1)?,))?;
         Ok(false)
     }
 

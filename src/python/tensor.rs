@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyEllipsis, PyNone, PySlice, PyTuple};
+use pyo3::types::{PyCapsule, PyEllipsis, PySlice, PyTuple};
 
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
@@ -14,7 +14,8 @@ use crate::stream::StreamHandle;
 use crate::tensor::Tensor;
 
 /// An n-dimensional view of CPU or GPU memory that speaks DLPack.
-#[pyclass(name = "Tensor", module = "devtensor._devtensor", frozen)]
+// `weakref`: NumPy arrays and torch tensors take weak references (caches keyed by them).
+#[pyclass(name = "Tensor", module = "devtensor._devtensor", frozen, weakref)]
 pub struct PyTensor {
     inner: Tensor,
 }
@@ -98,9 +99,13 @@ fn dims_arg(args: &Bound<'_, PyTuple>) -> PyResult<Vec<isize>> {
         && let Ok(first) = args.get_item(0)
         && first.extract::<isize>().is_err()
     {
-        let dims: Vec<Bound<'_, PyAny>> = first.extract()?; // one sequence of dims
-        return dims.into_iter().map(one).collect();
+        // One sequence of dims.
+        return crate::python::convert::dim_items(&first)?
+            .into_iter()
+            .map(one)
+            .collect();
     }
+    crate::layout::check_ndim(args.len()).map_err(to_py)?;
     args.iter().map(one).collect() // ints or `__index__` objects
 }
 
@@ -109,9 +114,18 @@ fn check_stream(device: Device, stream: Option<&Bound<'_, PyAny>>) -> PyResult<O
     let Some(stream) = stream.filter(|s| !s.is_none()) else {
         return Ok(None);
     };
-    let s: i64 = stream
-        .extract()
-        .map_err(|_| PyTypeError::new_err("stream must be an int or None"))?;
+    // An int past 64 bits is no stream of any device (ValueError, never the
+    // TypeError consumers read as "an old producer"); an `__index__` that
+    // raised reaches the caller as raised.
+    let s: i64 = stream.extract().map_err(|e: PyErr| {
+        if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(stream.py()) {
+            PyValueError::new_err(format!("stream {stream} is no stream handle: it does not fit 64 bits"))
+        } else if e.is_instance_of::<PyTypeError>(stream.py()) {
+            PyTypeError::new_err("stream must be an int or None")
+        } else {
+            e
+        }
+    })?;
     match device {
         Device::Cpu | Device::CudaHost | Device::RocmHost => Err(PyBufferError::new_err(format!(
             "stream must be None for a {device} tensor, got {s}"
@@ -252,6 +266,47 @@ impl PyTensor {
         py.get_type::<pyo3::types::PyFloat>().call1((v,))?.extract()
     }
 
+    /// The integer of a 0-d integer tensor, so that it can index a list or
+    /// size a shape (NumPy's 0-d arrays and torch's one-element tensors do);
+    /// TypeError for any other tensor.
+    fn __index__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let code = self.inner.dtype().to_dlpack().code;
+        if self.inner.ndim() != 0 || !matches!(code, crate::dlpack::ffi::kDLInt | crate::dlpack::ffi::kDLUInt) {
+            return Err(PyTypeError::new_err(
+                "only 0-d integer tensors can be converted to an index",
+            ));
+        }
+        self.one_value(py, "__index__ of a tensor with", PyTypeError::new_err)
+    }
+
+    /// `value in tensor`: whether any element equals `value`, a Python
+    /// number (NumPy's and torch's `(tensor == value).any()`; without it,
+    /// Python compared the element views by identity: `0.0 in zeros(3)` was
+    /// False). Device tensors are read on the host.
+    fn __contains__(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
+        let number = value.is_instance_of::<PyBool>()
+            || value.is_instance_of::<PyInt>()
+            || value.is_instance_of::<PyFloat>()
+            || value.is_instance_of::<PyComplex>()
+            || value.hasattr(pyo3::intern!(py, "__index__"))?
+            || value.hasattr(pyo3::intern!(py, "__float__"))?;
+        if !number || value.is_instance_of::<PyTensor>() {
+            return Err(PyTypeError::new_err(format!(
+                "`in` takes a Python number, not {}",
+                value.get_type()
+            )));
+        }
+        let flat = self.inner.contiguous().and_then(|t| t.reshape(&[-1])).map_err(to_py)?;
+        let values = values::tolist(py, &flat)?;
+        for v in values.bind(py).try_iter()? {
+            if v?.eq(value)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// `complex()` of the one element.
     fn __complex__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let v = self.one_value(py, "complex() of a tensor with", PyTypeError::new_err)?;
@@ -261,13 +316,25 @@ impl PyTensor {
     /// The values as torch prints them (`tensor([...], device='cuda:0', dtype=float16)`).
     /// Where the values cannot be read (a forked child's GPU memory, say), the
     /// shape, dtype and device, and why.
-    fn __repr__(slf: &Bound<'_, Self>) -> String {
+    fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
         let py = slf.py();
         let values = py.import(pyo3::intern!(py, "devtensor._format")).and_then(|m| {
             m.call_method1(pyo3::intern!(py, "tensor_repr"), (slf,))?
                 .extract::<String>()
         });
-        values.unwrap_or_else(|e| {
+        // Values that cannot be read (a device gone, a lost context) leave
+        // the rest to show; a KeyboardInterrupt, SystemExit or MemoryError
+        // is the caller's to see.
+        let fatal = |e: &PyErr| {
+            !e.is_instance_of::<pyo3::exceptions::PyException>(py)
+                || e.is_instance_of::<pyo3::exceptions::PyMemoryError>(py)
+        };
+        if let Err(e) = &values
+            && fatal(e)
+        {
+            return values;
+        }
+        Ok(values.unwrap_or_else(|e| {
             let t = &slf.get().inner;
             let shape: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
             let trailing = if shape.len() == 1 { "," } else { "" };
@@ -277,7 +344,7 @@ impl PyTensor {
                 t.dtype(),
                 t.device()
             )
-        })
+        }))
     }
 
     /// The elements as nested Python lists of bool, int, float (bfloat16 and
@@ -370,12 +437,11 @@ impl PyTensor {
             Ok(t) => t.iter().collect(),
             Err(_) => vec![key.clone()],
         };
-        let is_index = |k: &Bound<'_, PyAny>| {
-            k.is_instance_of::<PySlice>()
-                || (!k.is_instance_of::<pyo3::types::PyBool>() && !k.is_none() && k.extract::<isize>().is_ok())
-        };
-        let consuming = items.iter().filter(|k| is_index(k)).count();
-        let ellipses = items.iter().filter(|k| k.is_instance_of::<PyEllipsis>()).count();
+        // Each key read once: an `__index__` runs once, and its own error
+        // (KeyboardInterrupt included) reaches the caller as raised.
+        let keys = items.iter().map(index_key).collect::<PyResult<Vec<_>>>()?;
+        let consuming = keys.iter().filter(|k| matches!(k, Key::Slice(_) | Key::Int(_))).count();
+        let ellipses = keys.iter().filter(|k| matches!(k, Key::Ellipsis)).count();
         if ellipses > 1 {
             return Err(PyIndexError::new_err(
                 "an index can only have a single ellipsis ('...')",
@@ -389,31 +455,25 @@ impl PyTensor {
         }
         let mut t = self.inner.clone();
         let mut dim: isize = 0;
-        for k in &items {
-            if k.is_instance_of::<PyNone>() {
-                t = t.unsqueeze(dim).map_err(to_py)?;
-                dim += 1;
-            } else if k.is_instance_of::<PyEllipsis>() {
-                dim += (ndim - consuming) as isize;
-            } else if let Ok(s) = k.cast::<PySlice>() {
-                let part = |name: &str| slice_part(&s.getattr(name)?);
-                let step = part("step")?.unwrap_or(1);
-                if step == 0 {
-                    return Err(PyValueError::new_err("slice step cannot be zero"));
+        for k in keys {
+            match k {
+                Key::New => {
+                    t = t.unsqueeze(dim).map_err(to_py)?;
+                    dim += 1;
                 }
-                // A step of -isize::MAX at the least, as CPython clamps it.
-                let step = step.max(-isize::MAX);
-                t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
-                dim += 1;
-            } else if let Some(i) = (!k.is_instance_of::<pyo3::types::PyBool>())
-                .then(|| k.extract::<isize>().ok())
-                .flatten()
-            {
-                t = t.select(dim, i).map_err(to_py)?; // ints and `__index__` objects
-            } else {
-                return Err(PyIndexError::new_err(
-                    "only integers, slices (`:`), ellipsis (`...`) and None are valid indices",
-                ));
+                Key::Ellipsis => dim += (ndim - consuming) as isize,
+                Key::Slice(s) => {
+                    let part = |name: &str| slice_part(&s.getattr(name)?);
+                    let step = part("step")?.unwrap_or(1);
+                    if step == 0 {
+                        return Err(PyValueError::new_err("slice step cannot be zero"));
+                    }
+                    // A step of -isize::MAX at the least, as CPython clamps it.
+                    let step = step.max(-isize::MAX);
+                    t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
+                    dim += 1;
+                }
+                Key::Int(i) => t = t.select(dim, i).map_err(to_py)?,
             }
         }
         Ok(PyTensor::from(t))
@@ -590,5 +650,41 @@ impl PyTensor {
                 capsule::legacy(py, m)
             }
         }
+    }
+}
+
+/// One item of an index, as `__getitem__` applies it.
+enum Key<'py> {
+    /// `None`: a new dim of length 1.
+    New,
+    Ellipsis,
+    Slice(Bound<'py, PySlice>),
+    /// An int or an `__index__` object.
+    Int(isize),
+}
+
+fn index_key<'py>(k: &Bound<'py, PyAny>) -> PyResult<Key<'py>> {
+    let py = k.py();
+    if k.is_none() {
+        return Ok(Key::New);
+    }
+    if k.is_instance_of::<PyEllipsis>() {
+        return Ok(Key::Ellipsis);
+    }
+    if let Ok(s) = k.cast::<PySlice>() {
+        return Ok(Key::Slice(s.clone()));
+    }
+    let invalid = || PyIndexError::new_err("only integers, slices (`:`), ellipsis (`...`) and None are valid indices");
+    if k.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(invalid());
+    }
+    match k.extract::<isize>() {
+        Ok(i) => Ok(Key::Int(i)),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => Err(invalid()),
+        // NumPy's words: an int past isize is out of every dim's range.
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => Err(PyIndexError::new_err(format!(
+            "cannot fit {k} into an index-sized integer"
+        ))),
+        Err(e) => Err(e),
     }
 }

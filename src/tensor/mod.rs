@@ -264,8 +264,14 @@ impl Tensor {
         }
     }
 
-    /// Moves the view's start by `elems` elements of stride `stride` (may be negative).
+    /// Moves the view's start by `elems` elements of stride `stride` (may be
+    /// negative). A view of no element addresses no memory: its start stays
+    /// (an imported empty view's negative stride would step before its
+    /// storage's first byte, and `empty((2**62, 0))[-1]` past `isize`).
     fn shifted(&self, elems: usize, stride: isize) -> Result<usize> {
+        if self.shape.contains(&0) {
+            return Ok(self.offset);
+        }
         let ovf = || Error::Overflow { what: "view offset" };
         let delta = (elems as isize)
             .checked_mul(stride)

@@ -489,3 +489,25 @@ def test_unusable_exchange_api_falls_back_to_dunder(dlp, kind):
     t = devtensor.from_dlpack(p)
     assert len(p.calls) == 1
     assert t.data_ptr == a.ctypes.data
+
+
+@pytest.mark.parametrize("scalar", [np.float64(1.5), np.int64(-7), np.complex64(2 - 3j), np.bool_(True)])
+def test_numpy_scalars_import_with_the_memory_their_interface_holds(scalar):
+    # A NumPy scalar's __array_interface__ describes a temporary 0-d array held
+    # only by the dict's "__ref": the import keeps the dict, so the values stay
+    # the scalar's after the temporary's memory would have been reused.
+    t = devtensor.from_dlpack(scalar)
+    churn = [np.full((), 99 + i, dtype=scalar.dtype) for i in range(1000)]
+    gc.collect()
+    assert t.shape == () and t.item() == scalar.item()
+    del churn
+    # A dict built on each access is kept the same way.
+    class Fresh:
+        @property
+        def __array_interface__(self):
+            a = np.array([4.0, 5.0])
+            return dict(a.__array_interface__, __ref=a)
+
+    t = devtensor.from_dlpack(Fresh())
+    churn = [np.full(2, 99.0) for _ in range(1000)]
+    assert t.tolist() == [4.0, 5.0]

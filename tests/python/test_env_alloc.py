@@ -23,6 +23,21 @@ def test_scopes_nest_and_restore():
     assert devtensor.current_env_alloc() is None
 
 
+def test_scopes_exited_out_of_order_leave_the_innermost_open_one_selected():
+    # An ExitStack unwound out of order (or manual __enter__/__exit__): each exit
+    # keeps the selection the innermost scope still open made, and after the
+    # last exit the selection from before the first is back.
+    a, b, c = devtensor.env_alloc(torch), devtensor.env_alloc(None), devtensor.env_alloc(devtensor.Tensor)
+    for order in ([a, b, c], [b, a, c], [c, a, b], [a, c, b]):
+        a.__enter__(), b.__enter__(), c.__enter__()
+        open_ = [a, b, c]
+        for s in order:
+            s.__exit__(None, None, None)
+            open_.remove(s)
+            want = open_[-1].framework if open_ else None
+            assert devtensor.current_env_alloc() is want, (order, s)
+
+
 def test_restored_when_the_body_raises():
     with pytest.raises(KeyError), devtensor.env_alloc(torch.Tensor):
         raise KeyError("x")

@@ -637,3 +637,169 @@ def test_the_dtype_cache_keeps_no_object_alive():
             del obj
         gc.collect()
         assert not any(r() is not None for r in refs)
+
+
+class HugeLen:
+    """A sequence claiming 2**62 items."""
+
+    def __len__(self):
+        return 2**62
+
+    def __getitem__(self, i):
+        raise IndexError(i)
+
+
+@pytest.mark.parametrize("op", ["permute", "reshape"])
+def test_dims_sequences_are_read_up_to_the_dimension_limit_only(op):
+    # A whole sequence was read before the limit was checked: permute(range(2**70))
+    # until memory ran out (then an abort), a len() of 2**62 a Rust panic
+    # (capacity overflow), a long sequence to its end.
+    t = devtensor.zeros((2, 3))
+    f = getattr(t, op)
+    with pytest.raises(OverflowError):
+        f(range(2**70))  # no len() (past ssize_t): nothing is read
+    for dims in (range(2**62), HugeLen(), Ones(10**9), Ones(MAX_NDIM + 1)):
+        with pytest.raises(ValueError, match="at most 64"):
+            f(dims)
+        assert getattr(dims, "read", 0) == 0
+    endless = Endless()
+    with pytest.raises(TypeError):
+        f(endless)
+    assert endless.read == 0
+    with pytest.raises(ValueError, match="at most 64"):
+        f(*([1] * (MAX_NDIM + 1)))
+    assert t.permute(range(1, -1, -1)).shape == (3, 2) and t.reshape(range(6, 7)).shape == (6,)
+
+
+def test_empty_views_with_negative_strides_index_like_numpy():
+    # An imported empty view whose stride is negative (NumPy's a[::-1, 4:]), and
+    # an empty view too long to address: indexing moves no start, as NumPy's.
+    a = np.zeros((3, 4))[::-1, 4:]
+    t = devtensor.from_dlpack(a)
+    assert t[1].shape == a[1].shape == (0,) and t[-1].shape == (0,)
+    assert t[1:].shape == a[1:].shape and t[::-1].shape == a[::-1].shape
+    assert [r.shape for r in t] == [r.shape for r in a]
+    z = devtensor.empty((2**62, 0))
+    assert z[-1].shape == (0,) and z[2**61:].shape == (2**62 - 2**61, 0)
+
+
+class RaisingIndex:
+    def __init__(self, exc):
+        self.exc = exc
+
+    def __index__(self):
+        raise self.exc
+
+
+class FloatIndex:
+    def __index__(self):
+        return 1.5
+
+
+def test_errors_of_index_methods_reach_the_caller_as_raised():
+    # A user's __index__ that raises (KeyboardInterrupt included) is not
+    # reworded into an OverflowError, IndexError or TypeError of ours; one that
+    # returns a float is Python's TypeError (operator.index's) as a value.
+    t = devtensor.zeros((3, 3), dtype="int32")
+    calls = [
+        lambda r: devtensor.full((2,), r),
+        lambda r: t.fill_(r),
+        lambda r: t[r],
+        lambda r: t[1, r],
+        lambda r: devtensor.zeros(3).__dlpack__(stream=r),
+    ]
+    for call in calls:
+        for exc in (KeyboardInterrupt("k"), ZeroDivisionError("z")):
+            with pytest.raises(type(exc)):
+                call(RaisingIndex(exc))
+        # An index that is no integer is NumPy's IndexError where it indexes.
+        with pytest.raises(IndexError if call in calls[2:4] else TypeError):
+            call(FloatIndex())
+    with pytest.raises(IndexError, match="index-sized"):
+        t[2**70]
+
+
+def test_a_stream_past_64_bits_is_a_value_error_not_a_type_error():
+    # torch, NumPy and CuPy read a TypeError of __dlpack__ as "an old producer".
+    for s in (2**64, 2**70, -(2**63) - 1):
+        with pytest.raises(ValueError, match="64 bits"):
+            devtensor.zeros(3).__dlpack__(stream=s, max_version=(1, 0))
+
+
+def test_repr_lets_keyboard_interrupt_through():
+    # The values' formatter raising KeyboardInterrupt (a signal while repr
+    # runs) reaches the caller; other errors still leave shape, dtype and device.
+    import devtensor._format as fmt
+
+    t = devtensor.ones((2, 2))
+    real = fmt.tensor_repr
+    try:
+        for exc, passes in ((KeyboardInterrupt(), True), (MemoryError(), True), (RuntimeError("gone"), False)):
+
+            def broken(_t, exc=exc):
+                raise exc
+
+            fmt.tensor_repr = broken
+            if passes:
+                with pytest.raises(type(exc)):
+                    repr(t)
+            else:
+                assert "values unavailable: RuntimeError: gone" in repr(t)
+    finally:
+        fmt.tensor_repr = real
+    assert repr(t).startswith("tensor(")
+
+
+def test_failed_fast_calls_free_their_error_messages():
+    # The fast-call entry points (empty, zeros, ones, full, __dlpack__) held
+    # each raised message until PyO3's next attach: 200,000 failures kept 19 MiB.
+    t = devtensor.zeros(3)
+    for call in (lambda: devtensor.empty((-1,)), lambda: devtensor.zeros((1,), dtype="nope"),
+                 lambda: t.__dlpack__(stream=5)):
+        try:
+            call()
+        except (ValueError, TypeError, BufferError) as e:
+            held = sys.getrefcount(e.args[0])  # `args` and the call's argument
+        assert held == 2
+
+
+def test_0d_integer_tensors_are_indices_and_in_tests_values():
+    # operator.index of a 0-d integer tensor (NumPy's 0-d arrays, torch's
+    # tensors): list indices, shapes; `in` compares values (it compared views
+    # by identity: 0.0 in zeros(3) was False).
+    i = devtensor.full((), 2, dtype="int64")
+    assert [10, 11, 12][i] == 12 and devtensor.zeros(i).shape == (2,)
+    assert devtensor.zeros((5,))[i].shape == ()
+    for bad in (devtensor.full((), 2.0), devtensor.full((1,), 2, dtype="int64"), devtensor.full((), True)):
+        with pytest.raises(TypeError):
+            [1, 2, 3][bad]
+    x = devtensor.from_dlpack(np.array([[1.5, 2.0], [np.nan, -3.0]]))
+    assert 2 in x and 2.0 in x and -3 in x and 1.5 + 0j in x and np.float32(1.5) in x
+    assert 0.0 not in x and float("nan") not in x
+    assert 0.0 in devtensor.zeros(3) and 1 not in devtensor.zeros(3)
+    assert True in devtensor.full((), 1, dtype="uint8")
+    with pytest.raises(TypeError):
+        "a" in x
+    with pytest.raises(TypeError):
+        x in x
+
+
+def test_tensors_take_weak_references():
+    t = devtensor.zeros(3)
+    r = weakref.ref(t)
+    assert r() is t
+    del t
+    gc.collect()
+    assert r() is None
+
+
+def test_peak_reserved_never_falls():
+    before = devtensor.memory_stats("cpu")["peak_reserved_bytes"]
+    a = devtensor.empty((64 << 20,), dtype="uint8")
+    del a
+    b = devtensor.empty((128 << 20,), dtype="uint8")
+    del b
+    peak = devtensor.memory_stats("cpu")["peak_reserved_bytes"]
+    assert peak >= max(before, 128 << 20)
+    devtensor.empty_cache()
+    assert devtensor.memory_stats("cpu")["peak_reserved_bytes"] >= peak

@@ -362,6 +362,18 @@ def test_negative_view_of_a_complex_tensor_is_refused():
     np.testing.assert_array_equal(np.from_dlpack(devtensor.from_dlpack(x.resolve_neg())), [-1 - 2j, -3 + 4j])
 
 
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int32, torch.int64])
+def test_negative_view_of_an_integer_tensor_is_refused(dtype):
+    # torch._neg_view works on integers too: torch reads [-1, -2, -3] (uint8: 255, 254, 253).
+    x = torch._neg_view(torch.tensor([1, 2, 3], dtype=dtype))
+    assert x.is_neg()
+    with pytest.raises(BufferError):
+        devtensor.from_dlpack(x)
+    with pytest.raises(BufferError):
+        devtensor.zeros(3, dtype=str(dtype).removeprefix("torch.")).copy_(x)
+    assert devtensor.from_dlpack(x.resolve_neg()).tolist() == x.resolve_neg().tolist()
+
+
 @pytest.mark.parametrize("kwargs", [{}, {"copy": False}, {"device": "cpu"}])
 def test_tensors_that_require_grad_are_refused_on_every_path(kwargs):
     # torch's exchange API exports them, its __dlpack__ does not: a write through our
