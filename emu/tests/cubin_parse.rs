@@ -256,7 +256,12 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         let info = cubin::parse(&cubin).unwrap();
         let tag = format!("{} sm_{arch}", nvrtc.path.display());
         assert_eq!(info.arch, arch, "{tag}");
-        assert_eq!(info.kernels.len(), 5 * 3 + 4 + 4 + 2 + 3, "{tag}: {:?}", info.kernels);
+        assert_eq!(
+            info.kernels.len(),
+            5 * 3 + 4 + 4 + 2 + 3 + 1,
+            "{tag}: {:?}",
+            info.kernels
+        );
         // transpose_packed_eE: a tile of 32·P rows of 32 u32s (P = 4 / e).
         for (e, rows) in [(1, 128), (2, 64)] {
             let t = info.kernel(&format!("transpose_packed_e{e}")).unwrap();
@@ -267,6 +272,9 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
             let t = info.kernel(&format!("transpose_rgb_e{e}")).unwrap();
             assert_eq!(t.shared_bytes, 32 * row * e, "{tag}");
         }
+        // transpose_rgb_packed_e1: 32 rows of 100 bytes.
+        let t = info.kernel("transpose_rgb_packed_e1").unwrap();
+        assert_eq!(t.shared_bytes, 32 * 100, "{tag}");
         for e in [1u32, 2, 4, 8, 16] {
             let k = |n: String| info.kernel(&n).unwrap_or_else(|| panic!("{tag}: no {n}"));
             let arg = |k: &cubin::KernelInfo| layout(&k.params);

@@ -38,6 +38,7 @@ pub const KERNELS: &[&str] = &[
     "transpose_rgb_e1",
     "transpose_rgb_e2",
     "transpose_rgb_e4",
+    "transpose_rgb_packed_e1",
 ];
 
 /// Dims a kernel takes after coalescing (`DT_MAX_DIMS` in the kernel source).
@@ -443,7 +444,9 @@ fn transpose_call(
 /// in the destination along the next dim and in the source along another,
 /// both at least a tile's edge long. Without it the run is three elements
 /// each lane takes from another row: RGB u8 read 8.3 % of each sector.
-fn rgb_call(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<KernelCall> {
+/// Bytes whose every u32 is whole and aligned take `transpose_rgb_packed_e1`
+/// (`dst`, `src`: the bases' addresses).
+fn rgb_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64, src: u64) -> Option<KernelCall> {
     let min = TILE as usize;
     let (&run, &df) = (dims.first()?, dims.get(1)?);
     if !matches!(plan.elem_size, 1 | 2 | 4) || run != (3, 1, 1) || df.2 != 3 || df.0 < min {
@@ -453,15 +456,23 @@ fn rgb_call(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<KernelCall> {
     if !fits_i32(plan.numel, dims) {
         return None;
     }
+    let (sf, batch) = (dims[k], batch_dims(dims, &[0, 1, k]));
+    let whole = |x: i64| x % 4 == 0;
+    let packed = plan.elem_size == 1
+        && dst.is_multiple_of(4)
+        && src.is_multiple_of(4)
+        && whole(df.0 as i64)
+        && whole(sf.0 as i64)
+        && whole(df.1)
+        && whole(sf.2)
+        && batch.iter().all(|b| whole(b.1) && whole(b.2));
+    let kernel = if packed {
+        "transpose_rgb_packed"
+    } else {
+        "transpose_rgb"
+    };
     // The kernel's strides count elements of the run (T), as the dims do.
-    transpose_call(
-        "transpose_rgb",
-        plan.elem_size,
-        TILE as usize,
-        df,
-        dims[k],
-        &batch_dims(dims, &[0, 1, k]),
-    )
+    transpose_call(kernel, plan.elem_size, TILE as usize, df, sf, &batch)
 }
 
 /// The kernel that performs a planned copy (`Memcpy` and `Empty` plans need
@@ -473,7 +484,7 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
     if dims.len() > MAX_DIMS {
         return Err(Error::Internal("more than 16 dimensions remain after coalescing"));
     }
-    if let Some(call) = rgb_call(plan, &dims) {
+    if let Some(call) = rgb_call(plan, &dims, dst, src) {
         return Ok(call);
     }
     if let Some(src_fast) = tiled_partner(plan, &dims)
@@ -810,7 +821,11 @@ mod tests {
         // source row each, so it is not joined.
         let p = plan(&[64, 32, 3], &[96, 3, 1], &[3, 192, 1], 1);
         let c = copy_call(&p, 0, 0).unwrap();
-        assert_eq!(c.name, "transpose_rgb_e1");
+        assert_eq!(c.name, "transpose_rgb_packed_e1");
+        // A base or a row stride off whole u32s: a byte a lane.
+        assert_eq!(copy_call(&p, 0, 1).unwrap().name, "transpose_rgb_e1");
+        let odd = plan(&[64, 33, 3], &[99, 3, 1], &[3, 192, 1], 1);
+        assert_eq!(copy_call(&odd, 0, 0).unwrap().name, "transpose_rgb_e1");
         let KernelArgs::Transpose(a) = c.args else {
             panic!("{c:?}")
         };

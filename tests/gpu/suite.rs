@@ -226,27 +226,35 @@ macro_rules! gpu_suite {
                 return;
             }
             // Images of three channels of e bytes (widened to one element),
-            // rows and columns swapped: whole, batched, cropped by a pixel
-            // (bases off the tiles' alignment), and into every other row of a
-            // wider destination (the rows untouched between). Sides under a
-            // tile's edge (17) take the element kernels.
+            // rows and columns swapped: whole, batched, cropped (by a pixel:
+            // bases off whole u32s; by 4 and 8: on them), and into every other
+            // row of a wider destination (the rows untouched between). Sides
+            // a multiple of 4 pixels take the packed byte kernel; sides under
+            // a tile's edge (17) the element kernels.
             for e in [1usize, 2, 4, 8] {
-                for (b, h, w) in [(1usize, 33usize, 65usize), (2, 64, 48), (1, 17, 300), (3, 40, 1)] {
+                for (b, h, w) in [
+                    (1usize, 33usize, 65usize),
+                    (2, 64, 48),
+                    (1, 36, 100),
+                    (1, 17, 300),
+                    (3, 40, 1),
+                ] {
                     let bytes: Vec<u8> = (0..b * h * w * 3 * e).map(|i| (i * 37 % 251) as u8).collect();
                     let host = Tensor::from_slice(&bytes, &[b, h, w, 3, e]).unwrap();
                     let gpu = host.to(dev(0)).unwrap();
                     let views = |t: &Tensor| -> Vec<(&'static str, Tensor)> {
-                        let crop = t
-                            .slice(1, Some(1), None, 1)
-                            .unwrap()
-                            .slice(2, Some(1), None, 1)
-                            .unwrap();
+                        let crop = |r: isize, c: isize| {
+                            let v = t
+                                .slice(1, Some(r), None, 1)
+                                .unwrap()
+                                .slice(2, Some(c), None, 1)
+                                .unwrap();
+                            v.permute(&[0, 2, 1, 3, 4]).unwrap()
+                        };
                         vec![
                             ("x.transpose(1, 2)", t.permute(&[0, 2, 1, 3, 4]).unwrap()),
-                            (
-                                "x[:, 1:, 1:].transpose(1, 2)",
-                                crop.permute(&[0, 2, 1, 3, 4]).unwrap(),
-                            ),
+                            ("x[:, 1:, 1:].transpose(1, 2)", crop(1, 1)),
+                            ("x[:, 4:, 8:].transpose(1, 2)", crop(4, 8)),
                         ]
                     };
                     for ((what, hv), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
