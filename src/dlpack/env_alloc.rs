@@ -44,8 +44,11 @@ use crate::tensor::Tensor;
 ///
 /// // Any table will do; in a kernel library it comes from the calling
 /// // framework (`devtensor::python::Framework::env_alloc`).
-/// fn outputs(api: &'static devtensor::dlpack::ffi::DLPackExchangeAPI) -> devtensor::Result<()> {
-///     let env = EnvAlloc::new(api, Device::Cpu)?;
+/// /// # Safety
+/// /// `api` behaves as the DLPack header specifies (see [`EnvAlloc::new`]).
+/// unsafe fn outputs(api: &'static devtensor::dlpack::ffi::DLPackExchangeAPI) -> devtensor::Result<()> {
+///     // SAFETY: the caller's contract.
+///     let env = unsafe { EnvAlloc::new(api, Device::Cpu)? };
 ///     let a = env.empty(&[4, 4], DType::F32)?; // the framework's own tensor
 ///     let b = Tensor::empty_in(Arc::new(env), &[16], DType::U8)?; // its bytes
 ///     assert_eq!((a.nbytes(), b.nbytes()), (64, 16));
@@ -103,7 +106,16 @@ unsafe extern "C" fn set_error(ctx: *mut c_void, kind: *const c_char, message: *
 impl EnvAlloc {
     /// The allocator of `api` for `device`. `Err` when the table is not a
     /// DLPack 1.x exchange API or has no allocator.
-    pub fn new(api: &'static DLPackExchangeAPI, device: Device) -> Result<EnvAlloc> {
+    ///
+    /// # Safety
+    ///
+    /// The table's entry points must behave as the DLPack header specifies:
+    /// `managed_tensor_allocator` (and `current_work_stream`, where present)
+    /// callable from any thread, and on success it must have written an owned,
+    /// valid `DLManagedTensorVersioned` whose deleter frees it. The checks here
+    /// (shape, dtype, device, size of what comes back) cannot catch a function
+    /// that writes nothing or a dangling pointer.
+    pub unsafe fn new(api: &'static DLPackExchangeAPI, device: Device) -> Result<EnvAlloc> {
         if api.header.version.major != 1 || api.managed_tensor_allocator.is_none() {
             return Err(Error::ForeignAlloc {
                 kind: "ValueError".to_owned(),
@@ -127,11 +139,12 @@ impl EnvAlloc {
     ///
     /// `api` must be null or point to a `DLPackExchangeAPI` that is never
     /// written and lives for the rest of the process (the DLPack header's
-    /// rule for these tables).
+    /// rule for these tables), and that behaves as [`EnvAlloc::new`] requires.
     pub unsafe fn from_raw(api: *const DLPackExchangeAPI, device: Device) -> Result<EnvAlloc> {
         // SAFETY: the caller's contract.
         match unsafe { api.as_ref() } {
-            Some(api) => EnvAlloc::new(api, device),
+            // SAFETY: the caller's contract.
+            Some(api) => unsafe { EnvAlloc::new(api, device) },
             None => Err(Error::ForeignAlloc {
                 kind: "ValueError".to_owned(),
                 message: "null DLPack exchange API".to_owned(),
@@ -548,7 +561,8 @@ mod tests {
     #[serial_test::serial(env_alloc)]
     fn every_block_is_aligned_and_freed_once() {
         let (made, freed) = (MADE.load(Ordering::SeqCst), FREED.load(Ordering::SeqCst));
-        let env = EnvAlloc::new(&API.0, Device::Cpu).unwrap();
+        // SAFETY: the test table keeps the header's contract.
+        let env = unsafe { EnvAlloc::new(&API.0, Device::Cpu) }.unwrap();
         {
             let t = Tensor::empty_in(Arc::new(env.clone()), &[3, 5], DType::F32).unwrap();
             assert_eq!(t.data_ptr() as usize % 256, 0);
@@ -577,7 +591,8 @@ mod tests {
     #[serial_test::serial(env_alloc)]
     fn set_error_becomes_foreign_alloc_and_nothing_leaks() {
         let (made, freed) = (MADE.load(Ordering::SeqCst), FREED.load(Ordering::SeqCst));
-        let env = EnvAlloc::new(&API.0, Device::Cpu).unwrap();
+        // SAFETY: the test table keeps the header's contract.
+        let env = unsafe { EnvAlloc::new(&API.0, Device::Cpu) }.unwrap();
         let check = |e: Error| match e {
             Error::ForeignAlloc { kind, message } => {
                 assert_eq!(kind, "MemoryError");
@@ -588,7 +603,8 @@ mod tests {
         check(env.empty(&[1 << 29], DType::F32).unwrap_err());
         check(Tensor::empty_in(Arc::new(env.clone()), &[1 << 31], DType::U8).unwrap_err());
         // Wrong device: the framework's block is freed before the error returns.
-        let gpu = EnvAlloc::new(&API.0, Device::CudaHost).unwrap();
+        // SAFETY: as above.
+        let gpu = unsafe { EnvAlloc::new(&API.0, Device::CudaHost) }.unwrap();
         let cpu_answer = gpu.allocate(64, 256, None).unwrap_err();
         assert!(matches!(cpu_answer, Error::DeviceMismatch { .. }), "{cpu_answer:?}");
         assert_eq!(MADE.load(Ordering::SeqCst) - made, FREED.load(Ordering::SeqCst) - freed);
@@ -600,7 +616,8 @@ mod tests {
         // Before the check, a 16-byte answer to 4096 bytes was taken as 4096
         // (valgrind: an invalid write past the block in `fill`).
         let (made, freed) = (MADE.load(Ordering::SeqCst), FREED.load(Ordering::SeqCst));
-        let env = EnvAlloc::new(&LYING_API.0, Device::Cpu).unwrap();
+        // SAFETY: its allocator writes a valid tensor, only not the one asked for.
+        let env = unsafe { EnvAlloc::new(&LYING_API.0, Device::Cpu) }.unwrap();
         for lie in 1..=3 {
             LIE.store(lie, Ordering::SeqCst);
             match Tensor::empty_in(Arc::new(env.clone()), &[4096], DType::U8) {

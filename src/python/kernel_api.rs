@@ -115,7 +115,10 @@ impl Framework {
     /// Its allocator for `device` (torch: `torch.empty`, its caching
     /// allocator on its current stream).
     pub fn env_alloc(&self, device: Device) -> PyResult<EnvAlloc> {
-        EnvAlloc::new(self.api, device).map_err(to_py)
+        // SAFETY: the table is the type's `__dlpack_c_exchange_api__`, which
+        // the DLPack header makes its producer's promise to keep the contract
+        // (torch, and any framework that publishes one).
+        unsafe { EnvAlloc::new(self.api, device) }.map_err(to_py)
     }
 
     /// A C-contiguous tensor allocated by the framework (see [`EnvAlloc::empty`]).
