@@ -512,10 +512,25 @@ impl PyTensor {
         }))
     }
 
-    /// Copies `src` (a Tensor or any DLPack producer) into `self`; returns `self`.
+    /// Copies `src` (a Tensor or any DLPack producer, broadcast to this
+    /// shape) into `self`; returns `self`.
     fn copy_<'py>(slf: Bound<'py, Self>, src: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
         let src = consumer::from_dlpack(src, None, None)?;
         let dst = slf.get().inner.clone();
+        // Broadcast as NumPy's copyto and torch's copy_: a source of fewer
+        // dims, or of length 1 where the destination's are longer, repeats.
+        let src = if src.shape() == dst.shape() {
+            src
+        } else {
+            let shape: Vec<isize> = dst.shape().iter().map(|&d| d as isize).collect();
+            src.expand(&shape).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "copy_: a source of shape {:?} does not broadcast to {:?}",
+                    src.shape(),
+                    dst.shape()
+                ))
+            })?
+        };
         let devices = [dst.device(), src.device()];
         detach_unless_small_cpu(slf.py(), &devices, dst.nbytes(), || dst.copy_from(&src)).map_err(to_py)?;
         Ok(slf)

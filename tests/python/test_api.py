@@ -833,6 +833,28 @@ def test_copy_mismatches():
         dst.copy_(object())
 
 
+def test_copy_broadcasts_the_source_as_numpy_and_torch():
+    # np.copyto and torch's copy_ repeat a source of fewer or length-1 dims.
+    for dst_shape, src in [
+        ((3,), np.float32(1.5)),
+        ((2, 3), np.arange(3, dtype=np.float32)),
+        ((2, 3), np.arange(2, dtype=np.float32).reshape(2, 1)),
+        ((4, 2, 3), np.arange(6, dtype=np.float32).reshape(1, 2, 3)),
+        ((0, 3), np.arange(3, dtype=np.float32)),
+    ]:
+        want = np.zeros(dst_shape, dtype=np.float32)
+        np.copyto(want, src)
+        dst = devtensor.zeros(dst_shape)
+        assert dst.copy_(src) is dst
+        np.testing.assert_array_equal(arr(dst), want)
+    strided = devtensor.zeros((3, 4))[:, ::2]
+    strided.copy_(devtensor.full((2,), 7.0))
+    assert strided.tolist() == [[7.0, 7.0]] * 3
+    for dst_shape, src_shape in [((3,), (2,)), ((3,), (1, 3)), ((2, 3), (2,))]:
+        with pytest.raises(ValueError, match="broadcast"):
+            devtensor.zeros(dst_shape).copy_(np.zeros(src_shape, dtype=np.float32))
+
+
 def test_copy_into_read_only_fails():
     a = np.zeros(4, dtype=np.float32)
     a.flags.writeable = False

@@ -90,6 +90,11 @@ def test_copy_between_host_and_device_both_ways():
     w = devtensor.zeros((4, 3), device="cuda")
     w[::-1].copy_(a.T)
     np.testing.assert_array_equal(host(w), a.T[::-1])
+    # Broadcast sources: a host row into device rows, a device column across host rows.
+    u.copy_(a[1])
+    np.testing.assert_array_equal(host(u), np.broadcast_to(a[1], (3, 4)))
+    h.copy_(t[:, 0:1])
+    np.testing.assert_array_equal(np.from_dlpack(h), np.broadcast_to(a[:, :1], (3, 4)))
 
 
 @pytest.mark.parametrize("pair", list(VIEW_PAIRS))
