@@ -263,3 +263,29 @@ fn views_of_no_element_move_no_start() {
     assert_eq!(e.select(0, 2).unwrap().shape(), &[0]);
     assert_eq!(e.slice(0, Some(1), None, 1).unwrap().shape(), &[2, 0]);
 }
+
+#[test]
+fn bytes_round_trip_in_c_order_and_sizes_are_checked() {
+    let t = arange(&[3, 4]).permute(&[1, 0]).unwrap().flip(&[0]).unwrap();
+    let bytes = t.to_bytes().unwrap();
+    let want: Vec<u8> = t
+        .to_vec::<i32>()
+        .unwrap()
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    assert_eq!(bytes, want);
+    let back = Tensor::from_bytes(&bytes, t.shape(), t.dtype()).unwrap();
+    assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
+    assert!(matches!(
+        Tensor::from_bytes(&bytes[1..], t.shape(), t.dtype()),
+        Err(Error::ShapeMismatch { .. })
+    ));
+    assert!(
+        Tensor::from_bytes(&[], &[0, 5], DType::F64)
+            .unwrap()
+            .to_bytes()
+            .unwrap()
+            .is_empty()
+    );
+}

@@ -50,6 +50,7 @@ __all__ = [
     "_live_exports",
     "_live_cpu_allocations",
     "_drain_deleters",
+    "_rebuild",
     "Stream",
     "ExternalStream",
     "Event",
@@ -110,6 +111,8 @@ class Tensor:
     def __complex__(self) -> complex: ...
     def __index__(self) -> int:
         """The integer of a 0-d integer tensor (list indices, shapes); TypeError for any other."""
+    def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[int, ...], str, str]]:
+        """Pickles the values (C order), shape, dtype and device; unpickled contiguous on that device."""
     def __contains__(self, key: object, /) -> bool:
         """Whether any element equals `key`, a Python number; TypeError for anything else."""
     def __repr__(self) -> str:
@@ -204,7 +207,7 @@ def current_env_alloc() -> Optional[type]:
 
 # The ContextVar behind env_alloc, read by every extension built on devtensor.
 _env_alloc_var: ContextVar[Optional[type]]
-# This context's open env_alloc scopes and the tokens that undo them, innermost last.
+# This context's open env_alloc scopes and the selections before them, innermost last.
 _env_alloc_scopes: ContextVar[tuple[tuple[EnvAlloc, Any], ...]]
 
 # Test hooks.
@@ -216,6 +219,10 @@ def _live_cpu_allocations() -> int:
 
 def _drain_deleters() -> int:
     """Runs the deleters of imported tensors still waiting for device work; the number run."""
+
+# Pickling.
+def _rebuild(data: bytes, shape: _ShapeLike, dtype: _DTypeLike, device: _DeviceLike) -> Tensor:
+    """A tensor from its pickle (Tensor.__reduce__): the bytes in C order, on `device`."""
 
 # A CUDA device: None (the current GPU), an index, "cuda", "cuda:N", a torch.device.
 _CudaDevice = Union[None, int, str, object]

@@ -263,6 +263,18 @@ fn empty_cache(py: Python<'_>, device: Option<DeviceArg>) -> PyResult<usize> {
         .map_err(to_py)
 }
 
+/// `_rebuild(data, shape, dtype, device)`: a tensor from its pickle (see
+/// `Tensor.__reduce__`): the bytes in C order, on the device it was on.
+#[pyfunction]
+fn _rebuild(py: Python<'_>, data: &[u8], shape: ShapeArg, dtype: DTypeArg, device: DeviceArg) -> PyResult<PyTensor> {
+    let t = Tensor::from_bytes(data, &shape.0, dtype.0).map_err(to_py)?;
+    let device = device.resolve_py(py)?;
+    if device == crate::Device::Cpu {
+        return Ok(PyTensor::from(t));
+    }
+    py.detach(|| t.to(device)).map(PyTensor::from).map_err(to_py)
+}
+
 #[pymodule]
 fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -285,6 +297,7 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
     m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
+    m.add_function(wrap_pyfunction!(_rebuild, m)?)?;
     kernel_api::register(m)?;
     #[cfg(feature = "cuda")]
     streams::register(m)?;

@@ -279,6 +279,25 @@ impl PyTensor {
         self.one_value(py, "__index__ of a tensor with", PyTypeError::new_err)
     }
 
+    /// Pickling (`pickle`, `copy.deepcopy`, multiprocessing queues): the
+    /// elements' bytes in C order, shape, dtype and device; unpickled on the
+    /// same device (a device tensor through the host), writable, contiguous,
+    /// as NumPy's and torch's pickles come back.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let t = self.inner.clone();
+        let data = py.detach(|| t.to_bytes()).map_err(to_py)?;
+        let rebuild = py
+            .import(pyo3::intern!(py, "devtensor._devtensor"))?
+            .getattr(pyo3::intern!(py, "_rebuild"))?;
+        let args = (
+            pyo3::types::PyBytes::new(py, &data),
+            PyTuple::new(py, t.shape())?,
+            t.dtype().name(),
+            t.device().to_string(),
+        );
+        Ok((rebuild, args.into_pyobject(py)?))
+    }
+
     /// `value in tensor`: whether any element equals `value`, a Python
     /// number (NumPy's and torch's `(tensor == value).any()`; without it,
     /// Python compared the element views by identity: `0.0 in zeros(3)` was

@@ -652,33 +652,14 @@ impl Tensor {
             return self.to(Device::Cpu)?.to_vec();
         }
         let n = self.numel();
-        // A huge broadcast view is an error, not an abort.
-        let mut out: Vec<T> = Vec::new();
-        out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
-            device: Device::Cpu,
-            requested: n.saturating_mul(self.dtype.size()),
-            reserved: 0,
-            allocated: 0,
-            largest_free: 0,
-        })?;
-        let strides = layout::contiguous_strides(&self.shape)?;
-        let _access = access::lock(None, Some(&self.storage));
-        self.wait_for_host_access()?;
-        // SAFETY: `out` has capacity for `n` elements laid out C-contiguously; the
-        // source view lies inside its storage and is host-accessible, and no safe
-        // call writes it while `_access` holds it; after the copy all `n`
-        // elements are initialised.
+        let mut out: Vec<T> = host_buffer(n, self.dtype.size())?;
+        // SAFETY: `out` has capacity for the `n` elements of `T` (the dtype's
+        // size: `Element` is sealed to the dtypes' own types); after the copy
+        // all of them are initialised, bools normalised to 0 / 1 first
+        // (foreign bool bytes may be any value).
         unsafe {
-            crate::copy::copy_strided(
-                out.as_mut_ptr().cast::<u8>(),
-                &strides,
-                self.data_ptr(),
-                &self.strides,
-                &self.shape,
-                self.dtype.size(),
-            )?;
+            self.copy_out(out.as_mut_ptr().cast::<u8>())?;
             if self.dtype == DType::Bool {
-                // Foreign bool bytes may be any value; normalise before they become `bool`s.
                 let bytes = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), n);
                 bytes.iter_mut().for_each(|b| *b = u8::from(*b != 0));
             }
@@ -686,6 +667,81 @@ impl Tensor {
         }
         Ok(out)
     }
+
+    /// The elements' bytes in C order, copied out (as [`to_vec`](Self::to_vec)
+    /// for any dtype; the Python package's pickles).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if !self.device().is_host_accessible() {
+            return self.to(Device::Cpu)?.to_bytes();
+        }
+        let n = self.nbytes();
+        let mut out: Vec<u8> = host_buffer(n, 1)?;
+        // SAFETY: `out` has capacity for the view's `n` bytes; after the copy
+        // all of them are initialised.
+        unsafe {
+            self.copy_out(out.as_mut_ptr())?;
+            out.set_len(n);
+        }
+        Ok(out)
+    }
+
+    /// CPU tensor of `shape` and `dtype` holding a copy of `data`, its
+    /// elements' bytes in C order ([`to_bytes`](Self::to_bytes)'s).
+    pub fn from_bytes(data: &[u8], shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let want = layout::nbytes(shape, dtype.size())?;
+        if data.len() != want {
+            return Err(Error::ShapeMismatch {
+                op: "from_bytes",
+                expected: vec![want],
+                got: vec![data.len()],
+            });
+        }
+        let t = Tensor::empty(shape, dtype, Device::Cpu)?;
+        // SAFETY: `t` is a fresh contiguous allocation of exactly `data.len()`
+        // bytes that nothing else references.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), t.data_ptr(), data.len()) };
+        Ok(t)
+    }
+
+    /// Copies this host-accessible view's elements, C-contiguously, to `dst`,
+    /// under the storage's access lock and after the work host reads wait for.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of [`nbytes`](Self::nbytes) bytes and
+    /// overlaps no storage.
+    unsafe fn copy_out(&self, dst: *mut u8) -> Result<()> {
+        let strides = layout::contiguous_strides(&self.shape)?;
+        let _access = access::lock(None, Some(&self.storage));
+        self.wait_for_host_access()?;
+        // SAFETY: `dst` holds the view's bytes (the caller's contract); the
+        // source view lies inside its storage and is host-accessible, and no
+        // safe call writes it while `_access` holds it.
+        unsafe {
+            crate::copy::copy_strided(
+                dst,
+                &strides,
+                self.data_ptr(),
+                &self.strides,
+                &self.shape,
+                self.dtype.size(),
+            )
+        }
+    }
+}
+
+/// An empty vector with room for `n` items of `size` bytes; OutOfMemory (not
+/// an abort) where the host cannot give it: a huge broadcast view.
+fn host_buffer<T>(n: usize, size: usize) -> Result<Vec<T>> {
+    let mut out: Vec<T> = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        device: Device::Cpu,
+        requested: n.saturating_mul(size),
+        reserved: 0,
+        allocated: 0,
+        largest_free: 0,
+    })?;
+    Ok(out)
 }
 
 /// Notes on `t`'s storage that the stream its backend's copies and fills run

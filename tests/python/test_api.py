@@ -1096,3 +1096,37 @@ def test_host_device_tuples_need_id_zero():
         devtensor.empty(2, device=(1, 1))
     with pytest.raises(ValueError):
         devtensor.empty(2, device="cpu:1")
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bool", "int8", "uint16", "int64", "float16", "bfloat16", "float32", "complex128", "float8_e4m3fn"]
+)
+def test_tensors_pickle_and_deepcopy_with_their_values(dtype):
+    import copy
+    import pickle
+
+    base = devtensor.from_dlpack(np.arange(24, dtype=np.uint8).reshape(2, 3, 4) % 2).to("cpu")
+    t = devtensor.zeros((2, 3, 4), dtype=dtype)
+    t.copy_(devtensor.full((2, 3, 4), 1, dtype=dtype))
+    for view in (t, t.permute(2, 0, 1)[::-1, :, 1:], t[0, 1], t[:, :0], t[1, 2, 3]):
+        for back in (pickle.loads(pickle.dumps(view, protocol=p)) for p in (2, pickle.HIGHEST_PROTOCOL)):
+            assert (back.shape, back.dtype, back.device) == (view.shape, view.dtype, view.device)
+            assert back.is_contiguous() and not back.read_only
+            assert back.tolist() == view.tolist()
+            assert back.data_ptr != view.data_ptr or view.nbytes == 0
+        c = copy.deepcopy(view)
+        assert c.tolist() == view.tolist() and (c.data_ptr != view.data_ptr or view.nbytes == 0)
+    assert base.shape == (2, 3, 4)
+
+
+def test_pickles_cross_processes_and_refuse_forged_sizes():
+    import multiprocessing
+    import pickle
+
+    t = devtensor.from_dlpack(np.arange(12.0).reshape(3, 4)).transpose(0, 1)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        back = pool.apply(pickle.loads, (pickle.dumps(t),))
+    assert back.tolist() == t.tolist()
+    fn, args = t.__reduce__()
+    with pytest.raises(ValueError):
+        fn(args[0][:-1], *args[1:])  # bytes one short of the shape

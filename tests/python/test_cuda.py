@@ -674,3 +674,15 @@ def test_blocking_gpu_calls_release_the_gil(call):
     lo, hi = t0 + span / 4, t1 - span / 4
     inside = sum(lo <= s <= hi for s in stamps)
     assert inside > 0, f"{call} held the GIL while waiting for the device for {span * 1e3:.0f} ms"
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cuda_host", "cuda_managed"])
+def test_device_tensors_pickle_back_onto_their_device(device):
+    import pickle
+
+    t = devtensor.from_dlpack(np.arange(12, dtype=np.float32).reshape(3, 4)).to(device)
+    view = t.transpose(0, 1)[::-1]
+    back = pickle.loads(pickle.dumps(view))
+    assert (back.device, back.shape, back.dtype) == (view.device, view.shape, view.dtype)
+    assert back.is_contiguous() and back.data_ptr != view.data_ptr
+    np.testing.assert_array_equal(host(back), host(view))
