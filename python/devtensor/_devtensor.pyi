@@ -104,6 +104,8 @@ class Tensor:
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[Tensor]:
         """The views along the first dimension; TypeError for a 0-d tensor."""
+    def __reversed__(self) -> Iterator[Tensor]:
+        """The views along the first dimension, last first (nothing copied); TypeError for a 0-d tensor."""
     def __bool__(self) -> bool:
         """The one element's truth; ValueError for any other count."""
     def __int__(self) -> int: ...

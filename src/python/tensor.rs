@@ -2,7 +2,7 @@
 
 use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyEllipsis, PySlice, PyTuple};
+use pyo3::types::{PyBool, PyCapsule, PyEllipsis, PySlice, PyTuple};
 
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
@@ -64,6 +64,23 @@ impl TensorIter {
         }
         wrap(self.t.select(0, i as isize)).map(Some)
     }
+}
+
+/// A tuple of two ints that fit `T` (`max_version`, `dl_device`); None for
+/// anything else, bools included (`(True, 0)` is no version or device).
+fn int_pair<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>) -> Option<(T, T)> {
+    let t = v.cast::<PyTuple>().ok()?;
+    if t.len() != 2 {
+        return None;
+    }
+    let item = |i| {
+        let x = t.get_item(i).ok()?;
+        if x.is_instance_of::<PyBool>() || !x.is_instance_of::<pyo3::types::PyInt>() {
+            return None;
+        }
+        x.extract::<T>().ok()
+    };
+    Some((item(0)?, item(1)?))
 }
 
 /// A slice's `start`, `stop` or `step`: None, or an int (or `__index__`
@@ -236,6 +253,19 @@ impl PyTensor {
         }
         Ok(TensorIter {
             t: self.inner.clone(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    /// `reversed(t)`: the views along the first dimension, last first (of a
+    /// flipped view: nothing is copied), as NumPy's rows; TypeError for a 0-d
+    /// tensor. Without it Python refused (`__getitem__` is a mapping's here).
+    fn __reversed__(&self) -> PyResult<TensorIter> {
+        if self.inner.ndim() == 0 {
+            return Err(PyTypeError::new_err("reversed() of a 0-d tensor"));
+        }
+        Ok(TensorIter {
+            t: self.inner.flip(&[0]).map_err(to_py)?,
             next: std::sync::atomic::AtomicUsize::new(0),
         })
     }
@@ -604,20 +634,26 @@ impl PyTensor {
         let stream = check_stream(device, stream)?;
         let version: Option<(u32, u32)> = match max_version.filter(|v| !v.is_none()) {
             None => None,
-            Some(v) => Some(v.extract().map_err(|_| {
+            Some(v) => Some(int_pair(v).ok_or_else(|| {
                 PyBufferError::new_err("max_version must be a (major, minor) tuple of non-negative ints")
             })?),
         };
+        // The array API's `copy: Optional[bool]`: a string ("yes", "never") or
+        // a number is a caller's mistake, not a request to copy.
         let copy: Option<bool> = match copy.filter(|c| !c.is_none()) {
             None => None,
-            Some(c) => Some(c.is_truthy()?),
+            Some(c) => Some(c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "copy must be True, False or None, not {}",
+                    c.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                ))
+            })?),
         };
         // Where the consumer wants the data: our device, or the host.
         let (mut as_host_view, mut to_host) = (false, false);
         if let Some(target) = dl_device.filter(|d| !d.is_none()) {
-            let (ty, id): (i32, i32) = target
-                .extract()
-                .map_err(|_| PyBufferError::new_err("dl_device must be a (device_type, device_id) tuple"))?;
+            let (ty, id): (i32, i32) = int_pair(target)
+                .ok_or_else(|| PyBufferError::new_err("dl_device must be a (device_type, device_id) tuple of ints"))?;
             let own = device.to_dlpack();
             if (ty, id) == (own.device_type, own.device_id) {
             } else if (ty, id) == (kDLCPU, 0) && device.is_host_accessible() {

@@ -614,6 +614,13 @@ def test_iteration_and_python_scalars_follow_numpy():
         list(zero_d)  # was [] (Python's fallback through __getitem__)
     with pytest.raises(TypeError):
         iter(zero_d)
+    # reversed(): the rows last first, as views (Python refused it before).
+    back = list(reversed(t))
+    assert [r.tolist() for r in back] == ref[::-1].tolist()
+    assert [r.data_ptr for r in back] == [r.data_ptr for r in rows][::-1]
+    assert list(reversed(devtensor.empty((0, 4)))) == []
+    with pytest.raises(TypeError, match="0-d"):
+        reversed(zero_d)
     assert (float(zero_d), int(zero_d), complex(zero_d)) == (5.0, 5, 5 + 0j)
     assert int(devtensor.full((1, 1), -2.7)) == -2
     assert float(devtensor.full((1,), 3, dtype="int16")) == 3.0

@@ -65,7 +65,7 @@ def test_old_max_version_gives_legacy(dlp, max_version):
     assert dlp.name(cap) == "dltensor"
 
 
-@pytest.mark.parametrize("max_version", ["1.0", (1,), 5, (1, 2, 3), (-1, 0)])
+@pytest.mark.parametrize("max_version", ["1.0", (1,), 5, (1, 2, 3), (-1, 0), (True, False), [1, 3], (1.0, 3)])
 def test_bad_max_version_is_not_type_error(max_version):
     # §a 18: TypeError means "old producer" to consumers; bad values are BufferError/ValueError.
     with pytest.raises((BufferError, ValueError)):
@@ -216,10 +216,17 @@ def test_dl_device_other_device_is_buffer_error(dl_device, copy):
         devtensor.zeros(3).__dlpack__(max_version=(1, 3), dl_device=dl_device, copy=copy)
 
 
-@pytest.mark.parametrize("dl_device", ["cpu", (1,), 1])
+@pytest.mark.parametrize("dl_device", ["cpu", (1,), 1, (True, False), (1.0, 0)])
 def test_dl_device_malformed(dl_device):
     with pytest.raises((BufferError, ValueError)):
         devtensor.zeros(3).__dlpack__(max_version=(1, 3), dl_device=dl_device)
+
+
+@pytest.mark.parametrize("copy", ["yes", "False", 0, 1, 1.0, [True]])
+def test_copy_must_be_a_bool_or_none(copy):
+    # The array API's `copy: Optional[bool]`: "False" was truthy, so it copied.
+    with pytest.raises(ValueError, match="copy must be True, False or None"):
+        devtensor.zeros(3).__dlpack__(max_version=(1, 3), copy=copy)
 
 
 @pytest.mark.parametrize("view", ["base", "T", "flip"])
