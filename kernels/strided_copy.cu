@@ -245,18 +245,29 @@ struct TransposeArgs {
 };
 
 // The tile a block moves, from its index: the first source-fast and
-// destination-fast indices (multiples of the tile's `edge`, in elements) and
-// its batch's element offsets. Source-fast tiles vary fastest.
-__device__ __forceinline__ void dt_tile_origin(const TransposeArgs& a, u32 edge, u32& sf0, u32& df0, int& so,
-                                               int& dof) {
+// destination-fast indices (multiples of the tile's `edge`, in elements), its
+// batch's element offsets, and how many of its `edge` indices lie inside
+// each fast dim (fewer at the far edges). Source-fast tiles vary fastest.
+struct DtTile {
+  u32 sf0, df0;  // first source-fast and destination-fast index
+  int so, dof;   // the batch's source and destination offsets
+  u32 n_sf, n_df;
+};
+
+__device__ __forceinline__ DtTile dt_tile(const TransposeArgs& a, u32 edge) {
+  DtTile t;
   u32 b = blockIdx.x;
   u32 t_sf = b % a.tiles_sf;
   b /= a.tiles_sf;
   u32 t_df = b % a.tiles_df;
   b /= a.tiles_df;
-  dt_offsets(a.batch, b, so, dof);
-  sf0 = t_sf * edge;
-  df0 = t_df * edge;
+  dt_offsets(a.batch, b, t.so, t.dof);
+  t.sf0 = t_sf * edge;
+  t.df0 = t_df * edge;
+  const u32 sf_left = a.n_src_fast - t.sf0, df_left = a.n_dst_fast - t.df0;
+  t.n_sf = sf_left < edge ? sf_left : edge;
+  t.n_df = df_left < edge ? df_left : edge;
+  return t;
 }
 
 template <typename T>
@@ -265,9 +276,9 @@ __device__ __forceinline__ void dt_transpose_tiled(const u8* __restrict__ src, u
   __shared__ T tile[DT_TILE][DT_TILE + 1];
   const T* s = (const T*)src;
   T* d = (T*)dst;
-  u32 sf0, df0;
-  int so, dof;
-  dt_tile_origin(a, DT_TILE, sf0, df0, so, dof);
+  const DtTile t = dt_tile(a, DT_TILE);
+  const u32 sf0 = t.sf0, df0 = t.df0;
+  const int so = t.so, dof = t.dof;
   // read: threadIdx.x walks the source-fast dim
   for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
     u32 sf = sf0 + threadIdx.x, df = df0 + r;
@@ -305,11 +316,10 @@ __device__ __forceinline__ void dt_transpose_packed(const u8* __restrict__ src, 
                                                     const TransposeArgs& a) {
   enum { P = 4 / sizeof(T), TD = 32 * P };
   __shared__ u32 tile[TD * 32];
-  u32 sf0, df0;
-  int so, dof;
-  dt_tile_origin(a, TD, sf0, df0, so, dof);
-  const T* s = (const T*)src + so;
-  T* d = (T*)dst + dof;
+  const DtTile t = dt_tile(a, TD);
+  const u32 sf0 = t.sf0, df0 = t.df0;
+  const T* s = (const T*)src + t.so;
+  T* d = (T*)dst + t.dof;
   // Read: row r (along df) of the tile, u32 x of it (elements sf0 + P·x ..).
   const u32 x = threadIdx.x;
   for (u32 r = threadIdx.y; r < TD; r += DT_TILE_ROWS) {
@@ -363,14 +373,11 @@ __device__ __forceinline__ void dt_transpose_rgb(const u8* __restrict__ src, u8*
                                                  const TransposeArgs& a) {
   enum { ROW = sizeof(T) == 1 ? 136 : sizeof(T) == 2 ? 132 : 99 };
   __shared__ T tile[DT_TILE * ROW];
-  u32 sf0, df0;
-  int so, dof;
-  dt_tile_origin(a, DT_TILE, sf0, df0, so, dof);
-  const T* s = (const T*)src + so + (int)sf0 * 3;
-  T* d = (T*)dst + dof + (int)df0 * 3;
-  const u32 sf_left = a.n_src_fast - sf0, df_left = a.n_dst_fast - df0;
-  const u32 n_sf = sf_left < DT_TILE ? sf_left : DT_TILE;  // pixels a tile row, source side
-  const u32 n_df = df_left < DT_TILE ? df_left : DT_TILE;  // and destination side
+  const DtTile t = dt_tile(a, DT_TILE);
+  const u32 sf0 = t.sf0, df0 = t.df0;
+  const u32 n_sf = t.n_sf, n_df = t.n_df;  // pixels a tile row, source and destination side
+  const T* s = (const T*)src + t.so + (int)sf0 * 3;
+  T* d = (T*)dst + t.dof + (int)df0 * 3;
   for (u32 r = threadIdx.y; r < n_df; r += DT_TILE_ROWS) {
     const T* row = s + (int)(df0 + r) * a.src_stride_df;
     for (u32 j = threadIdx.x; j < 3 * n_sf; j += DT_TILE) tile[r * ROW + j] = row[j];
@@ -401,14 +408,10 @@ __device__ __forceinline__ void dt_transpose_rgb_packed(const u8* __restrict__ s
                                                         const TransposeArgs& a) {
   enum { ROW_BYTES = 100 };
   __shared__ u32 tile[DT_TILE * ROW_BYTES / 4];
-  u32 sf0, df0;
-  int so, dof;
-  dt_tile_origin(a, DT_TILE, sf0, df0, so, dof);
-  const u8* s = src + so + (int)sf0 * 3;
-  u8* d = dst + dof + (int)df0 * 3;
-  const u32 sf_left = a.n_src_fast - sf0, df_left = a.n_dst_fast - df0;
-  const u32 n_sf = sf_left < DT_TILE ? sf_left : DT_TILE;
-  const u32 n_df = df_left < DT_TILE ? df_left : DT_TILE;
+  const DtTile t = dt_tile(a, DT_TILE);
+  const u32 sf0 = t.sf0, df0 = t.df0, n_sf = t.n_sf, n_df = t.n_df;
+  const u8* s = src + t.so + (int)sf0 * 3;
+  u8* d = dst + t.dof + (int)df0 * 3;
   const u32 x = threadIdx.x;
   if (x < 3 * n_sf / 4) {
     for (u32 r = threadIdx.y; r < n_df; r += DT_TILE_ROWS)
@@ -416,7 +419,7 @@ __device__ __forceinline__ void dt_transpose_rgb_packed(const u8* __restrict__ s
   }
   __syncthreads();
   if (x >= 3 * n_df / 4) return;
-  const u8* t = (const u8*)tile;
+  const u8* tb = (const u8*)tile;
   u32 at[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -424,7 +427,7 @@ __device__ __forceinline__ void dt_transpose_rgb_packed(const u8* __restrict__ s
     at[i] = p * ROW_BYTES + (j - 3 * p);
   }
   for (u32 w = threadIdx.y; w < n_sf; w += DT_TILE_ROWS) {
-    const u8* c = t + 3 * w;
+    const u8* c = tb + 3 * w;
     u32 v = (u32)c[at[0]] | (u32)c[at[1]] << 8 | (u32)c[at[2]] << 16 | (u32)c[at[3]] << 24;
     *(u32*)(d + (int)(sf0 + w) * a.dst_stride_sf + 4 * x) = v;
   }

@@ -370,9 +370,7 @@ fn tiled_partner(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<usize> {
 
 /// Whether `transpose_packed_eE` can move a dense transpose of `e`-byte
 /// elements four bytes at a time: elements of 1 or 2 bytes, both fast dims
-/// unit-stride on their side and P = 4 / e long a multiple, every other
-/// stride (the rows' and the batch dims') a multiple of P, both bases
-/// 4-byte aligned: every u32 it reads or writes is whole and aligned.
+/// unit-stride on their side, and every u32 whole ([`whole_words`], P = 4 / e).
 fn packs_four_bytes(
     e: usize,
     df: (usize, i64, i64),
@@ -381,12 +379,25 @@ fn packs_four_bytes(
     dst: u64,
     src: u64,
 ) -> bool {
-    if !matches!(e, 1 | 2) || df.2 != 1 || sf.1 != 1 || !dst.is_multiple_of(4) || !src.is_multiple_of(4) {
-        return false;
-    }
-    let p = (4 / e) as i64;
+    matches!(e, 1 | 2) && df.2 == 1 && sf.1 == 1 && whole_words((4 / e) as i64, df, sf, batch, dst, src)
+}
+
+/// Whether every u32 a packed tile kernel reads or writes is whole and
+/// aligned, `p` of its units to a word: both fast dims `p` long a multiple,
+/// every other stride (the rows' and the batch dims') a multiple of `p`,
+/// both bases 4-byte aligned.
+fn whole_words(
+    p: i64,
+    df: (usize, i64, i64),
+    sf: (usize, i64, i64),
+    batch: &[(usize, i64, i64)],
+    dst: u64,
+    src: u64,
+) -> bool {
     let whole = |x: i64| x % p == 0;
-    whole(df.0 as i64)
+    dst.is_multiple_of(4)
+        && src.is_multiple_of(4)
+        && whole(df.0 as i64)
         && whole(sf.0 as i64)
         && whole(df.1)
         && whole(sf.2)
@@ -457,16 +468,8 @@ fn rgb_call(plan: &CopyPlan, dims: &[(usize, i64, i64)], dst: u64, src: u64) -> 
         return None;
     }
     let (sf, batch) = (dims[k], batch_dims(dims, &[0, 1, k]));
-    let whole = |x: i64| x % 4 == 0;
-    let packed = plan.elem_size == 1
-        && dst.is_multiple_of(4)
-        && src.is_multiple_of(4)
-        && whole(df.0 as i64)
-        && whole(sf.0 as i64)
-        && whole(df.1)
-        && whole(sf.2)
-        && batch.iter().all(|b| whole(b.1) && whole(b.2));
-    let kernel = if packed {
+    // Four pixels (their twelve bytes) to three words.
+    let kernel = if plan.elem_size == 1 && whole_words(4, df, sf, &batch, dst, src) {
         "transpose_rgb_packed"
     } else {
         "transpose_rgb"
