@@ -27,8 +27,9 @@
 //! allocator's counters see a cached block as freed; `memory_stats` reports
 //! it under `reserved`.
 //!
-//! The lock is only ever tried: a thread that finds it taken (or a forked
-//! child whose parent held it) maps or unmaps directly instead of waiting.
+//! The lock is only ever tried, a bounded number of times: a thread that
+//! keeps finding it taken (or a forked child whose parent held it) maps or
+//! unmaps directly instead of waiting.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, TryLockError};
@@ -64,13 +65,30 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
 /// Bytes cached, for `memory_stats` (read without the lock).
 static CACHED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Runs `f` on the cache unless another thread holds it (`None` then).
+/// Times a busy cache lock is tried again, yielding between tries, before
+/// [`with_cache`] gives up. The lock is held for a few microseconds, but a
+/// holder preempted on a loaded machine (the reaper, woken when the oldest
+/// block expires) holds it for a time slice, and a single try then unmapped
+/// the block being freed: the likely cause of a Python test's one failure
+/// (a freed 16 MiB block not kept) beside a CI run on two cores. Bounded, so
+/// that a forked child whose parent held the lock still goes on.
+const LOCK_TRIES: usize = 64;
+
+/// Runs `f` on the cache unless another thread holds it through
+/// [`LOCK_TRIES`] tries (`None` then).
 fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
-    let mut c = match CACHE.try_lock() {
-        Ok(c) => c,
-        // Nothing panics while holding it; the data is whole either way.
-        Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(TryLockError::WouldBlock) => return None,
+    let mut tries = 0;
+    let mut c = loop {
+        match CACHE.try_lock() {
+            Ok(c) => break c,
+            // Nothing panics while holding it; the data is whole either way.
+            Err(TryLockError::Poisoned(e)) => break e.into_inner(),
+            Err(TryLockError::WouldBlock) if tries < LOCK_TRIES => {
+                tries += 1;
+                std::thread::yield_now();
+            }
+            Err(TryLockError::WouldBlock) => return None,
+        }
     };
     let r = f(&mut c);
     CACHED_BYTES.store(c.bytes, Ordering::Relaxed);
