@@ -1566,6 +1566,10 @@ fn streaming_stores() {
         check_permute(&[100, 130], &[1, 0], 12, shift);
         check_permute(&[90, 100], &[1, 0], 16, shift);
         check_permute(&[16, 100, 130], &[0, 2, 1], 2, shift);
+        // 2-byte rows 4 KiB apart (a micro tile's lines in one L1 set): the
+        // whole-line tiles where the CPU has AVX2.
+        check_permute(&[320, 2048], &[1, 0], 2, shift);
+        check_permute(&[3, 256, 2048], &[0, 2, 1], 2, shift);
         // Images of three channels over more than one task piece: streaming
         // stores from each piece's first pixel, where aligned; planes a
         // multiple of 2 KiB apart with ordinary stores.

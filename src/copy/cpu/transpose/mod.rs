@@ -46,20 +46,24 @@ fn avx2_enabled() -> bool {
     false
 }
 
-/// Source rows whose lines AVX2's whole-line kernel for `e`-byte elements
-/// needs in L1 together: of 4-byte ones, a half micro tile's 8 rows, read a
-/// whole line each, which no other micro tile reads again; of 1- and 2-byte
-/// ones, all of the micro tile's 64 / `e`, read 16 elements at a time, to
-/// which the micro tiles beside it come back. [`Route::Avx2Lines`] takes
-/// source rows whose lines do not crowd L1 sets that many at a time
-/// ([`rows_crowd_l1_sets`]). From rows a multiple of 4 KiB apart (every
-/// line of a micro tile in one set), two cores, `devtensor bench` (% of
-/// memcpy), two runs each: 8192² u8 54–55 prefetched, 25–33 in tiles of
-/// 64 to 128 rows; 4096² f16 56–57, 48–49 in 512-row tiles, 58–59 in
-/// 32-row ones; f32 took these, in shorter tiles ([`avx2_line_tile`]).
-fn avx2_line_rows_in_l1(e: usize) -> usize {
-    if e == 4 { 8 } else { LINE / e }
-}
+/// Source rows of bytes whose lines AVX2's whole-line kernel needs in L1
+/// together: all 64 of a micro tile, read 16 bytes at a time, to which the
+/// micro tiles beside it come back. [`Route::Avx2Lines`] takes byte rows
+/// whose lines do not crowd L1 sets that many at a time
+/// ([`rows_crowd_l1_sets`]). From rows a multiple of 4 KiB apart (every line
+/// of a micro tile in one set), two cores, `devtensor bench` (% of memcpy),
+/// two runs each: 8192² u8 54–55 prefetched, 25–33 in tiles of 64 to 128
+/// rows; Zen 4 VM, Python, GB/s, two alternated processes: 8192² 23–27 and
+/// 4096 × 8192 29–30 prefetched, 12–16 in tiles of 64 to 256 rows. Rows of
+/// 2- and 4-byte elements take it however they crowd, in shorter tiles
+/// ([`avx2_line_tile`]). Of 2-byte ones, the earlier VM's bench read 4096²
+/// 56–57 % prefetched, 58–59 in 32-row tiles; the Zen 4 VM (1 MiB 8-way L2),
+/// Python, into a reused output, the best GB/s of three alternated
+/// processes, prefetched → here: 4096² 21.2 → 27.0, 2048 × 4096 18.3 →
+/// 24.9, 4096 × 2048 22.6 → 27.1, 8192 × 4096 22.3 → 24.9, 4096 × 8192
+/// 23.3 → 26.0, 8 × 2048² permuted 021 20.9 → 27.7 (each shape's every run
+/// here above its every run there).
+const AVX2_LINE_BYTE_ROWS_IN_L1: usize = 64;
 
 /// Whether AVX2's whole-line kernels ([`avx2::line_tiles`]) run and have one
 /// for `e`-byte elements (none off x86-64).
@@ -415,9 +419,10 @@ enum Route {
     /// 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 → 1306–1785, 2048 ×
     /// 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16 permuted 021 937–1049
     /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Rows of 1- and 2-byte
-    /// elements a multiple of 4 KiB apart keep the prefetched route (a micro
-    /// tile's rows in one L1 set, [`avx2_line_rows_in_l1`]; one thread, 8192²
-    /// u8 37 → 18, through a copy of each strip 37 → 38), and so do shorter
+    /// elements a multiple of 4 KiB apart kept the prefetched route (a micro
+    /// tile's rows in one L1 set, [`AVX2_LINE_BYTE_ROWS_IN_L1`]; one thread, 8192²
+    /// u8 37 → 18, through a copy of each strip 37 → 38; 2-byte ones no longer
+    /// do), and so do shorter
     /// runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one thread: 60
     /// → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of
     /// 4-byte ones come here, in shorter tiles ([`avx2_line_tile`]): two
@@ -580,13 +585,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // streamed copies with long runs on both sides, line-aligned destination
     // rows and source rows whose lines spread over L1 sets take whole-line
     // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]):
-    // those lines of rows the kernel reads together ([`avx2_line_rows_in_l1`]).
+    // those lines of byte rows the kernel reads together ([`AVX2_LINE_BYTE_ROWS_IN_L1`]).
     let avx2_lines = nt
         && has_avx2_line_kernel(e)
         && dst_rows_line_aligned
         && a.len >= AVX2_LINES_MIN_DST_LEN
         && b.len * e >= PREFETCHED_MIN_RUN
-        && !rows_crowd_l1_sets(a.src, avx2_line_rows_in_l1(e));
+        && !(e == 1 && rows_crowd_l1_sets(a.src, AVX2_LINE_BYTE_ROWS_IN_L1));
     let route = if small && !rows_share_sets() {
         Route::Small
     } else if nt
