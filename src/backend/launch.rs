@@ -368,20 +368,6 @@ fn tiled_partner(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<usize> {
     }
 }
 
-/// Whether `transpose_packed_eE` can move a dense transpose of `e`-byte
-/// elements four bytes at a time: elements of 1 or 2 bytes, both fast dims
-/// unit-stride on their side, and every u32 whole ([`whole_words`], P = 4 / e).
-fn packs_four_bytes(
-    e: usize,
-    df: (usize, i64, i64),
-    sf: (usize, i64, i64),
-    batch: &[(usize, i64, i64)],
-    dst: u64,
-    src: u64,
-) -> bool {
-    matches!(e, 1 | 2) && df.2 == 1 && sf.1 == 1 && whole_words((4 / e) as i64, df, sf, batch, dst, src)
-}
-
 /// Whether every u32 a packed tile kernel reads or writes is whole and
 /// aligned, `p` of its units to a word: both fast dims `p` long a multiple,
 /// every other stride (the rows' and the batch dims') a multiple of `p`,
@@ -496,7 +482,12 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
     {
         let (df, sf) = (dims[0], dims[src_fast]);
         let batch = batch_dims(&dims, &[0, src_fast]);
-        let packed = packs_four_bytes(plan.elem_size, df, sf, &batch, dst, src);
+        // `transpose_packed_eE` moves 1- and 2-byte elements four bytes at a
+        // time where both fast dims are unit-stride on their side and every
+        // u32 is whole (P = 4 / e).
+        let e = plan.elem_size;
+        let packed =
+            matches!(e, 1 | 2) && df.2 == 1 && sf.1 == 1 && whole_words((4 / e) as i64, df, sf, &batch, dst, src);
         // A packed tile is 32 u32s of elements on each side.
         let (kernel, edge) = if packed {
             ("transpose_packed", 4 / plan.elem_size)
