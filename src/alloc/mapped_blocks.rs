@@ -65,26 +65,27 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
 /// Bytes cached, for `memory_stats` (read without the lock).
 static CACHED_BYTES: AtomicUsize = AtomicUsize::new(0);
 
-/// Times a busy cache lock is tried again, yielding between tries, before
+/// How long a busy cache lock is tried again, yielding between tries, before
 /// [`with_cache`] gives up. The lock is held for a few microseconds, but a
 /// holder preempted on a loaded machine (the reaper, woken when the oldest
-/// block expires) holds it for a time slice, and a single try then unmapped
-/// the block being freed: the likely cause of a Python test's one failure
-/// (a freed 16 MiB block not kept) beside a CI run on two cores. Bounded, so
-/// that a forked child whose parent held the lock still goes on.
-const LOCK_TRIES: usize = 64;
+/// block expires) holds it for a time slice (milliseconds), and a single try
+/// then unmapped the block being freed: the likely cause of a Python test's
+/// one failure (a freed 16 MiB block not kept) beside a CI run on two cores.
+/// Bounded, so that a forked child whose parent held the lock still goes on;
+/// it pays this wait on each large allocation and free, next to the
+/// milliseconds of first touch that a mapping of 8 MiB or more costs anyway.
+const LOCK_WAIT: Duration = Duration::from_millis(5);
 
 /// Runs `f` on the cache unless another thread holds it through
-/// [`LOCK_TRIES`] tries (`None` then).
+/// [`LOCK_WAIT`] (`None` then).
 fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> Option<R> {
-    let mut tries = 0;
+    let mut since: Option<Instant> = None;
     let mut c = loop {
         match CACHE.try_lock() {
             Ok(c) => break c,
             // Nothing panics while holding it; the data is whole either way.
             Err(TryLockError::Poisoned(e)) => break e.into_inner(),
-            Err(TryLockError::WouldBlock) if tries < LOCK_TRIES => {
-                tries += 1;
+            Err(TryLockError::WouldBlock) if since.get_or_insert_with(Instant::now).elapsed() < LOCK_WAIT => {
                 std::thread::yield_now();
             }
             Err(TryLockError::WouldBlock) => return None,
@@ -267,18 +268,13 @@ fn reap() {
 
 /// Unmaps every cached block; the bytes released.
 pub(super) fn release_all() -> usize {
-    // Held only for a few vector operations; a lock never released (a forked
-    // child's whose parent held it) gives up after these tries.
-    for _ in 0..1000 {
-        match with_cache(|c| {
-            c.bytes = 0;
-            std::mem::take(&mut c.blocks)
-        }) {
-            Some(blocks) => return unmap_all(blocks),
-            None => std::thread::yield_now(),
-        }
-    }
-    0
+    // A lock never released (a forked child's whose parent held it) gives up
+    // after `with_cache`'s wait.
+    with_cache(|c| {
+        c.bytes = 0;
+        std::mem::take(&mut c.blocks)
+    })
+    .map_or(0, unmap_all)
 }
 
 /// Bytes cached now.

@@ -369,9 +369,10 @@ fn tiled_partner(plan: &CopyPlan, dims: &[(usize, i64, i64)]) -> Option<usize> {
 }
 
 /// Whether every u32 a packed tile kernel reads or writes is whole and
-/// aligned, `p` of its units to a word: both fast dims `p` long a multiple,
-/// every other stride (the rows' and the batch dims') a multiple of `p`,
-/// both bases 4-byte aligned.
+/// aligned: both fast dims a multiple of `p` long, every other stride (the
+/// rows' and the batch dims', in the plan's elements) a multiple of `p`, both
+/// bases 4-byte aligned. `p` is the elements that fill whole words: 4 / e of
+/// 1- and 2-byte elements, 4 of three-byte pixels (twelve bytes, three words).
 fn whole_words(
     p: i64,
     df: (usize, i64, i64),
@@ -490,7 +491,7 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
             matches!(e, 1 | 2) && df.2 == 1 && sf.1 == 1 && whole_words((4 / e) as i64, df, sf, &batch, dst, src);
         // A packed tile is 32 u32s of elements on each side.
         let (kernel, edge) = if packed {
-            ("transpose_packed", 4 / plan.elem_size)
+            ("transpose_packed", 4 / e)
         } else {
             ("transpose_tiled", 1)
         };

@@ -638,11 +638,12 @@ impl PyTensor {
                 PyBufferError::new_err("max_version must be a (major, minor) tuple of non-negative ints")
             })?),
         };
-        // The array API's `copy: Optional[bool]`: a string ("yes", "never") or
-        // a number is a caller's mistake, not a request to copy.
+        // The array API's `copy: Optional[bool]` (NumPy's bool too, which
+        // consumers pass on as their callers gave it): a string ("yes",
+        // "never") or a number is a caller's mistake, not a request to copy.
         let copy: Option<bool> = match copy.filter(|c| !c.is_none()) {
             None => None,
-            Some(c) => Some(c.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+            Some(c) => Some(c.extract::<bool>().map_err(|_| {
                 PyValueError::new_err(format!(
                     "copy must be True, False or None, not {}",
                     c.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())

@@ -229,6 +229,18 @@ def test_copy_must_be_a_bool_or_none(copy):
         devtensor.zeros(3).__dlpack__(max_version=(1, 3), copy=copy)
 
 
+def test_copy_takes_numpy_bools(dlp):
+    # numpy.from_dlpack and torch pass their caller's `copy` on unchanged.
+    import numpy as np
+
+    t = devtensor.zeros(3)
+    copied = dlp.read(t.__dlpack__(max_version=(1, 3), copy=np.True_))
+    assert copied["flags"] & FLAG_IS_COPIED and copied["data"] + copied["byte_offset"] != t.data_ptr
+    shared = dlp.read(t.__dlpack__(max_version=(1, 3), copy=np.False_))
+    assert not shared["flags"] & FLAG_IS_COPIED and shared["data"] + shared["byte_offset"] == t.data_ptr
+    assert np.from_dlpack(t, copy=np.True_).tolist() == [0.0, 0.0, 0.0]
+
+
 @pytest.mark.parametrize("view", ["base", "T", "flip"])
 def test_copy_true_copies_and_flags(dlp, view):
     t, ref = _iota((3, 4))

@@ -401,8 +401,8 @@ enum Route {
     Avx512Sheared,
     /// The AVX-512 route's walk where the CPU has AVX2 only, for 1-, 2- and
     /// 4-byte elements with source runs of [`PREFETCHED_MIN_RUN`] or more and
-    /// destination runs of [`AVX2_LINES_MIN_DST_LEN`] elements, from source
-    /// rows whose lines spread over L1 sets ([`rows_crowd_l1_sets`]): micro
+    /// destination runs of [`AVX2_LINES_MIN_DST_LEN`] elements (of bytes, from
+    /// source rows whose lines spread over L1 sets, [`rows_crowd_l1_sets`]): micro
     /// tiles of a line's rows × 16 elements whose lines are streamed whole,
     /// each in two stores back to back ([`avx2::line_tiles`]), in tiles of 512
     /// source rows ([`avx2_line_tile`]), each row's lines prefetched two ahead.
@@ -418,14 +418,13 @@ enum Route {
     /// reused output, two alternated runs, µs: `x.T` of 6144 × 6000 u8
     /// 2796–2854 → 1961–2566, 3072 × 5000 f16 1898–2137 → 1306–1785, 2048 ×
     /// 3000 f32 1504–1626 → 912–1250; 8 × 1024 × 1000 f16 permuted 021 937–1049
-    /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Rows of 1- and 2-byte
-    /// elements a multiple of 4 KiB apart kept the prefetched route (a micro
-    /// tile's rows in one L1 set, [`AVX2_LINE_BYTE_ROWS_IN_L1`]; one thread, 8192²
-    /// u8 37 → 18, through a copy of each strip 37 → 38; 2-byte ones no longer
-    /// do), and so do shorter
-    /// runs (16 × 4096 × 128 f16 batched, 256-byte source rows, one thread: 60
-    /// → 44) and 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of
-    /// 4-byte ones come here, in shorter tiles ([`avx2_line_tile`]): two
+    /// → 605–769 (and [`AVX2_LINES_MIN_DST_LEN`]). Byte rows a multiple of 4
+    /// KiB apart keep the prefetched route (a micro tile's rows in one L1
+    /// set, [`AVX2_LINE_BYTE_ROWS_IN_L1`]; one thread, 8192² u8 37 → 18,
+    /// through a copy of each strip 37 → 38), and so do shorter runs (16 ×
+    /// 4096 × 128 f16 batched, 256-byte source rows, one thread: 60 → 44) and
+    /// 8-byte elements (2048 × 4096 f64: 61 → 36–51). Those of 2- and 4-byte
+    /// ones come here, in shorter tiles ([`avx2_line_tile`]): two
     /// cores, alternated runs, 4096² f32 73–75 → 86–87, 256³ permuted 210
     /// 58–63 → 76–77, offset by one 4096 × 4095 66–75 → 82–85; Python, into a
     /// reused output, GB/s, from NumPy arrays, the medians of four alternated
