@@ -27,9 +27,9 @@
 //! allocator's counters see a cached block as freed; `memory_stats` reports
 //! it under `reserved`.
 //!
-//! The lock is only ever tried, a bounded number of times: a thread that
-//! keeps finding it taken (or a forked child whose parent held it) maps or
-//! unmaps directly instead of waiting.
+//! The lock is never waited on without bound: a thread that finds it taken
+//! through [`LOCK_WAIT`] (or a forked child whose parent held it) maps or
+//! unmaps directly instead.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, TryLockError};

@@ -51,6 +51,20 @@ pub(crate) struct TensorIter {
     next: std::sync::atomic::AtomicUsize,
 }
 
+impl TensorIter {
+    /// The views along the first dimension of `view(t)`; TypeError (`what`
+    /// a 0-d tensor) where `t` has no dimension.
+    fn over(t: &Tensor, what: &str, view: impl FnOnce(Tensor) -> PyResult<Tensor>) -> PyResult<Self> {
+        if t.ndim() == 0 {
+            return Err(PyTypeError::new_err(format!("{what} a 0-d tensor")));
+        }
+        Ok(Self {
+            t: view(t.clone())?,
+            next: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+}
+
 #[pymethods]
 impl TensorIter {
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -248,26 +262,14 @@ impl PyTensor {
     /// NumPy and torch raise (without `__iter__`, Python's fallback through
     /// `__getitem__` gave an empty iteration).
     fn __iter__(&self) -> PyResult<TensorIter> {
-        if self.inner.ndim() == 0 {
-            return Err(PyTypeError::new_err("iteration over a 0-d tensor"));
-        }
-        Ok(TensorIter {
-            t: self.inner.clone(),
-            next: std::sync::atomic::AtomicUsize::new(0),
-        })
+        TensorIter::over(&self.inner, "iteration over", Ok)
     }
 
     /// `reversed(t)`: the views along the first dimension, last first (of a
     /// flipped view: nothing is copied), as NumPy's rows; TypeError for a 0-d
     /// tensor. Without it Python refused (`__getitem__` is a mapping's here).
     fn __reversed__(&self) -> PyResult<TensorIter> {
-        if self.inner.ndim() == 0 {
-            return Err(PyTypeError::new_err("reversed() of a 0-d tensor"));
-        }
-        Ok(TensorIter {
-            t: self.inner.flip(&[0]).map_err(to_py)?,
-            next: std::sync::atomic::AtomicUsize::new(0),
-        })
+        TensorIter::over(&self.inner, "reversed() of", |t| t.flip(&[0]).map_err(to_py))
     }
 
     /// The truth of the one element (copied to the host for a device
