@@ -56,6 +56,24 @@ impl Scalar {
         }
         let f = self.real();
         let imag = if let Scalar::Complex(_, i) = self { i } else { 0.0 };
+        // Rounded once: an int straight to float32 (through a double it was
+        // rounded twice, 2^60 + 2^36 + 1 became 2^60, not 2^60 + 2^37).
+        let f32_ = match self {
+            Scalar::Int(i) => i as f32,
+            _ => f as f32,
+        };
+        let (i32_, h, hi) = (imag as f32, half::f16::from_f32(f32_), half::f16::from_f32(imag as f32));
+        // A finite value past the dtype's largest is an error, as in torch's
+        // `fill_` ("cannot be converted ... without overflow"), not inf.
+        let fits = |parts: &[(f64, bool)]| {
+            if parts.iter().any(|&(v, inf)| v.is_finite() && inf) {
+                return Err(Error::InvalidScalar {
+                    dtype,
+                    reason: "out of range",
+                });
+            }
+            Ok(())
+        };
         if imag != 0.0 && !dtype.is_complex() && dtype != DType::Bool {
             return Err(Error::InvalidScalar {
                 dtype,
@@ -75,16 +93,28 @@ impl Scalar {
             // Half types through float32, as torch rounds a Python float
             // (`half`'s from_f64 drops the low 29 bits of a double's mantissa
             // in software: 3464.0007 became bfloat16 3456, not 3472).
-            DType::F16 => half::f16::from_f32(f as f32).to_ne_bytes().to_vec(),
-            DType::BF16 => half::bf16::from_f32(f as f32).to_ne_bytes().to_vec(),
-            DType::F32 => (f as f32).to_ne_bytes().to_vec(),
+            DType::F16 => {
+                fits(&[(f, h.is_infinite())])?;
+                h.to_ne_bytes().to_vec()
+            }
+            DType::BF16 => {
+                let b = half::bf16::from_f32(f32_);
+                fits(&[(f, b.is_infinite())])?;
+                b.to_ne_bytes().to_vec()
+            }
+            DType::F32 => {
+                fits(&[(f, f32_.is_infinite())])?;
+                f32_.to_ne_bytes().to_vec()
+            }
             DType::F64 => f.to_ne_bytes().to_vec(),
-            DType::C32 => [
-                half::f16::from_f32(f as f32).to_ne_bytes(),
-                half::f16::from_f32(imag as f32).to_ne_bytes(),
-            ]
-            .concat(),
-            DType::C64 => [(f as f32).to_ne_bytes(), (imag as f32).to_ne_bytes()].concat(),
+            DType::C32 => {
+                fits(&[(f, h.is_infinite()), (imag, hi.is_infinite())])?;
+                [h.to_ne_bytes(), hi.to_ne_bytes()].concat()
+            }
+            DType::C64 => {
+                fits(&[(f, f32_.is_infinite()), (imag, i32_.is_infinite())])?;
+                [f32_.to_ne_bytes(), i32_.to_ne_bytes()].concat()
+            }
             DType::C128 => [f.to_ne_bytes(), imag.to_ne_bytes()].concat(),
             other => vec![float8(other, f)?],
         })
@@ -423,6 +453,32 @@ mod tests {
     #[test]
     fn integers_are_range_checked() {
         assert!(Scalar::Int(300).to_bytes(DType::U8).is_err());
+        // Finite values past a float dtype's largest are refused, not inf;
+        // inf itself and values that round down to the largest are kept.
+        for (v, d) in [
+            (70000.0, DType::F16),
+            (1e300, DType::F32),
+            (3.5e38, DType::BF16),
+            (1e39, DType::C64),
+        ] {
+            assert!(Scalar::Float(v).to_bytes(d).is_err(), "{v} into {d}");
+        }
+        assert!(Scalar::Complex(0.0, 1e5).to_bytes(DType::C32).is_err());
+        assert!(Scalar::Int(70000).to_bytes(DType::F16).is_err());
+        assert_eq!(
+            Scalar::Float(65519.0).to_bytes(DType::F16).unwrap(),
+            half::f16::MAX.to_ne_bytes()
+        );
+        assert_eq!(
+            Scalar::Float(f64::INFINITY).to_bytes(DType::F32).unwrap(),
+            f32::INFINITY.to_ne_bytes()
+        );
+        // An int rounds once to float32 (2^60 + 2^36 + 1 is nearer 2^60 + 2^37).
+        let v = (1i128 << 60) + (1 << 36) + 1;
+        assert_eq!(
+            Scalar::Int(v).to_bytes(DType::F32).unwrap(),
+            (((1u64 << 60) + (1 << 37)) as f32).to_ne_bytes()
+        );
         assert!(Scalar::Float(1.5).to_bytes(DType::I32).is_err());
         assert_eq!(Scalar::Float(2.0).to_bytes(DType::I16).unwrap(), 2i16.to_ne_bytes());
         assert_eq!(Scalar::Complex(1.0, -1.0).to_bytes(DType::C64).unwrap().len(), 8);

@@ -63,6 +63,14 @@ fn select_permute_flip_expand() {
     assert_eq!(e.strides(), &[0, 0, 1]);
     assert_eq!(e.to_vec::<i32>().unwrap(), vec![0, 1, 2, 0, 1, 2]);
     assert!(matches!(arange(&[2]).expand(&[3]), Err(Error::ShapeMismatch { .. })));
+    // An expanded view is filled (each element it names once), as torch's
+    // `fill_`; a copy into it stays refused (its elements would differ).
+    let base = arange(&[2, 1]);
+    let grid = base.expand(&[2, 4]).unwrap();
+    grid.fill(5i32).unwrap();
+    assert_eq!(base.to_vec::<i32>().unwrap(), vec![5, 5]);
+    assert_eq!(grid.to_vec::<i32>().unwrap(), vec![5; 8]);
+    assert!(grid.copy_from(&arange(&[2, 4])).is_err());
 }
 
 #[test]

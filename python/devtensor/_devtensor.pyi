@@ -116,7 +116,9 @@ class Tensor:
     def __reduce__(self) -> tuple[Any, tuple[bytes, tuple[int, ...], str, str]]:
         """Pickles the values (C order), shape, dtype and device; unpickled contiguous on that device."""
     def __contains__(self, key: object, /) -> bool:
-        """Whether any element equals `key`, a Python number; TypeError for anything else."""
+        """Whether any element equals `key`, a number, as `(t == key).any()` in NumPy: a Python
+        number of the tensor's kind or lower is first rounded to its dtype; TypeError for
+        anything but a number."""
     def __repr__(self) -> str:
         """The values as torch prints them: tensor([...], device='cuda:0', dtype=float16)."""
     def item(self) -> bool | int | float | complex:

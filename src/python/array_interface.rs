@@ -49,28 +49,50 @@ fn with_order(kind: char, size: usize) -> String {
 /// The devtensor dtype `obj.dtype.name` names when `raw` is a type string
 /// of its size NumPy has no kind for: raw bytes (`"<V2"`) or a float of a
 /// size NumPy lacks (`"<f1"`), as ml_dtypes arrays describe bfloat16 and
-/// float8, which NumPy's DLPack export refuses.
-fn named_raw_dtype(obj: &Bound<'_, PyAny>, raw: &str) -> Option<DType> {
-    let size: usize = raw.get(2..)?.parse().ok()?;
+/// float8, which NumPy's DLPack export refuses. BufferError for such bytes
+/// in the other byte order (a byte-swapped bfloat16 array, `">V2"`), as
+/// [`parse_typestr`] refuses other types.
+fn named_raw_dtype(obj: &Bound<'_, PyAny>, raw: &str) -> PyResult<Option<DType>> {
+    let Some(size) = raw.get(2..).and_then(|s| s.parse::<usize>().ok()) else {
+        return Ok(None);
+    };
     if !matches!(raw.get(1..2), Some("V" | "f")) {
-        return None;
+        return Ok(None);
     }
     let py = obj.py();
-    let name = obj
+    let Ok(name) = obj
         .getattr(pyo3::intern!(py, "dtype"))
         .and_then(|d| d.getattr(pyo3::intern!(py, "name")))
         .and_then(|n| n.extract::<String>())
-        .ok()?;
-    DType::from_name(&name)
+    else {
+        return Ok(None);
+    };
+    let Some(dtype) = DType::from_name(&name)
         .ok()
         .filter(|d| d.size() == size && typestr(*d).is_none())
+    else {
+        return Ok(None);
+    };
+    native_order(raw, size)?;
+    Ok(Some(dtype))
+}
+
+/// BufferError unless type string `s` of `size`-byte elements is in this
+/// machine's byte order (or has none).
+fn native_order(s: &str, size: usize) -> PyResult<()> {
+    if size > 1 && !matches!(s.chars().next(), Some('|' | '=') | Some(ORDER)) {
+        return Err(PyBufferError::new_err(format!(
+            "typestr {s:?} is not in this machine's byte order"
+        )));
+    }
+    Ok(())
 }
 
 /// The dtype a type string names (native or no byte order).
 fn parse_typestr(s: &str) -> PyResult<DType> {
     let bad = || PyBufferError::new_err(format!("unsupported typestr {s:?}"));
     let mut chars = s.chars();
-    let order = chars.next().ok_or_else(bad)?;
+    chars.next().ok_or_else(bad)?; // the byte order, checked last
     let kind = chars.next().ok_or_else(bad)?;
     let size: usize = chars.as_str().parse().map_err(|_| bad())?;
     let dtype = match (kind, size) {
@@ -90,12 +112,7 @@ fn parse_typestr(s: &str) -> PyResult<DType> {
         ('c', 16) => DType::C128,
         _ => return Err(bad()),
     };
-    let native = order == '|' || order == '=' || order == ORDER;
-    if !native && size > 1 {
-        return Err(PyBufferError::new_err(format!(
-            "typestr {s:?} is not in this machine's byte order"
-        )));
-    }
+    native_order(s, size)?;
     Ok(dtype)
 }
 
@@ -228,7 +245,7 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
         Ok(dtype) => dtype,
         // Raw bytes ("<V2") of a dtype NumPy has no kind for, named by the
         // object's dtype: ml_dtypes' bfloat16 and float8 arrays.
-        Err(e) => named_raw_dtype(obj, &typestr).ok_or(e)?,
+        Err(e) => named_raw_dtype(obj, &typestr)?.ok_or(e)?,
     };
     // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
     let (ptr, read_only) = need("data")?

@@ -39,10 +39,15 @@ impl<'py> FromPyObject<'_, 'py> for ShapeArg {
             l.iter().map(|x| dim(&x)).collect::<PyResult<_>>()?
         } else if ob.is_instance_of::<PyString>() {
             return Err(not_a_shape());
-        } else if ob.extract::<i64>().is_ok() {
-            std::iter::once(dim(&ob)).collect::<PyResult<_>>()? // any `__index__` object (NumPy integers)
         } else {
-            sequence_shape(&ob)?
+            match ob.extract::<i64>() {
+                // Any `__index__` object (NumPy integers).
+                Ok(_) => std::iter::once(dim(&ob)).collect::<PyResult<_>>()?,
+                Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(ob.py()) => {
+                    return Err(too_large(&ob, e)); // a NumPy uint64 past i64
+                }
+                Err(_) => sequence_shape(&ob)?,
+            }
         };
         Ok(ShapeArg(shape))
     }
@@ -84,8 +89,18 @@ pub(crate) fn dim_items<'py>(ob: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, 
 /// One dimension of a shape: a non-negative integer.
 fn dim(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     refuse_bool(x)?;
-    let d = x.extract::<i64>()?;
+    let d = x.extract::<i64>().map_err(|e| too_large(x, e))?;
     usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape")))
+}
+
+/// ValueError for an int past 64 bits (NumPy's "too large" for a shape),
+/// the error of `extract` for anything else.
+fn too_large(x: &Bound<'_, PyAny>, e: PyErr) -> PyErr {
+    if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(x.py()) {
+        PyValueError::new_err(format!("dimension {x} is too large"))
+    } else {
+        e
+    }
 }
 
 /// TypeError for a bool where a size or a dimension index goes (an int to
@@ -395,7 +410,13 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     if value.hasattr(pyo3::intern!(py, "__index__"))? {
         // Only the range is ours to word: an error of `__index__` itself
         // (KeyboardInterrupt included) reaches the caller as it was raised.
-        return value.extract::<i128>().map(Scalar::Int).map_err(|e| {
+        // Through `operator.index` first: PyO3's 128-bit extraction under
+        // the limited API shifts the object itself (`>>`), which an object
+        // with only `__index__` refuses.
+        // SAFETY: `value` is a live object; PyNumber_Index returns a new
+        // reference or NULL with an exception set, which `from_owned_ptr_or_err` takes.
+        let index = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(value.as_ptr())) }?;
+        return index.extract::<i128>().map(Scalar::Int).map_err(|e| {
             if e.is_instance_of::<PyOverflowError>(py) {
                 PyOverflowError::new_err("integer fill value out of range")
             } else {

@@ -80,6 +80,62 @@ impl TensorIter {
     }
 }
 
+/// What `value in t` compares `t`'s elements (of `dtype`) with: a Python
+/// bool, int, float or complex of `dtype`'s kind or a lower one rounded to
+/// `dtype` (None where it does not fit: no element can equal it), as NumPy
+/// (NEP 50) and torch compare Python scalars; anything else (NumPy scalars,
+/// 0-d arrays, higher kinds) its exact value, compared in the wider kind:
+/// with it, whether the integer or bool elements are to be widened to
+/// doubles first (a float or complex key).
+fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+    use crate::scalar::Scalar;
+    use pyo3::types::{PyComplex, PyFloat, PyInt};
+    let py = value.py();
+    let weak =
+        value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyComplex>();
+    let s = match crate::python::convert::scalar(value) {
+        Ok(s) => s,
+        // An int past 128 bits: past every integer dtype's range, a float to others.
+        Err(e) if weak && e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
+            if !(dtype.is_floating_point() || dtype.is_complex()) {
+                return Ok(None);
+            }
+            match value.extract::<f64>() {
+                Ok(f) => Scalar::Float(f),
+                Err(_) => return Ok(None), // past every float too
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    let kind = |s: Scalar| match s {
+        Scalar::Bool(_) => 0,
+        Scalar::Int(_) => 1,
+        Scalar::Float(_) => 2,
+        Scalar::Complex(..) => 3,
+    };
+    let dtype_kind = match dtype {
+        crate::DType::Bool => 0,
+        d if d.is_complex() => 3,
+        d if d.is_floating_point() => 2,
+        _ => 1,
+    };
+    if weak && kind(s) <= dtype_kind {
+        let Ok(bytes) = s.to_bytes(dtype) else {
+            return Ok(None);
+        };
+        let one = Tensor::full_bytes(&[], dtype, Device::Cpu, &bytes).map_err(to_py)?;
+        return Ok(Some((values::tolist(py, &one)?.into_bound(py), false)));
+    }
+    let widen = dtype_kind < 2 && kind(s) >= 2;
+    let key = match s {
+        Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
+        Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
+        Scalar::Float(f) => f.into_pyobject(py)?.into_any(),
+        Scalar::Complex(re, im) => PyComplex::from_doubles(py, re, im).into_any(),
+    };
+    Ok(Some((key, widen)))
+}
+
 /// A tuple of two ints that fit `T` (`max_version`, `dl_device`); None for
 /// anything else, bools included (`(True, 0)` is no version or device).
 fn int_pair<'py, T: pyo3::conversion::FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>) -> Option<(T, T)> {
@@ -333,7 +389,10 @@ impl PyTensor {
     /// `value in tensor`: whether any element equals `value`, a Python
     /// number (NumPy's and torch's `(tensor == value).any()`; without it,
     /// Python compared the element views by identity: `0.0 in zeros(3)` was
-    /// False). Device tensors are read on the host.
+    /// False). A Python number of the tensor's kind or a lower one is first
+    /// rounded to the dtype, as both libraries compare (`0.1 in` a float32
+    /// tensor holding 0.1 is True); others compare exactly. Device tensors
+    /// are read on the host.
     fn __contains__(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
         use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
         let number = value.is_instance_of::<PyBool>()
@@ -348,10 +407,21 @@ impl PyTensor {
                 value.get_type()
             )));
         }
+        let Some((key, widen)) = contained_key(value, self.inner.dtype())? else {
+            return Ok(false); // an int past the dtype's range equals no element
+        };
         let flat = self.inner.contiguous().and_then(|t| t.reshape(&[-1])).map_err(to_py)?;
         let values = values::tolist(py, &flat)?;
         for v in values.bind(py).try_iter()? {
-            if v?.eq(value)? {
+            let v = v?;
+            // Integers to a float key's double, as NumPy and torch compare
+            // them (2^53 + 1 equals 2.0^53 there; Python's own `==` is exact).
+            let v = if widen {
+                v.extract::<f64>()?.into_pyobject(py)?.into_any()
+            } else {
+                v
+            };
+            if v.eq(&key)? {
                 return Ok(true);
             }
         }

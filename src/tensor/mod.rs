@@ -599,14 +599,31 @@ impl Tensor {
             });
         }
         let _access = lock.then(|| access::lock(Some(&self.storage), None));
-        if !self.device().is_host_accessible() {
-            return fill_on_device(self, value);
+        // A dim of stride 0 (an `expand`ed view) names one element however
+        // long: filled once, as torch's `fill_` does, where a copy into it is
+        // refused (its elements would get different values).
+        let once;
+        let target = if self.shape.iter().zip(&self.strides).any(|(&n, &s)| s == 0 && n > 1) {
+            let shape: Shape = self
+                .shape
+                .iter()
+                .zip(&self.strides)
+                .map(|(&n, &s)| if s == 0 { n.min(1) } else { n })
+                .collect();
+            once = Tensor { shape, ..self.clone() };
+            &once
+        } else {
+            self
+        };
+        if !target.device().is_host_accessible() {
+            return fill_on_device(target, value);
         }
-        self.wait_for_host_access()?;
-        // SAFETY: the view lies inside its storage, is host-accessible and
-        // writable, and no other safe call touches the storage while `_access`
-        // holds it (or, unlocked, while it is fresh: nothing else reaches it).
-        unsafe { crate::copy::fill_strided(self.data_ptr(), &self.strides, &self.shape, value) }
+        target.wait_for_host_access()?;
+        // SAFETY: the view lies inside its storage (`target` reaches a subset
+        // of `self`'s elements), is host-accessible and writable, and no other
+        // safe call touches the storage while `_access` holds it (or, unlocked,
+        // while it is fresh: nothing else reaches it).
+        unsafe { crate::copy::fill_strided(target.data_ptr(), &target.strides, &target.shape, value) }
     }
 
     /// Writes `value` to every element; its type must match the dtype.

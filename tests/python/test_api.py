@@ -344,6 +344,11 @@ def test_huge_shape_errors_cleanly():
         devtensor.empty((2**40, 2**40))
     with pytest.raises((ValueError, MemoryError, OverflowError)):
         devtensor.empty(2**62, dtype="float64")
+    # A dimension past 64 bits is NumPy's ValueError, a NumPy uint64 too (it
+    # fell through to the sequence path: TypeError "must be a sequence").
+    for dim in (2**64, np.uint64(2**64 - 1), [2**64]):
+        with pytest.raises(ValueError, match="too large"):
+            devtensor.zeros(dim)
 
 
 # --------------------------------------------------------------------------------------

@@ -257,6 +257,12 @@ def test_ml_dtypes_arrays_import_back_through_their_array_interface(dtype):
     raw = type("Raw", (), {"__array_interface__": dict(np.zeros(2, "V2").__array_interface__)})()
     with pytest.raises(BufferError, match="typestr"):
         devtensor.from_dlpack(raw)
+    # The other byte order ('>V2'): refused, as NumPy refuses '>f2'; its
+    # bytes were read unswapped (1.0 read as -5.8e-39).
+    if kind(0).nbytes > 1:
+        swapped = a.byteswap().view(a.dtype.newbyteorder(">" if sys.byteorder == "little" else "<"))
+        with pytest.raises(BufferError, match="byte order"):
+            devtensor.from_dlpack(swapped)
 
 
 def test_read_only_tensors_give_read_only_arrays():
