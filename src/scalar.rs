@@ -3,7 +3,11 @@
 //! rounded to float32 first, then to nearest-even in the format; out-of-range
 //! values become ±inf where the format has one, else NaN. A complex value with
 //! a non-zero imaginary part is refused by every real and integer dtype (torch
-//! refuses it too), never silently truncated; a bool takes its truth value.
+//! refuses it too), never silently truncated; a bool takes its truth value. A
+//! finite value past the largest float16, bfloat16 or float32 (and their
+//! complex kinds) is refused as out of range, as torch's `fill_` refuses it,
+//! not stored as inf; one that rounds down to the largest is kept (65519 →
+//! float16 65504, as NumPy and `torch.full`; torch's `fill_` refuses it).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -42,7 +46,10 @@ impl Scalar {
         }
     }
 
-    /// The element bytes of `self` as `dtype`.
+    /// The element bytes of `self` as `dtype`; [`Error::InvalidScalar`] for
+    /// a value the dtype cannot hold (an int out of range, a fraction into an
+    /// integer dtype, a finite value past a wider-than-float8 float dtype's
+    /// largest, a non-zero imaginary part into a real dtype).
     pub fn to_bytes(self, dtype: DType) -> Result<Vec<u8>> {
         macro_rules! int {
             ($t:ty) => {
@@ -56,8 +63,9 @@ impl Scalar {
         }
         let f = self.real();
         let imag = if let Scalar::Complex(_, i) = self { i } else { 0.0 };
-        // Rounded once: an int straight to float32 (through a double it was
-        // rounded twice, 2^60 + 2^36 + 1 became 2^60, not 2^60 + 2^37).
+        // An int straight to float32 (through a double it was rounded twice
+        // into float32 and complex64: 2^60 + 2^36 + 1 became 2^60, not 2^60 +
+        // 2^37); the half types round that float32 again, as torch does.
         let f32_ = match self {
             Scalar::Int(i) => i as f32,
             _ => f as f32,

@@ -80,33 +80,46 @@ impl TensorIter {
     }
 }
 
-/// What `value in t` compares `t`'s elements (of `dtype`) with: a Python
-/// bool, int, float or complex of `dtype`'s kind or a lower one rounded to
-/// `dtype` (None where it does not fit: no element can equal it), as NumPy
-/// (NEP 50) and torch compare Python scalars; anything else (NumPy scalars,
-/// 0-d arrays, higher kinds) its exact value, compared in the wider kind:
-/// with it, whether the integer or bool elements are to be widened to
-/// doubles first (a float or complex key).
+/// What `value in t` compares `t`'s elements (of `dtype`) with, as NumPy
+/// (NEP 50) and torch compare Python scalars: a Python bool, int, float or
+/// complex (exactly those types) of `dtype`'s kind or a lower one is rounded
+/// to `dtype`, a finite value past a float dtype's range to ±inf (None where
+/// nothing can equal it: an int past an integer dtype's range, a non-zero
+/// imaginary part against real elements); anything else (NumPy scalars,
+/// `np.float64` included, 0-d arrays, higher kinds) is its exact value,
+/// compared in the wider kind: with it, whether the integer or bool
+/// elements are to be widened to doubles first (a float or complex key).
 fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
     use crate::scalar::Scalar;
     use pyo3::types::{PyComplex, PyFloat, PyInt};
     let py = value.py();
-    let weak =
-        value.is_instance_of::<PyInt>() || value.is_instance_of::<PyFloat>() || value.is_instance_of::<PyComplex>();
-    let s = match crate::python::convert::scalar(value) {
+    let weak = value.is_exact_instance_of::<PyInt>()
+        || value.is_exact_instance_of::<PyBool>()
+        || value.is_exact_instance_of::<PyFloat>()
+        || value.is_exact_instance_of::<PyComplex>();
+    let float_dtype = dtype.is_floating_point() || dtype.is_complex();
+    let mut s = match crate::python::convert::scalar(value) {
         Ok(s) => s,
-        // An int past 128 bits: past every integer dtype's range, a float to others.
+        // An int past 128 bits: past every integer dtype's range, a float
+        // (or an infinity) to the others.
         Err(e) if weak && e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
-            if !(dtype.is_floating_point() || dtype.is_complex()) {
+            if !float_dtype {
                 return Ok(None);
             }
-            match value.extract::<f64>() {
-                Ok(f) => Scalar::Float(f),
-                Err(_) => return Ok(None), // past every float too
-            }
+            let inf = if value.lt(0)? { f64::NEG_INFINITY } else { f64::INFINITY };
+            Scalar::Float(value.extract::<f64>().unwrap_or(inf))
         }
         Err(e) => return Err(e),
     };
+    if weak
+        && !dtype.is_complex()
+        && let Scalar::Complex(re, im) = s
+    {
+        if im != 0.0 {
+            return Ok(None); // no real element equals it
+        }
+        s = Scalar::Float(re); // `(0.1 + 0j) in` a float32 tensor holding 0.1
+    }
     let kind = |s: Scalar| match s {
         Scalar::Bool(_) => 0,
         Scalar::Int(_) => 1,
@@ -120,8 +133,14 @@ fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResul
         _ => 1,
     };
     if weak && kind(s) <= dtype_kind {
-        let Ok(bytes) = s.to_bytes(dtype) else {
-            return Ok(None);
+        let bytes = match s.to_bytes(dtype) {
+            Ok(bytes) => bytes,
+            // Past a float dtype's range: ±inf, as NumPy and torch convert it.
+            Err(_) if float_dtype => match saturated(s, dtype).to_bytes(dtype) {
+                Ok(bytes) => bytes,
+                Err(_) => return Ok(None),
+            },
+            Err(_) => return Ok(None),
         };
         let one = Tensor::full_bytes(&[], dtype, Device::Cpu, &bytes).map_err(to_py)?;
         return Ok(Some((values::tolist(py, &one)?.into_bound(py), false)));
@@ -134,6 +153,32 @@ fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResul
         Scalar::Complex(re, im) => PyComplex::from_doubles(py, re, im).into_any(),
     };
     Ok(Some((key, widen)))
+}
+
+/// `s` with each part past float `dtype`'s range (or its complex parts')
+/// replaced by an infinity of its sign.
+fn saturated(s: crate::scalar::Scalar, dtype: crate::DType) -> crate::scalar::Scalar {
+    use crate::DType;
+    use crate::scalar::Scalar;
+    let part = match dtype {
+        DType::C32 => DType::F16,
+        DType::C64 => DType::F32,
+        DType::C128 => DType::F64,
+        d => d,
+    };
+    let clamp = |v: f64| {
+        if Scalar::Float(v).to_bytes(part).is_err() {
+            f64::INFINITY.copysign(v)
+        } else {
+            v
+        }
+    };
+    match s {
+        Scalar::Int(i) => Scalar::Float(clamp(i as f64)),
+        Scalar::Float(f) => Scalar::Float(clamp(f)),
+        Scalar::Complex(re, im) => Scalar::Complex(clamp(re), clamp(im)),
+        b @ Scalar::Bool(_) => b,
+    }
 }
 
 /// A tuple of two ints that fit `T` (`max_version`, `dl_device`); None for

@@ -600,8 +600,9 @@ impl Tensor {
         }
         let _access = lock.then(|| access::lock(Some(&self.storage), None));
         // A dim of stride 0 (an `expand`ed view) names one element however
-        // long: filled once, as torch's `fill_` does, where a copy into it is
-        // refused (its elements would get different values).
+        // long: filled once, as torch's `fill_` fills it, where a copy into it
+        // is refused (its elements would get different values). Other
+        // self-overlapping views stay refused.
         let once;
         let target = if self.shape.iter().zip(&self.strides).any(|(&n, &s)| s == 0 && n > 1) {
             let shape: Shape = self

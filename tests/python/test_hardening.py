@@ -800,6 +800,11 @@ def test_in_rounds_python_numbers_to_the_dtype_as_numpy_and_torch():
         (True, "int32", [1], True), (1 + 0j, "int16", [1], True), (70000, "float16", [65504.0], False),
         # Ints past the dtype's range equal nothing (NumPy 2; torch wraps 300 to 44).
         (300, "uint8", [44], False), (-1, "uint8", [255], False), (2**200, "int64", [0], False),
+        # Complex keys against real elements: the real part, rounded, where the imaginary one is 0.
+        (0.1 + 0j, "float32", [0.1], True), (0.1 + 1j, "float32", [0.1], False), (2 + 0j, "int16", [2], True),
+        # Past a float dtype's range: infinity, as both convert it.
+        (70000, "float16", [float("inf")], True), (2**200, "float32", [float("inf")], True),
+        (-1e300, "bfloat16", [float("-inf")], True), (1e300 + 0j, "complex64", [complex("inf")], True),
     ]
     for value, dtype, elements, found in cases:
         t = devtensor.from_dlpack(torch.tensor(elements, dtype=getattr(torch, dtype)))
@@ -809,6 +814,10 @@ def test_in_rounds_python_numbers_to_the_dtype_as_numpy_and_torch():
     # NumPy scalars keep their own type: compared in the wider one, as NumPy does.
     assert np.float32(0.1) not in devtensor.full((2,), 0.1, dtype="float64")
     assert np.float32(0.1) in devtensor.full((2,), 0.1, dtype="float32")
+    # np.float64 and np.complex128 subclass Python's float and complex, but are NumPy's own.
+    assert np.float64(0.1) not in devtensor.full((2,), 0.1, dtype="float32")
+    assert np.complex128(0.1 + 0.1j) not in devtensor.full((2,), 0.1 + 0.1j, dtype="complex64")
+    assert 10**400 in devtensor.full((1,), float("inf"), dtype="float64")
 
 
 def test_fill_takes_index_objects_refuses_overflow_and_fills_expanded_views():
