@@ -124,6 +124,30 @@ impl DType {
     pub const fn is_complex(self) -> bool {
         self.to_dlpack().code == ffi::kDLComplex
     }
+
+    /// The kind of number an element is.
+    pub const fn kind(self) -> NumberKind {
+        match self {
+            DType::Bool => NumberKind::Bool,
+            d if d.is_complex() => NumberKind::Complex,
+            d if d.is_floating_point() => NumberKind::Float,
+            _ => NumberKind::Int,
+        }
+    }
+}
+
+/// The kinds of number, lowest first: each holds the values of those before
+/// it (the order of NumPy's and torch's type promotion across kinds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NumberKind {
+    /// True or false.
+    Bool,
+    /// Signed or unsigned integers.
+    Int,
+    /// Real floating point (float, bfloat, float8).
+    Float,
+    /// Complex floating point.
+    Complex,
 }
 
 impl fmt::Display for DType {

@@ -19,7 +19,7 @@ pub mod tensor;
 pub use alloc::{AllocStats, CpuAlloc, NDAlloc};
 pub use device::{Backend, Device, DeviceSpec};
 pub use dlpack::{from_dlpack_legacy, from_dlpack_versioned};
-pub use dtype::DType;
+pub use dtype::{DType, NumberKind};
 pub use error::{DLPackError, Error, Result};
 pub use scalar::Scalar;
 pub use stream::StreamHandle;

@@ -9,7 +9,7 @@
 //! not stored as inf; one that rounds down to the largest is kept (65519 →
 //! float16 65504, as NumPy and `torch.full`; torch's `fill_` refuses it).
 
-use crate::dtype::DType;
+use crate::dtype::{DType, NumberKind};
 use crate::error::{Error, Result};
 
 /// A value to store in a tensor.
@@ -51,6 +51,27 @@ impl Scalar {
     /// integer dtype, a finite value past a wider-than-float8 float dtype's
     /// largest, a non-zero imaginary part into a real dtype).
     pub fn to_bytes(self, dtype: DType) -> Result<Vec<u8>> {
+        self.convert(dtype, false)
+    }
+
+    /// As [`to_bytes`](Self::to_bytes), but a finite value past a float
+    /// dtype's largest becomes an infinity of its sign, as NumPy and torch
+    /// convert a Python number for a comparison.
+    pub fn to_bytes_saturating(self, dtype: DType) -> Result<Vec<u8>> {
+        self.convert(dtype, true)
+    }
+
+    /// The number kind of `self`.
+    pub fn kind(self) -> NumberKind {
+        match self {
+            Scalar::Bool(_) => NumberKind::Bool,
+            Scalar::Int(_) => NumberKind::Int,
+            Scalar::Float(_) => NumberKind::Float,
+            Scalar::Complex(..) => NumberKind::Complex,
+        }
+    }
+
+    fn convert(self, dtype: DType, saturate: bool) -> Result<Vec<u8>> {
         macro_rules! int {
             ($t:ty) => {
                 <$t>::try_from(self.int(dtype)?)
@@ -65,16 +86,18 @@ impl Scalar {
         let imag = if let Scalar::Complex(_, i) = self { i } else { 0.0 };
         // An int straight to float32 (through a double it was rounded twice
         // into float32 and complex64: 2^60 + 2^36 + 1 became 2^60, not 2^60 +
-        // 2^37); the half types round that float32 again, as torch does.
-        let f32_ = match self {
+        // 2^37); the half types round that float32 again, as torch does (and
+        // not from the double: `half`'s from_f64 drops the low 29 bits of a
+        // double's mantissa in software: 3464.0007 became bfloat16 3456, not 3472).
+        let f32_ = || match self {
             Scalar::Int(i) => i as f32,
             _ => f as f32,
         };
-        let (i32_, h, hi) = (imag as f32, half::f16::from_f32(f32_), half::f16::from_f32(imag as f32));
         // A finite value past the dtype's largest is an error, as in torch's
-        // `fill_` ("cannot be converted ... without overflow"), not inf.
+        // `fill_` ("cannot be converted ... without overflow"), not inf;
+        // unless saturating, where the conversion's inf is the answer.
         let fits = |parts: &[(f64, bool)]| {
-            if parts.iter().any(|&(v, inf)| v.is_finite() && inf) {
+            if !saturate && parts.iter().any(|&(v, inf)| v.is_finite() && inf) {
                 return Err(Error::InvalidScalar {
                     dtype,
                     reason: "out of range",
@@ -98,30 +121,31 @@ impl Scalar {
             DType::U16 => int!(u16)?,
             DType::U32 => int!(u32)?,
             DType::U64 => int!(u64)?,
-            // Half types through float32, as torch rounds a Python float
-            // (`half`'s from_f64 drops the low 29 bits of a double's mantissa
-            // in software: 3464.0007 became bfloat16 3456, not 3472).
             DType::F16 => {
+                let h = half::f16::from_f32(f32_());
                 fits(&[(f, h.is_infinite())])?;
                 h.to_ne_bytes().to_vec()
             }
             DType::BF16 => {
-                let b = half::bf16::from_f32(f32_);
+                let b = half::bf16::from_f32(f32_());
                 fits(&[(f, b.is_infinite())])?;
                 b.to_ne_bytes().to_vec()
             }
             DType::F32 => {
-                fits(&[(f, f32_.is_infinite())])?;
-                f32_.to_ne_bytes().to_vec()
+                let v = f32_();
+                fits(&[(f, v.is_infinite())])?;
+                v.to_ne_bytes().to_vec()
             }
             DType::F64 => f.to_ne_bytes().to_vec(),
             DType::C32 => {
-                fits(&[(f, h.is_infinite()), (imag, hi.is_infinite())])?;
-                [h.to_ne_bytes(), hi.to_ne_bytes()].concat()
+                let (re, im) = (half::f16::from_f32(f32_()), half::f16::from_f32(imag as f32));
+                fits(&[(f, re.is_infinite()), (imag, im.is_infinite())])?;
+                [re.to_ne_bytes(), im.to_ne_bytes()].concat()
             }
             DType::C64 => {
-                fits(&[(f, f32_.is_infinite()), (imag, i32_.is_infinite())])?;
-                [f32_.to_ne_bytes(), i32_.to_ne_bytes()].concat()
+                let (re, im) = (f32_(), imag as f32);
+                fits(&[(f, re.is_infinite()), (imag, im.is_infinite())])?;
+                [re.to_ne_bytes(), im.to_ne_bytes()].concat()
             }
             DType::C128 => [f.to_ne_bytes(), imag.to_ne_bytes()].concat(),
             other => vec![float8(other, f)?],
@@ -456,6 +480,45 @@ mod tests {
             Scalar::Complex(1.0, -2.0).to_bytes(DType::C64).unwrap(),
             [1f32.to_ne_bytes(), (-2f32).to_ne_bytes()].concat()
         );
+    }
+
+    #[test]
+    fn saturating_conversions_give_infinities_of_the_sign() {
+        // NumPy and torch compare a Python number past a float dtype's range as ±inf.
+        let bits = |s: Scalar, d| s.to_bytes_saturating(d).unwrap();
+        assert_eq!(bits(Scalar::Int(70000), DType::F16), half::f16::INFINITY.to_ne_bytes());
+        assert_eq!(
+            bits(Scalar::Float(-1e300), DType::BF16),
+            half::bf16::NEG_INFINITY.to_ne_bytes()
+        );
+        assert_eq!(bits(Scalar::Float(1e300), DType::F32), f32::INFINITY.to_ne_bytes());
+        let c = bits(Scalar::Complex(1.0, -1e39), DType::C64);
+        assert_eq!(c, [1f32.to_ne_bytes(), f32::NEG_INFINITY.to_ne_bytes()].concat());
+        // What fits converts as `to_bytes` does; integer ranges still refuse.
+        assert_eq!(
+            bits(Scalar::Float(65519.0), DType::F16),
+            Scalar::Float(65519.0).to_bytes(DType::F16).unwrap()
+        );
+        assert!(Scalar::Int(300).to_bytes_saturating(DType::U8).is_err());
+        assert!(Scalar::Complex(0.0, 1.0).to_bytes_saturating(DType::F32).is_err());
+    }
+
+    #[test]
+    fn kinds_order_as_promotion_does() {
+        use crate::NumberKind;
+        assert!(NumberKind::Bool < NumberKind::Int && NumberKind::Int < NumberKind::Float);
+        assert!(NumberKind::Float < NumberKind::Complex);
+        for (d, k) in [
+            (DType::Bool, NumberKind::Bool),
+            (DType::U64, NumberKind::Int),
+            (DType::BF16, NumberKind::Float),
+            (DType::F8E8M0Fnu, NumberKind::Float),
+            (DType::C32, NumberKind::Complex),
+        ] {
+            assert_eq!(d.kind(), k, "{d}");
+        }
+        assert_eq!(Scalar::Complex(1.0, 0.0).kind(), NumberKind::Complex);
+        assert_eq!(Scalar::Bool(true).kind(), NumberKind::Bool);
     }
 
     #[test]

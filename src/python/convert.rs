@@ -93,10 +93,13 @@ fn dim(x: &Bound<'_, PyAny>) -> PyResult<usize> {
     usize::try_from(d).map_err(|_| PyValueError::new_err(format!("negative dimension {d} in shape")))
 }
 
-/// ValueError for an int past 64 bits (NumPy's "too large" for a shape),
-/// the error of `extract` for anything else.
+/// ValueError for an int past 64 bits (NumPy's "too large" for a shape, or
+/// "negative" for one below), the error of `extract` for anything else.
 fn too_large(x: &Bound<'_, PyAny>, e: PyErr) -> PyErr {
     if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(x.py()) {
+        if x.lt(0).unwrap_or(false) {
+            return PyValueError::new_err(format!("negative dimension {x} in shape"));
+        }
         PyValueError::new_err(format!("dimension {x} is too large"))
     } else {
         e
@@ -376,7 +379,7 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
         return Ok(s);
     }
     if value.is_instance_of::<PyString>() {
-        return Err(PyTypeError::new_err("fill value must be a number, not a str"));
+        return Err(PyTypeError::new_err("expected a number, not a str"));
     }
     let py = value.py();
     // NumPy scalars, 0-d arrays, 0-d torch tensors: `.item()` gives the Python
@@ -385,7 +388,7 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
         let ndim: usize = ndim.extract().unwrap_or(usize::MAX);
         if ndim != 0 {
             return Err(PyValueError::new_err(format!(
-                "a fill value must be a scalar or hold one (0 dimensions), not {ndim} dimensions"
+                "expected a number or a tensor holding one (0 dimensions), not {ndim} dimensions"
             )));
         }
         if let Ok(item) = value.call_method0(pyo3::intern!(py, "item"))
@@ -418,7 +421,7 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
         let index = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyNumber_Index(value.as_ptr())) }?;
         return index.extract::<i128>().map(Scalar::Int).map_err(|e| {
             if e.is_instance_of::<PyOverflowError>(py) {
-                PyOverflowError::new_err("integer fill value out of range")
+                PyOverflowError::new_err("integer value out of range")
             } else {
                 e
             }
@@ -431,7 +434,7 @@ pub(crate) fn scalar(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
         return complex(value);
     }
     Err(PyTypeError::new_err(format!(
-        "fill value must be a number, not {}",
+        "expected a number, not {}",
         value.get_type()
     )))
 }
@@ -445,7 +448,7 @@ fn python_scalar(value: &Bound<'_, PyAny>) -> PyResult<Option<Scalar>> {
         return value
             .extract::<i128>()
             .map(|i| Some(Scalar::Int(i)))
-            .map_err(|_| PyOverflowError::new_err("integer fill value out of range"));
+            .map_err(|_| PyOverflowError::new_err("integer value out of range"));
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         return Ok(Some(Scalar::Float(f.value())));
@@ -468,7 +471,7 @@ fn float(value: &Bound<'_, PyAny>) -> PyResult<Scalar> {
     value
         .extract::<f64>()
         .map(Scalar::Float)
-        .map_err(|_| PyTypeError::new_err(format!("fill value must be a number, not {}", value.get_type())))
+        .map_err(|_| PyTypeError::new_err(format!("expected a number, not {}", value.get_type())))
 }
 
 /// The raw bytes of `value` as one element of `dtype` (native byte order).

@@ -90,6 +90,7 @@ impl TensorIter {
 /// compared in the wider kind: with it, whether the integer or bool
 /// elements are to be widened to doubles first (a float or complex key).
 fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResult<Option<(Bound<'py, PyAny>, bool)>> {
+    use crate::NumberKind;
     use crate::scalar::Scalar;
     use pyo3::types::{PyComplex, PyFloat, PyInt};
     let py = value.py();
@@ -97,13 +98,13 @@ fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResul
         || value.is_exact_instance_of::<PyBool>()
         || value.is_exact_instance_of::<PyFloat>()
         || value.is_exact_instance_of::<PyComplex>();
-    let float_dtype = dtype.is_floating_point() || dtype.is_complex();
+    let kind = dtype.kind();
     let mut s = match crate::python::convert::scalar(value) {
         Ok(s) => s,
         // An int past 128 bits: past every integer dtype's range, a float
         // (or an infinity) to the others.
         Err(e) if weak && e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
-            if !float_dtype {
+            if kind < NumberKind::Float {
                 return Ok(None);
             }
             let inf = if value.lt(0)? { f64::NEG_INFINITY } else { f64::INFINITY };
@@ -120,32 +121,15 @@ fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResul
         }
         s = Scalar::Float(re); // `(0.1 + 0j) in` a float32 tensor holding 0.1
     }
-    let kind = |s: Scalar| match s {
-        Scalar::Bool(_) => 0,
-        Scalar::Int(_) => 1,
-        Scalar::Float(_) => 2,
-        Scalar::Complex(..) => 3,
-    };
-    let dtype_kind = match dtype {
-        crate::DType::Bool => 0,
-        d if d.is_complex() => 3,
-        d if d.is_floating_point() => 2,
-        _ => 1,
-    };
-    if weak && kind(s) <= dtype_kind {
-        let bytes = match s.to_bytes(dtype) {
-            Ok(bytes) => bytes,
-            // Past a float dtype's range: ±inf, as NumPy and torch convert it.
-            Err(_) if float_dtype => match saturated(s, dtype).to_bytes(dtype) {
-                Ok(bytes) => bytes,
-                Err(_) => return Ok(None),
-            },
-            Err(_) => return Ok(None),
+    if weak && s.kind() <= kind {
+        // Past a float dtype's range: ±inf, as NumPy and torch convert it.
+        let Ok(bytes) = s.to_bytes_saturating(dtype) else {
+            return Ok(None);
         };
         let one = Tensor::full_bytes(&[], dtype, Device::Cpu, &bytes).map_err(to_py)?;
         return Ok(Some((values::tolist(py, &one)?.into_bound(py), false)));
     }
-    let widen = dtype_kind < 2 && kind(s) >= 2;
+    let widen = kind < NumberKind::Float && s.kind() >= NumberKind::Float;
     let key = match s {
         Scalar::Bool(b) => PyBool::new(py, b).to_owned().into_any(),
         Scalar::Int(i) => i.into_pyobject(py)?.into_any(),
@@ -153,32 +137,6 @@ fn contained_key<'py>(value: &Bound<'py, PyAny>, dtype: crate::DType) -> PyResul
         Scalar::Complex(re, im) => PyComplex::from_doubles(py, re, im).into_any(),
     };
     Ok(Some((key, widen)))
-}
-
-/// `s` with each part past float `dtype`'s range (or its complex parts')
-/// replaced by an infinity of its sign.
-fn saturated(s: crate::scalar::Scalar, dtype: crate::DType) -> crate::scalar::Scalar {
-    use crate::DType;
-    use crate::scalar::Scalar;
-    let part = match dtype {
-        DType::C32 => DType::F16,
-        DType::C64 => DType::F32,
-        DType::C128 => DType::F64,
-        d => d,
-    };
-    let clamp = |v: f64| {
-        if Scalar::Float(v).to_bytes(part).is_err() {
-            f64::INFINITY.copysign(v)
-        } else {
-            v
-        }
-    };
-    match s {
-        Scalar::Int(i) => Scalar::Float(clamp(i as f64)),
-        Scalar::Float(f) => Scalar::Float(clamp(f)),
-        Scalar::Complex(re, im) => Scalar::Complex(clamp(re), clamp(im)),
-        b @ Scalar::Bool(_) => b,
-    }
 }
 
 /// A tuple of two ints that fit `T` (`max_version`, `dl_device`); None for
@@ -431,26 +389,18 @@ impl PyTensor {
         Ok((rebuild, args.into_pyobject(py)?))
     }
 
-    /// `value in tensor`: whether any element equals `value`, a Python
-    /// number (NumPy's and torch's `(tensor == value).any()`; without it,
+    /// `value in tensor`: whether any element equals `value`, a number (a
+    /// Python or NumPy scalar, or a 0-d array holding one: NumPy's and torch's `(tensor == value).any()`; without it,
     /// Python compared the element views by identity: `0.0 in zeros(3)` was
     /// False). A Python number of the tensor's kind or a lower one is first
     /// rounded to the dtype, as both libraries compare (`0.1 in` a float32
     /// tensor holding 0.1 is True); others compare exactly. Device tensors
     /// are read on the host.
     fn __contains__(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
-        use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
-        let number = value.is_instance_of::<PyBool>()
-            || value.is_instance_of::<PyInt>()
-            || value.is_instance_of::<PyFloat>()
-            || value.is_instance_of::<PyComplex>()
-            || value.hasattr(pyo3::intern!(py, "__index__"))?
-            || value.hasattr(pyo3::intern!(py, "__float__"))?;
-        if !number || value.is_instance_of::<PyTensor>() {
-            return Err(PyTypeError::new_err(format!(
-                "`in` takes a Python number, not {}",
-                value.get_type()
-            )));
+        // NumPy and torch would compare a tensor key elementwise; `in` here
+        // tests one value (the conversion below words other non-numbers).
+        if value.is_instance_of::<PyTensor>() {
+            return Err(PyTypeError::new_err("`in` takes a number, not a tensor"));
         }
         let Some((key, widen)) = contained_key(value, self.inner.dtype())? else {
             return Ok(false); // an int past the dtype's range equals no element

@@ -349,6 +349,10 @@ def test_huge_shape_errors_cleanly():
     for dim in (2**64, np.uint64(2**64 - 1), [2**64]):
         with pytest.raises(ValueError, match="too large"):
             devtensor.zeros(dim)
+    # One below -2**63 is negative, not "too large".
+    for dim in (-(2**64), [3, -(2**70)]):
+        with pytest.raises(ValueError, match="negative dimension"):
+            devtensor.zeros(dim)
 
 
 # --------------------------------------------------------------------------------------

@@ -782,10 +782,16 @@ def test_0d_integer_tensors_are_indices_and_in_tests_values():
     assert 0.0 not in x and float("nan") not in x
     assert 0.0 in devtensor.zeros(3) and 1 not in devtensor.zeros(3)
     assert True in devtensor.full((), 1, dtype="uint8")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not a str"):
         "a" in x
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="not a tensor"):
         x in x
+    # 0-d arrays hold a number, as NumPy and torch compare them; errors name no fill.
+    assert np.array(1.5) in x and np.array(7) not in x
+    with pytest.raises(ValueError, match="^expected a number .* not 1 dimensions"):
+        np.array([1.0]) in x
+    with pytest.raises(TypeError, match="^expected a number, not <class 'object'>"):
+        object() in x
 
 
 def test_in_rounds_python_numbers_to_the_dtype_as_numpy_and_torch():
