@@ -171,6 +171,10 @@ def peer_patterns(quick):
             v.append(pattern(f"strided_transpose_f32_{n}x{n}_step{k}", 4, n * n * k, [n, n], [k, n * k]))
     v.append(pattern("real_parts_transposed_c128_2048x2048", 8, 2048 * 2048 * 2, [2048, 2048], [2, 4096]))
     v.append(pattern("channel_transposed_u8_1080x1920x3", 1, 1080 * 1920 * 3, [1920, 1080], [3, 5760]))
+    v.append(pattern("channel_transposed_u16_1080x1920x3", 2, 1080 * 1920 * 3, [1920, 1080], [3, 5760]))
+    if not quick:
+        # A 4K frame: a sweep along a column crosses 2160 pages, past the TLB.
+        v.append(pattern("channel_transposed_u8_2160x3840x3", 1, 2160 * 3840 * 3, [3840, 2160], [3, 11520]))
     return v
 
 

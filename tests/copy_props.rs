@@ -1055,6 +1055,14 @@ fn transposes_of_strided_views() {
             let (shape, dense) = ([40, 64], [64, 1]);
             check_copy(&src, 0, &[2, pitch as isize], 40 * 64 * e, 0, &dense, &shape, e);
             check_copy(&src, 78 * e, &[-2, pitch as isize], 40 * 64 * e, 0, &dense, &shape, e);
+            // One channel of 3 transposed from rows 4 KiB apart (every line of
+            // a sweep in one L1 set: tiled for every element size), in tiles
+            // whose both sides end ragged (77 = 2 · 32 + 13, 45 = 32 + 13),
+            // into a destination one element off its start.
+            let (rows, cols, pitch) = (77usize, 45usize, 4096 / e);
+            let src = pattern(rows * pitch * e, 3 * e as u64);
+            let (n, dense) = (rows * cols, [rows as isize, 1]);
+            check_copy(&src, e, &[3, pitch as isize], (n + 1) * e, e, &dense, &[cols, rows], e);
         }
     });
 }

@@ -9,7 +9,7 @@ use super::fill::{fill_pattern, fill_run};
 use super::parallel::{Shared, for_each_segment, par_for_slow};
 use super::runs::{copy_run, store_fence};
 use super::stage::{STAGE, with_stage};
-use super::transpose::{L1_SET_SPAN, L1_WAYS};
+use super::transpose::{L1_SET_SPAN, L1_WAYS, l1_tile};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 use smallvec::SmallVec;
 use std::mem::MaybeUninit;
@@ -32,7 +32,7 @@ pub(super) unsafe fn general<T: Elem>(plan: &CopyPlan, dst: *mut u8, src: *const
     }
     let d0 = dims[0];
     let b = traffic(plan);
-    if let Some(k) = tile_partner(&dims, size_of::<T>()) {
+    if let Some(k) = tile_partner(&dims) {
         // SAFETY: forwarded.
         unsafe { tiled::<T>(&dims, k, b, dst, src) };
         return;
@@ -64,7 +64,7 @@ const MACRO: usize = 256;
 /// destination's order such a copy reads a line an element, and where a
 /// sweep's lines crowd the caches (below) each is evicted before its next
 /// element is read.
-fn tile_partner(dims: &[PlanDim], e: usize) -> Option<usize> {
+fn tile_partner(dims: &[PlanDim]) -> Option<usize> {
     let d0 = dims[0];
     if d0.len < TILE / 4 || d0.src.unsigned_abs() < LINE {
         return None;
@@ -80,14 +80,20 @@ fn tile_partner(dims: &[PlanDim], e: usize) -> Option<usize> {
     // - rows that crowd L2 sets past their ways: 1024 × 4096 × 4 u8 0.53 →
     //   2.5 (0.48), 512 × 512 × 2 f32 2.4 → 17.0 (2.5), 2048 × 1024 × 2 u16
     //   1.1 → 4.5 (1.2), 512 × 512 × 2 u8 (8 a set) 3.0 → 4.5 (2.9);
-    // - rows that crowd only L1 sets: elements of 4 bytes or more are tiled,
-    //   1080 × 1920 × 3 f32 5.2 → 5.9 (5.3); smaller ones are not, their
-    //   tiles cost more than L2's hits, u8 5.7 → 4.0 (5.2), u16 8.1 → 3.6.
+    // - rows that crowd only L1 sets: 1080 × 1920 × 3 f32 5.2 → 5.9 (5.3).
+    //   Elements of 1 and 2 bytes too since their tiles leave the buffer in
+    //   micro transposes ([`tiled`]); in scalar moves their tiles cost more
+    //   than L2's hits, u8 5.7 → 4.0 (5.2), u16 8.1 → 3.6. Xeon VM (2 MiB
+    //   L2), Python, best of 40, odometer → micro-transposed tiles (torch):
+    //   u8 1080 × 1920 × 3 5.1 → 6.6–8.4 (5.1–5.5), 2160 × 3840 × 3 1.2 →
+    //   6.7 (1.5–2.5: the odometer's sweep of 2160 pages misses the TLB an
+    //   element), 512 × 512 × 2 4.1 → 10.9–12.6, 1080 × 1920 × 4 3.7 → 6.0–6.7
+    //   (3.3–3.7); u16 1080 × 1920 × 3 5.2 → 9.8–11.2 (5.8–6.1).
     let crowded = if d0.src % LINE as isize != 0 {
         d0.len * LINE > l2_bytes() / 2
     } else {
         sweep_lines_per_set(d0.src, d0.len, l2_bytes() / L2_WAYS) >= L2_WAYS
-            || (e >= 4 && sweep_lines_per_set(d0.src, d0.len, L1_SET_SPAN as usize) > L1_WAYS)
+            || sweep_lines_per_set(d0.src, d0.len, L1_SET_SPAN as usize) > L1_WAYS
     };
     if !crowded {
         return None;
@@ -119,7 +125,10 @@ fn sweep_lines_per_set(stride: isize, rows: usize, span: usize) -> usize {
 /// `dims[k]`: a tile reads its source rows (along `dims[k]`, a few lines
 /// each) whole into an L1 buffer, then writes the destination along
 /// `dims[0]` from there, so no line is fetched twice. Tiles go in work
-/// units of up to [`MACRO`] square, whose pages stay in the TLB. Zen 2 VM,
+/// units of up to [`MACRO`] square, whose pages stay in the TLB. Elements of
+/// 1 and 2 bytes leave the buffer in micro transposes
+/// ([`l1_tile`]), not element by element (wider ones lose by them: Xeon VM,
+/// f32 512 × 512 × 2 20 → 15 GB/s, f64 26 → 15). Zen 2 VM,
 /// two threads, GB/s read + written, the odometer → tiles in 32-wide strips
 /// → through the buffer → in units (NumPy, torch), `x[:, ::2].T` f32: 2048²
 /// 1.87 → 3.9 → 5.3 → 6.4 (0.95, 1.84), 4096² 3.5 → 8.0 (0.80, 1.35);
@@ -172,9 +181,14 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                             for r in 0..h as isize {
                                 strided::<T>(b.offset(r * w), sp.offset(r * d0.src), width, dk.src, e);
                             }
-                            // …then, from L1, to the destination along `dims[0]`.
-                            for c in 0..width as isize {
-                                strided::<T>(dp.offset(c * dk.dst), b.offset(c * e), h, w, d0.dst);
+                            // …then, from L1, to the destination along `dims[0]`:
+                            // in micro transposes where that is contiguous.
+                            if d0.dst == e && e <= 2 {
+                                l1_tile::<T>(dp, b, h, width, w, dk.dst);
+                            } else {
+                                for c in 0..width as isize {
+                                    strided::<T>(dp.offset(c * dk.dst), b.offset(c * e), h, w, d0.dst);
+                                }
                             }
                         }
                     }

@@ -1027,6 +1027,20 @@ impl Blocks {
 /// a line is written one way only, since a streamed line rewritten by an
 /// ordinary store costs a round trip to memory.
 ///
+/// An `ni × nj` tile moved as [`Route::Small`] moves one (the baseline micro
+/// tiles, ordinary stores): for tiles gathered into an L1 buffer first
+/// ([`super::general`]'s tiled gathers). Source row `i` (at `src + i·sa`,
+/// `nj` contiguous elements) becomes destination column `i`
+/// (`dst + i·e + j·db`).
+///
+/// # Safety
+///
+/// Every address formed for `i < ni`, `j < nj` is an element of its operand.
+pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
+    // SAFETY: forwarded; the baseline kernels need no CPU feature.
+    unsafe { tile::<T>(Kernels::Baseline, dst, src, ni, nj, sa, db, false, false) }
+}
+
 /// # Safety
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand;
