@@ -90,8 +90,11 @@ typedef int32_t DevtensorStatus;
 
 /**
  * A device's pool figures, as `torch.cuda.memory_stats` reports them. For
- * memory kinds without a pool (`kDLCPU`, `kDLCUDAManaged`) the live
- * allocations count as both allocated and reserved.
+ * memory kinds without a pool (`kDLCPU`, `kDLCUDAManaged`) each live
+ * allocation counts as a block and a segment, its bytes as allocated and
+ * reserved; on `kDLCPU`, `reserved` (and `peak_reserved`) also counts the
+ * freed blocks of 8 MiB and more kept mapped for reuse (in no segment),
+ * which `devtensor_empty_cache` returns.
  */
 typedef struct DevtensorMemoryStats {
     /**
@@ -148,8 +151,9 @@ DevtensorStatus devtensor_memory_stats(DLDevice device, struct DevtensorMemorySt
 /**
  * Returns the free memory cached by `device`'s pool to the device (as
  * `torch.cuda.empty_cache`); writes the bytes released to `*released` when
- * it is not NULL (0 for memory kinds without a pool). Memory still in use,
- * or freed on a stream whose work is pending, stays.
+ * it is not NULL (on `kDLCPU`, the freed large blocks kept mapped for reuse;
+ * 0 for `kDLCUDAManaged`, which keeps none). Memory still in use, or freed
+ * on a stream whose work is pending, stays.
  *
  * # Safety
  *
@@ -158,9 +162,10 @@ DevtensorStatus devtensor_memory_stats(DLDevice device, struct DevtensorMemorySt
 DevtensorStatus devtensor_empty_cache(DLDevice device, uint64_t *released);
 
 /**
- * The number of tensors devtensor has handed out (through this C ABI, the
- * Python package or the Rust API) whose deleter has not run yet, in the
- * whole process: a leak check for tests.
+ * The number of tensors this library has handed out (through this C ABI,
+ * or the Rust API of the same copy of devtensor) whose deleter has not run
+ * yet: a leak check for tests. The Python package is a library of its own,
+ * with its own count and its own pools (as are the figures above).
  */
 uint64_t devtensor_live_tensors(void);
 
@@ -269,7 +274,9 @@ int devtensor_managed_tensor_allocator(DLTensor *prototype,
 
 /**
  * Copies the elements of `src` into `dst` (any strides, either side;
- * overlapping memory included): same shape and dtype, any two devices
+ * overlapping memory included, but not a `dst` whose own elements overlap,
+ * such as a stride 0 over more than one element: INVALID_ARGUMENT, as its
+ * elements would take different values): same shape and dtype, any two devices
  * devtensor handles (CPU, CUDA device/pinned/managed, ROCm). Both are
  * borrowed descriptors, foreign ones included, validated first. The copy is
  * queued on `stream` (a stream of the GPU involved, `dst`'s when both are on

@@ -249,6 +249,10 @@ pub enum DLPackError {
     /// A negative device id.
     #[error("invalid device id {0}")]
     BadDeviceId(i32),
+    /// A stride, the byte offset or the view's reach past the address space:
+    /// no memory the descriptor could name.
+    #[error("the tensor's {0} passes the address space")]
+    BadExtent(&'static str),
 }
 
 /// `Result` with [`Error`] as the default error.

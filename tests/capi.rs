@@ -337,6 +337,30 @@ fn copies_take_byte_offsets_negative_strides_and_come_back_to_rust() {
         "{}",
         last_error()
     );
+    // A reach below address 0, or a byte offset past the address space: the
+    // descriptor is invalid (INVALID_TENSOR, as the header says), not an argument.
+    let mut back = [-4i64, 1]; // element [1][0] 16 bytes below `data`
+    let below_zero = DLTensor {
+        data: 8 as *mut c_void,
+        strides: back.as_mut_ptr(),
+        byte_offset: 0,
+        ..src
+    };
+    let far = DLTensor {
+        byte_offset: u64::MAX - 4,
+        ..src
+    };
+    for bad in [below_zero, far] {
+        // SAFETY: validation fails before any element is read.
+        let rc = unsafe { devtensor_copy(dst.dl(), &bad, ptr::null_mut()) };
+        assert_eq!(rc, DevtensorStatus::InvalidTensor, "{}", last_error());
+        assert!(last_error().contains("passes the address space"), "{}", last_error());
+        let mut c = ptr::null_mut();
+        // SAFETY: as above; `c` is writable and stays NULL.
+        let rc = unsafe { devtensor_contiguous(&bad, ptr::null_mut(), &mut c) };
+        assert_eq!(rc, DevtensorStatus::InvalidTensor);
+        assert!(c.is_null());
+    }
 }
 
 /// CUDA device, pinned and managed tensors made and copied on a stream of our

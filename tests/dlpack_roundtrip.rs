@@ -332,7 +332,7 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
             "huge stride",
             // SAFETY: `strides` points at the producer's live 2-element array.
             |m| unsafe { *m.dl_tensor.strides = i64::MAX },
-            |e| matches!(e, Error::Overflow { .. }),
+            |e| matches!(e, Error::DLPack(DLPackError::BadExtent(_))),
         ),
         (
             // 2^62 f32 elements broadcast from one: 2^64 bytes, more than any
@@ -345,7 +345,7 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
                 *m.dl_tensor.strides = 0;
                 *m.dl_tensor.strides.add(1) = 0;
             },
-            |e| matches!(e, Error::Overflow { .. }),
+            |e| matches!(e, Error::DLPack(DLPackError::BadExtent(_))),
         ),
         (
             // Extents of both signs, each within `isize`, together 2^64 - 4
@@ -357,7 +357,7 @@ fn invalid_descriptors_are_rejected_and_still_freed() {
                 *m.dl_tensor.strides = -(1 << 61);
                 *m.dl_tensor.strides.add(1) = (1 << 60) - 1;
             },
-            |e| matches!(e, Error::Overflow { .. }),
+            |e| matches!(e, Error::DLPack(DLPackError::BadExtent(_))),
         ),
     ];
     for (name, edit, expected) in cases {

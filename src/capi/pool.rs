@@ -5,8 +5,11 @@ use super::streams::device_of;
 use crate::dlpack::ffi::DLDevice;
 
 /// A device's pool figures, as `torch.cuda.memory_stats` reports them. For
-/// memory kinds without a pool (`kDLCPU`, `kDLCUDAManaged`) the live
-/// allocations count as both allocated and reserved.
+/// memory kinds without a pool (`kDLCPU`, `kDLCUDAManaged`) each live
+/// allocation counts as a block and a segment, its bytes as allocated and
+/// reserved; on `kDLCPU`, `reserved` (and `peak_reserved`) also counts the
+/// freed blocks of 8 MiB and more kept mapped for reuse (in no segment),
+/// which `devtensor_empty_cache` returns.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DevtensorMemoryStats {
@@ -61,8 +64,9 @@ pub unsafe extern "C" fn devtensor_memory_stats(device: DLDevice, out: *mut Devt
 
 /// Returns the free memory cached by `device`'s pool to the device (as
 /// `torch.cuda.empty_cache`); writes the bytes released to `*released` when
-/// it is not NULL (0 for memory kinds without a pool). Memory still in use,
-/// or freed on a stream whose work is pending, stays.
+/// it is not NULL (on `kDLCPU`, the freed large blocks kept mapped for reuse;
+/// 0 for `kDLCUDAManaged`, which keeps none). Memory still in use, or freed
+/// on a stream whose work is pending, stays.
 ///
 /// # Safety
 ///
@@ -79,9 +83,10 @@ pub unsafe extern "C" fn devtensor_empty_cache(device: DLDevice, released: *mut 
     })
 }
 
-/// The number of tensors devtensor has handed out (through this C ABI, the
-/// Python package or the Rust API) whose deleter has not run yet, in the
-/// whole process: a leak check for tests.
+/// The number of tensors this library has handed out (through this C ABI,
+/// or the Rust API of the same copy of devtensor) whose deleter has not run
+/// yet: a leak check for tests. The Python package is a library of its own,
+/// with its own count and its own pools (as are the figures above).
 #[unsafe(no_mangle)]
 pub extern "C" fn devtensor_live_tensors() -> u64 {
     crate::dlpack::live_exports() as u64

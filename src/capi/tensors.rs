@@ -272,7 +272,9 @@ fn copy(dst: &Tensor, src: &Tensor, stream: *mut c_void) -> Result<(), Failure> 
 }
 
 /// Copies the elements of `src` into `dst` (any strides, either side;
-/// overlapping memory included): same shape and dtype, any two devices
+/// overlapping memory included, but not a `dst` whose own elements overlap,
+/// such as a stride 0 over more than one element: INVALID_ARGUMENT, as its
+/// elements would take different values): same shape and dtype, any two devices
 /// devtensor handles (CPU, CUDA device/pinned/managed, ROCm). Both are
 /// borrowed descriptors, foreign ones included, validated first. The copy is
 /// queued on `stream` (a stream of the GPU involved, `dst`'s when both are on

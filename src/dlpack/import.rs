@@ -131,17 +131,24 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
         for d in 0..ndim {
             // SAFETY: non-null and `ndim` long by the caller's contract.
             let v = unsafe { *dl.strides.add(d) };
-            s.push(isize::try_from(v).map_err(|_| Error::Overflow { what: "DLPack stride" })?);
+            s.push(isize::try_from(v).map_err(|_| DLPackError::BadExtent("stride"))?);
         }
         s
     };
     let elem = dtype.size();
-    let numel = layout::numel(&shape)?;
-    layout::nbytes(&shape, elem)?;
-    let byte_range = layout::byte_range(&shape, &strides, elem)?;
+    // A size or reach past the address space is the descriptor's fault: an
+    // invalid tensor (BufferError in Python, INVALID_TENSOR in C), not a bad
+    // argument.
+    let extent = |e| match e {
+        Error::Overflow { what } => Error::from(DLPackError::BadExtent(what)),
+        e => e,
+    };
+    let numel = layout::numel(&shape).map_err(extent)?;
+    layout::nbytes(&shape, elem).map_err(extent)?;
+    let byte_range = layout::byte_range(&shape, &strides, elem).map_err(extent)?;
     let base = (dl.data as usize)
-        .checked_add(usize::try_from(dl.byte_offset).map_err(|_| Error::Overflow { what: "byte_offset" })?)
-        .ok_or(Error::Overflow { what: "byte_offset" })?;
+        .checked_add(usize::try_from(dl.byte_offset).map_err(|_| DLPackError::BadExtent("byte_offset"))?)
+        .ok_or(DLPackError::BadExtent("byte_offset"))?;
     let (storage_start, len, offset) = match byte_range {
         None => (base, 0, 0),
         Some((lo, hi)) => {
@@ -150,12 +157,12 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
             }
             let start = base
                 .checked_add_signed(lo)
-                .ok_or(Error::Overflow { what: "view extent" })?;
+                .ok_or(DLPackError::BadExtent("view extent"))?;
             base.checked_add_signed(hi)
-                .ok_or(Error::Overflow { what: "view extent" })?;
+                .ok_or(DLPackError::BadExtent("view extent"))?;
             // `hi - lo` may pass `isize::MAX` (strides of both signs near it);
             // no storage is that long.
-            let len = hi.checked_sub(lo).ok_or(Error::Overflow { what: "view extent" })?;
+            let len = hi.checked_sub(lo).ok_or(DLPackError::BadExtent("view extent"))?;
             (start, len as usize, lo.unsigned_abs())
         }
     };

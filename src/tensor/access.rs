@@ -13,10 +13,8 @@
 //! views of host memory, `data_ptr` — is outside this contract, as it is for
 //! any framework: its users order their own accesses.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use smallvec::SmallVec;
 
 use super::Storage;
 
@@ -24,13 +22,22 @@ use super::Storage;
 #[derive(Debug, Default)]
 pub(super) struct AccessLock(RwLock<()>);
 
-/// Storages (by address) a thread holds locked.
-type Held = RefCell<SmallVec<[usize; 4]>>;
+/// Storages (by address; 0 for a free slot) a thread holds locked: two a
+/// call, a call nested in another (a copy staged through a temporary) two
+/// more, so never all of them. A plain array, which needs no destructor:
+/// such a thread-local is never destroyed, so calls from the destructors of
+/// other thread-locals or from C `atexit` handlers still find it (one with
+/// a destructor panicked there, "cannot access a Thread Local Storage value
+/// during or after destruction", and every lock became an internal error).
+type Held = Cell<[usize; HELD_SLOTS]>;
+
+/// Slots of [`Held`].
+const HELD_SLOTS: usize = 8;
 
 thread_local! {
     /// The calling thread's [`Held`].
     // `const`: no lazy-initialisation check on each visit.
-    static HELD: Held = const { RefCell::new(SmallVec::new_const()) };
+    static HELD: Held = const { Cell::new([0; HELD_SLOTS]) };
 }
 
 enum Guard<'a> {
@@ -73,7 +80,7 @@ pub(super) fn lock<'a>(write: Option<&'a Storage>, read: Option<&'a Storage>) ->
     };
     HELD.with(|list| {
         access.list = list;
-        let mut held = list.borrow_mut();
+        let mut held = list.get();
         for (k, (s, exclusive)) in wanted.into_iter().flatten().enumerate() {
             let a = address(s);
             if held.contains(&a) {
@@ -87,16 +94,21 @@ pub(super) fn lock<'a>(write: Option<&'a Storage>, read: Option<&'a Storage>) ->
             } else {
                 Guard::Read(lock.read().unwrap_or_else(PoisonError::into_inner))
             });
-            held.push(a);
-            access.held[k] = a;
+            // Untracked if every slot is taken (nesting deeper than any call
+            // makes): only a re-lock of this storage further in would need it.
+            if let Some(slot) = held.iter_mut().find(|slot| **slot == 0) {
+                *slot = a;
+                access.held[k] = a;
+            }
         }
+        list.set(held);
     });
     access
 }
 
 /// True while the calling thread holds any storage locked.
 pub(super) fn holds_any() -> bool {
-    HELD.try_with(|h| !h.borrow().is_empty()).unwrap_or(false)
+    HELD.with(|h| h.get().iter().any(|&a| a != 0))
 }
 
 impl Drop for Access<'_> {
@@ -104,11 +116,16 @@ impl Drop for Access<'_> {
         if self.held != [0; 2] {
             // SAFETY: `list` is this thread's `HELD`, set by `lock` (which
             // added the addresses). The guard is not `Send` (a raw pointer),
-            // so it is dropped on that thread, by the call that made it; a
-            // thread's locals are destroyed one at a time, never during such
-            // a call, so `HELD` is still alive.
+            // so it is dropped on that thread, by the call that made it, and
+            // `HELD`, which has no destructor, lives as long as the thread.
             let list = unsafe { &*self.list };
-            list.borrow_mut().retain(|a| !self.held.contains(a));
+            let mut held = list.get();
+            for slot in &mut held {
+                if *slot != 0 && self.held.contains(slot) {
+                    *slot = 0;
+                }
+            }
+            list.set(held);
         }
         self.guards = [None, None];
     }
@@ -158,5 +175,45 @@ mod tests {
         t.fill(9u8).unwrap();
         drop(guard);
         assert_eq!(t.to_vec::<u8>().unwrap(), vec![9; 4]);
+    }
+
+    #[test]
+    #[serial_test::serial(cpu_alloc_counters)]
+    fn calls_from_thread_local_destructors_still_lock() {
+        use std::cell::RefCell;
+        use std::sync::mpsc::{Sender, channel};
+
+        // A copy made by another thread-local's destructor (as a C `atexit`
+        // handler makes one after the main thread's locals are destroyed).
+        struct CopyOnExit(Option<Sender<std::thread::Result<crate::Result<Vec<u32>>>>>);
+        impl Drop for CopyOnExit {
+            fn drop(&mut self) {
+                let copied = std::panic::catch_unwind(|| {
+                    let a = Tensor::zeros(&[4], DType::U32, Device::Cpu)?;
+                    a.copy_from(&Tensor::full(&[4], 3u32, Device::Cpu)?)?;
+                    a.to_vec::<u32>()
+                });
+                if let Some(tx) = self.0.take() {
+                    let _ = tx.send(copied);
+                }
+            }
+        }
+        thread_local! {
+            static EXIT: RefCell<CopyOnExit> = const { RefCell::new(CopyOnExit(None)) };
+        }
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            EXIT.with(|e| e.borrow_mut().0 = Some(tx));
+            // A lock after it: a lock list with a destructor, registered
+            // later, would be destroyed first.
+            Tensor::zeros(&[4], DType::U32, Device::Cpu)
+                .unwrap()
+                .fill(1u32)
+                .unwrap();
+        })
+        .join()
+        .unwrap();
+        let copied = rx.recv().unwrap().expect("the copy panicked");
+        assert_eq!(copied.unwrap(), vec![3; 4]);
     }
 }
