@@ -133,6 +133,34 @@ pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
     true
 }
 
+/// True when the view's elements fill its memory densely in some order of
+/// its dims: C-contiguous strides permuted (size-1 dims take any stride, an
+/// empty view is dense). The layouts that importers which accept
+/// transpositions only, as XLA's DLPack import, take without a copy.
+pub fn is_dense_permutation(shape: &[usize], strides: &[isize]) -> bool {
+    if shape.contains(&0) {
+        return true;
+    }
+    let mut dims: SmallVec<[(isize, usize); 8]> = shape
+        .iter()
+        .zip(strides)
+        .filter(|&(&d, _)| d != 1)
+        .map(|(&d, &s)| (s, d))
+        .collect();
+    dims.sort_unstable();
+    let mut expected: isize = 1;
+    for (s, d) in dims {
+        if s != expected {
+            return false;
+        }
+        expected = match expected.checked_mul(d as isize) {
+            Some(x) => x,
+            None => return false,
+        };
+    }
+    true
+}
+
 /// Resolves a possibly negative dimension index.
 pub fn normalize_dim(dim: isize, ndim: usize) -> Result<usize> {
     let n = ndim as isize;
@@ -332,6 +360,21 @@ mod tests {
         assert!(is_contiguous(&[2, 0], &[7, 7]));
         assert!(!is_contiguous(&[2, 3], &[1, 2]));
         assert!(is_contiguous(&[], &[]));
+    }
+
+    #[test]
+    fn dense_permutations_are_transposes_of_dense_layouts() {
+        assert!(is_dense_permutation(&[2, 3], &[3, 1]));
+        assert!(is_dense_permutation(&[3, 2], &[1, 3]));
+        assert!(is_dense_permutation(&[4, 1, 5, 6], &[1, 77, 24, 4]));
+        assert!(is_dense_permutation(&[2, 0], &[5, 9]));
+        assert!(is_dense_permutation(&[], &[]));
+        // A step, a flip, a broadcast, a gap between rows, overlapping rows.
+        assert!(!is_dense_permutation(&[3, 2], &[2, 6]));
+        assert!(!is_dense_permutation(&[3, 2], &[-2, 1]));
+        assert!(!is_dense_permutation(&[3, 2], &[0, 1]));
+        assert!(!is_dense_permutation(&[3, 2], &[3, 1]));
+        assert!(!is_dense_permutation(&[3, 2], &[1, 1]));
     }
 
     #[test]

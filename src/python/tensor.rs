@@ -521,6 +521,25 @@ impl PyTensor {
         array_interface::array_interface(py, &self.inner, &ts)
     }
 
+    /// JAX's conversion hook, which `jnp.asarray(t)` and `jnp.array(t)` call
+    /// (JAX's other functions refuse it: convert first): the tensor as a `jax.Array`
+    /// through DLPack, sharing its memory where JAX keeps the buffer (a copy
+    /// first of layouts XLA's import refuses: anything but a transpose of a
+    /// dense one). Without it JAX asks NumPy for the dtype of `.dtype`, a
+    /// string, which NumPy 2.4 refuses with a ValueError JAX does not catch.
+    fn __jax_array__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let t = &slf.borrow().inner;
+        let src = if crate::layout::is_dense_permutation(t.shape(), t.strides()) {
+            slf.clone().into_any()
+        } else {
+            let dense = detach_unless_small_cpu(py, &[t.device()], t.nbytes(), || t.contiguous_copy());
+            Bound::new(py, wrap(dense)?)?.into_any()
+        };
+        py.import(pyo3::intern!(py, "jax.dlpack"))?
+            .call_method1(pyo3::intern!(py, "from_dlpack"), (src,))
+    }
+
     /// The CUDA Array Interface (v3) for CUDA device and managed memory of
     /// NumPy's dtypes (AttributeError otherwise, so `hasattr` is False):
     /// `stream` is the stream devtensor's work on the data was queued on (the

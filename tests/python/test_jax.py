@@ -128,6 +128,44 @@ def test_jax_dlpack_module_function():
     np.testing.assert_array_equal(np.asarray(j), [2.0, 2.0, 2.0])
 
 
+@pytest.mark.parametrize("copy", [None, True])
+def test_jnp_asarray_and_array(copy):
+    """jnp.asarray / jnp.array take a tensor (JAX's __jax_array__ hook): NumPy 2.4 refuses a
+    string .dtype with a ValueError that JAX does not catch, so without the hook they raise."""
+    t = devtensor.empty((3, 4))
+    np.from_dlpack(t)[...] = np.arange(12, dtype=np.float32).reshape(3, 4)
+    j = jnp.asarray(t, copy=copy)
+    assert isinstance(j, jax.Array) and j.dtype == jnp.float32
+    np.testing.assert_array_equal(np.asarray(j), np.arange(12).reshape(3, 4))
+    if copy is None and j.unsafe_buffer_pointer() == t.data_ptr:
+        np.from_dlpack(t)[0, 0] = 7  # shared: JAX's zero-copy import of aligned CPU data
+        assert float(j[0, 0]) == 7
+    if copy:
+        assert j.unsafe_buffer_pointer() != t.data_ptr
+    np.testing.assert_array_equal(np.asarray(jnp.array(t)), np.asarray(j))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda x: x[:, ::2], lambda x: x[::-1], lambda x: x.transpose(0, 1), lambda x: x[1:3, None], lambda x: x[:, 1:3]],
+    ids=["step", "flip", "T", "newaxis", "cols"],
+)
+def test_jnp_asarray_views(make):
+    """Layouts XLA's import refuses (steps, flips, gaps between rows) are copied first."""
+    t = devtensor.empty((4, 6))
+    np.from_dlpack(t)[...] = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = make(t)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(v)), np.from_dlpack(v))
+
+
+def test_jnp_asarray_every_dtype():
+    for name in JAX_DTYPES:
+        t = devtensor.zeros((2, 3), dtype=name)
+        j = jnp.asarray(t)
+        assert j.shape == (2, 3)
+        assert str(j.dtype) == name or (name in WIDE and not X64)
+
+
 def test_0d_and_empty_to_jax():
     assert float(jnp.from_dlpack(devtensor.full((), 1.5))) == 1.5
     assert jnp.from_dlpack(devtensor.zeros((0, 3))).shape == (0, 3)
