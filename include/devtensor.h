@@ -283,6 +283,8 @@ int devtensor_managed_tensor_allocator(DLTensor *prototype,
  * GPUs; NULL: the default stream; must be NULL for a CPU-to-CPU copy): it
  * runs after the work already queued there and before the work queued
  * later. A copy that involves host-readable memory is complete on return.
+ * Pinned memory (kDLCUDAHost, kDLROCMHost) with a NULL stream is host
+ * memory even where its GPU's driver is missing.
  *
  * # Safety
  *

@@ -363,6 +363,47 @@ fn copies_take_byte_offsets_negative_strides_and_come_back_to_rust() {
     }
 }
 
+/// Pinned-memory descriptors of either GPU kind (a foreign producer's) are
+/// host memory: copied on the host with the default stream whether or not
+/// the GPU's driver is here (without it, nothing can be queued to wait for).
+/// kDLCUDAHost was BACKEND_UNAVAILABLE without a CUDA driver, while
+/// kDLROCMHost, whose backend is not built in, was copied.
+#[test]
+#[serial(counters)]
+fn pinned_descriptors_of_either_kind_copy_on_the_host() {
+    use devtensor::dlpack::ffi::{kDLCUDAHost, kDLROCMHost};
+    let src: Vec<f32> = (0..12).map(|i| i as f32).collect();
+    let mut t_shape = [4i64, 3];
+    let mut t_strides = [1i64, 4];
+    for device_type in [kDLCUDAHost, kDLROCMHost] {
+        let pinned = DLDevice {
+            device_type,
+            device_id: 0,
+        };
+        let mut dst = vec![0f32; 12];
+        let src_dl = DLTensor {
+            data: src.as_ptr().cast_mut().cast(),
+            device: pinned,
+            ndim: 2,
+            dtype: F32,
+            shape: t_shape.as_mut_ptr(),
+            strides: t_strides.as_mut_ptr(),
+            byte_offset: 0,
+        };
+        let dst_dl = DLTensor {
+            data: dst.as_mut_ptr().cast(),
+            device: CPU,
+            strides: ptr::null_mut(),
+            ..src_dl
+        };
+        // SAFETY: both describe live vectors of 12 f32s; stream NULL.
+        let rc = unsafe { devtensor_copy(&dst_dl, &src_dl, ptr::null_mut()) };
+        assert_eq!(rc, DevtensorStatus::Ok, "{device_type}: {}", last_error());
+        let want: Vec<f32> = (0..4).flat_map(|i| (0..3).map(move |j| (j * 4 + i) as f32)).collect();
+        assert_eq!(dst, want, "{device_type}");
+    }
+}
+
 /// CUDA device, pinned and managed tensors made and copied on a stream of our
 /// own, through the C ABI.
 #[test]

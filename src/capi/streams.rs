@@ -74,6 +74,13 @@ pub(crate) fn ordered_on(
     let Some(ours) = backend.default_stream() else {
         return Ok(work()?); // host memory: no streams to order
     };
+    // Pinned memory (a foreign kDLCUDAHost tensor) where the backend's driver
+    // is missing: no GPU work of this process can be queued, so a host copy
+    // has nothing to wait for, as where the backend is not built in (above)
+    // and as NumPy reads such memory. Another stream still needs the driver.
+    if host_side && stream.is_null() && device.ordinal().is_none() && !backend.status().is_available() {
+        return Ok(work()?);
+    }
     let ordinal = match device.ordinal() {
         Some(i) => i,
         None => backend.current_ordinal()?, // pinned memory: the thread's GPU
