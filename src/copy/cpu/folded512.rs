@@ -161,6 +161,11 @@ impl Folded {
     pub(super) fn sides(&self) -> (usize, usize) {
         (self.rows.len, self.cols.len)
     }
+
+    /// Whether the tile's rows are folded (more than `a`'s).
+    pub(super) fn rows_folded(&self) -> bool {
+        self.rows.len != self.rows.n
+    }
 }
 
 /// Bytes a task copies, about: tasks are pieces of a slice's outer side.
@@ -713,6 +718,7 @@ mod tests {
             (1700, 5, 1, 1, 1), // runs in whole lines, rows outer in several pieces
             (600, 20, 1, 1, 1), // columns outer, more row tiles than tiles8 keeps offsets of
             (11, 2, 1, 7, 3),   // 2-byte elements' short tiles, 8 + 3 rows, 14 folded columns
+            (2, 5, 1, 3, 1),    // the dim that continues both sides folds the shorter rows
         ];
         for e in [1usize, 2, 4, 8] {
             for &(a, b, fa, fb, n) in &cases {
@@ -740,6 +746,9 @@ mod tests {
                     "e {e}, {a} {b} {fa} {fb}: a fold found where there is none, or none where there is one"
                 );
                 let f = Folded::find(da, db, &batch, e, true).expect("plain tiles where there is no fold");
+                // The rows fold with `fa`; without it, `fb`'s dim continues
+                // both sides' runs and goes to the shorter side.
+                assert_eq!(f.rows_folded(), fa > 1 || fb > 1 && b > a, "e {e}, {a} {b} {fa} {fb}");
                 // Destinations at a line, an element past one, 40 bytes past
                 // one, and one byte past one (off the elements' alignment).
                 for (bytes, off) in [

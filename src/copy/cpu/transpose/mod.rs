@@ -690,7 +690,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // win there (17 × 19 × 23 × 2 f32 1230 1.35×, 9 × 10 × 11 × 12 × 13 f32
     // 40123 1.56× the time), nor fewer columns (9 × 10 × 11 × 12 × 13 f64
     // 40123, 13 columns, 26 → 43), nor a narrow side with no fold (17 × 19
-    // × 23 × 2 f64 2310 4.6 → 5.4).
+    // × 23 × 2 f64 2310 4.6 → 5.4). Nor small ones of 8-byte elements with
+    // source runs of 1 to 3, unfolded rows of 16 to 31 (two to four micro
+    // tiles, the last one masked) and folded columns: the row gathers below
+    // take them. Python, µs, three alternated processes, folded → gathers
+    // (NumPy): 17 × 19 × 23 × 2 f64 0321 5.4–5.9 → 4.0–4.2 (4.8), 29 × 27
+    // × 3 210 0.93–0.98 → 0.80–0.81 (0.84), 31 × 29 × 27 × 2 2130 11.7–12.8
+    // → 10.1–10.3, 31 × 29 × 27 × 3 3120 12.1–12.6 → 11.1–11.3; of 138 f64
+    // permutes (bench/cpu_permute_sweep.py), 16 under the faster peer → 11,
+    // none slower but noise. Rows of 64 and 100 keep the folded tiles (64 ×
+    // 64 × 2 f64 120 1.43× the time gathered, without AVX-512).
     //
     // Large ones of 4- and 8-byte elements that would be staged (destination
     // runs under 1 KiB, which the staged tiles transpose with SSE2's 2 × 2
@@ -714,6 +723,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             !narrow || (e == 1 && a.len * e >= LINE) || (e == 2 && b.len < 8),
         )
         && (narrow || f.sides().1 >= 16)
+        && !(route == Route::Small && e == 8 && b.len <= 3 && (16..32).contains(&a.len) && !f.rows_folded())
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
         // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
