@@ -574,6 +574,38 @@ fn wide_element_small_tiles() {
     }
 }
 
+/// Every permute of small 8-byte tensors whose unit-stride source side is 2
+/// or 3 elements (pixels) and whose destination rows are 9 to 31 of them:
+/// the general kernel's row gathers, which AVX-512's folded tiles leave them
+/// to; the folded tiles and the others elsewhere (each kernel set), rows
+/// off a line and off the elements' alignment.
+#[test]
+fn small_permutes_of_pixels_of_8_byte_elements() {
+    with_each_kernel_and_stream(|| {
+        for shape in [
+            &[10usize, 12, 14, 3][..],
+            &[13, 11, 9, 2],
+            &[17, 19, 23, 2],
+            &[29, 27, 3],
+            &[5, 7, 9, 11, 2],
+        ] {
+            let mut perm: Vec<usize> = (0..shape.len()).collect();
+            // Every permutation (Heap's algorithm would do; lexicographic is plainer).
+            loop {
+                for (src_at, dst_at) in [(0, 0), (16, 40), (8, 3)] {
+                    check_permute_at(shape, &perm, 8, src_at, dst_at);
+                }
+                let Some(i) = (0..perm.len() - 1).rev().find(|&i| perm[i] < perm[i + 1]) else {
+                    break;
+                };
+                let j = (i + 1..perm.len()).rev().find(|&j| perm[j] > perm[i]).unwrap();
+                perm.swap(i, j);
+                perm[i + 1..].reverse();
+            }
+        }
+    });
+}
+
 /// Transposes large enough for the copy pool (256 KiB to 2 MiB, and to 4
 /// MiB for 8- and 16-byte elements), whose small tiles go to the threads
 /// row block by row block: partial blocks at the ends of both sides, rows

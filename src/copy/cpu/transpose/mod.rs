@@ -691,15 +691,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 40123 1.56× the time), nor fewer columns (9 × 10 × 11 × 12 × 13 f64
     // 40123, 13 columns, 26 → 43), nor a narrow side with no fold (17 × 19
     // × 23 × 2 f64 2310 4.6 → 5.4). Nor small ones of 8-byte elements with
-    // source runs of 1 to 3, unfolded rows of 16 to 31 (two to four micro
+    // source runs of 1 to 3, unfolded rows of 9 to 31 (two to four micro
     // tiles, the last one masked) and folded columns: the row gathers below
     // take them. Python, µs, three alternated processes, folded → gathers
     // (NumPy): 17 × 19 × 23 × 2 f64 0321 5.4–5.9 → 4.0–4.2 (4.8), 29 × 27
     // × 3 210 0.93–0.98 → 0.80–0.81 (0.84), 31 × 29 × 27 × 2 2130 11.7–12.8
-    // → 10.1–10.3, 31 × 29 × 27 × 3 3120 12.1–12.6 → 11.1–11.3; of 138 f64
-    // permutes (bench/cpu_permute_sweep.py), 16 under the faster peer → 11,
-    // none slower but noise. Rows of 64 and 100 keep the folded tiles (64 ×
-    // 64 × 2 f64 120 1.43× the time gathered, without AVX-512).
+    // → 10.1–10.3, 31 × 29 × 27 × 3 3120 12.1–12.6 → 11.1–11.3, 5 × 7 × 9 ×
+    // 11 × 2 03142 3.8 → 3.3 (3.4), 14032 3.8 → 2.2 (3.5); of 138 f64
+    // permutes (bench/cpu_permute_sweep.py), 16 under the faster peer → 9.
+    // Rows of 64 and 100 keep the folded tiles (64 × 64 × 2 f64 120 1.43×
+    // the time gathered, without AVX-512).
     //
     // Large ones of 4- and 8-byte elements that would be staged (destination
     // runs under 1 KiB, which the staged tiles transpose with SSE2's 2 × 2
@@ -723,7 +724,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             !narrow || (e == 1 && a.len * e >= LINE) || (e == 2 && b.len < 8),
         )
         && (narrow || f.sides().1 >= 16)
-        && !(route == Route::Small && e == 8 && b.len <= 3 && (16..32).contains(&a.len) && !f.rows_folded())
+        && !(route == Route::Small && e == 8 && b.len <= 3 && (9..32).contains(&a.len) && !f.rows_folded())
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
         // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
@@ -731,14 +732,19 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         return;
     }
     // Small copies of 8-byte elements whose source runs are one to three of
-    // them, under destination runs of 16 or more: the general kernel's row
+    // them, under destination runs of 9 or more: the general kernel's row
     // gathers (as for the runs further down), before any extension, whose
     // tiles of SSE2's 2 × 2 micro tiles lose to them there. Python, µs,
     // extended → rows (NumPy, torch): 31 × 29 × 27 × 3 f64 permuted 1320
     // 44.8 → 19.2 (23.6, 31.2), 0321 30.0 → 21.3 (30.0, 34.5), 3120 46.2 →
-    // 22.1; 29 × 27 × 3 f64 210 1.78 → 1.21 (1.02). Not 4-byte ones, whose extension mostly wins:
+    // 22.1; 29 × 27 × 3 f64 210 1.78 → 1.21 (1.02). Runs of 9 to 15, best of
+    // two processes, AVX-512's folded tiles → rows: 10 × 12 × 14 × 3 3120
+    // 2.16 → 1.57 (2.22), 0321 2.18 → 1.80 (2.11); 13 × 11 × 9 × 2 0321 1.58
+    // → 0.99 (1.14), 9 × 15 × 11 × 2 1320 1.72 → 1.13 (1.45); of the 62
+    // permutes of those shapes, 40 × 9 × 3 and 12 × 30 × 2, 18 faster, none
+    // slower by more than 4 %, 33 under NumPy → 22. Not 4-byte ones, whose extension mostly wins:
     // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
-    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 16 {
+    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 9 {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
