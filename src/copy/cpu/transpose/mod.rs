@@ -1045,7 +1045,7 @@ impl Blocks {
 ///
 /// An `ni × nj` tile moved as [`Route::Small`] moves one (the baseline micro
 /// tiles, ordinary stores): for tiles gathered into an L1 buffer first
-/// ([`super::general`]'s tiled gathers). Source row `i` (at `src + i·sa`,
+/// ([`general`](mod@super::general)'s tiled gathers). Source row `i` (at `src + i·sa`,
 /// `nj` contiguous elements) becomes destination column `i`
 /// (`dst + i·e + j·db`).
 ///
