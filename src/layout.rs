@@ -114,23 +114,7 @@ pub fn byte_range(shape: &[usize], strides: &[isize], elem_size: usize) -> Resul
 /// True when the view is C-contiguous. Size-1 dims are ignored and an empty
 /// view is contiguous (as torch and tvm-ffi decide).
 pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {
-    if shape.contains(&0) {
-        return true;
-    }
-    let mut expected: isize = 1;
-    for (&d, &s) in shape.iter().zip(strides).rev() {
-        if d == 1 {
-            continue;
-        }
-        if s != expected {
-            return false;
-        }
-        expected = match expected.checked_mul(d as isize) {
-            Some(x) => x,
-            None => return false,
-        };
-    }
-    true
+    shape.contains(&0) || packs_densely(shape.iter().copied().zip(strides.iter().copied()).rev())
 }
 
 /// True when the view's elements fill its memory densely in some order of
@@ -141,15 +125,17 @@ pub fn is_dense_permutation(shape: &[usize], strides: &[isize]) -> bool {
     if shape.contains(&0) {
         return true;
     }
-    let mut dims: SmallVec<[(isize, usize); 8]> = shape
-        .iter()
-        .zip(strides)
-        .filter(|&(&d, _)| d != 1)
-        .map(|(&d, &s)| (s, d))
-        .collect();
+    let mut dims: SmallVec<[(isize, usize); 8]> = strides.iter().copied().zip(shape.iter().copied()).collect();
     dims.sort_unstable();
+    packs_densely(dims.into_iter().map(|(s, d)| (d, s)))
+}
+
+/// Whether `dims` (size, stride), innermost first, pack their elements
+/// densely: each stride the product of the sizes inside it (size-1 dims,
+/// which take any stride, left out).
+fn packs_densely(dims: impl Iterator<Item = (usize, isize)>) -> bool {
     let mut expected: isize = 1;
-    for (s, d) in dims {
+    for (d, s) in dims.filter(|&(d, _)| d != 1) {
         if s != expected {
             return false;
         }
