@@ -74,6 +74,13 @@ pub trait DeviceBackend: Send + Sync {
         None
     }
 
+    /// Whether the backend's driver library is missing altogether (not merely
+    /// without devices, or failing): then no work of this process can be
+    /// queued on its streams. False where a backend cannot tell.
+    fn driver_missing(&self) -> bool {
+        false
+    }
+
     /// The backend's default stream (CUDA's legacy stream, HIP's null stream),
     /// where blocking work runs unless a current stream is set; `None` for a
     /// backend without streams.

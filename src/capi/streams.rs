@@ -75,10 +75,13 @@ pub(crate) fn ordered_on(
         return Ok(work()?); // host memory: no streams to order
     };
     // Pinned memory (a foreign kDLCUDAHost tensor) where the backend's driver
-    // is missing: no GPU work of this process can be queued, so a host copy
-    // has nothing to wait for, as where the backend is not built in (above)
-    // and as NumPy reads such memory. Another stream still needs the driver.
-    if host_side && stream.is_null() && device.ordinal().is_none() && !backend.status().is_available() {
+    // library is missing: no GPU work of this process can be queued, so a
+    // host copy has nothing to wait for, as where the backend is not built
+    // in (above) and as NumPy reads such memory. A driver that is there but
+    // failing (no device, a missing symbol) may still run another library's
+    // work on the default stream: that copy waits, or fails. Another stream
+    // always needs the driver.
+    if host_side && stream.is_null() && device.ordinal().is_none() && backend.driver_missing() {
         return Ok(work()?);
     }
     let ordinal = match device.ordinal() {

@@ -250,23 +250,23 @@ unsafe fn borrow(dl: &DLTensor, read_only: bool) -> Result<Tensor, Failure> {
 }
 
 /// The device devtensor's work for a copy between these runs on: the GPU side
-/// (dst's when both are on GPUs), else a host kind of a backend, else the CPU.
-fn work_device(dst: &Tensor, src: &Tensor) -> Device {
-    let gpu = |d: Device| d.backend() != Backend::Cpu && !d.is_host_accessible();
-    [dst.device(), src.device()]
+/// (dst's when both are on GPUs), else managed memory's GPU, else pinned
+/// memory's backend, else the CPU. Managed memory before pinned, whichever
+/// side it is on: its GPU is the one whose work the copy must follow.
+fn work_device(dst: Device, src: Device) -> Device {
+    let sides = [dst, src];
+    let gpu = |d: &Device| d.backend() != Backend::Cpu && !d.is_host_accessible();
+    let managed = |d: &Device| d.backend() != Backend::Cpu && d.ordinal().is_some();
+    let pinned = |d: &Device| d.backend() != Backend::Cpu;
+    [gpu, managed, pinned]
         .into_iter()
-        .find(|&d| gpu(d))
-        .or_else(|| {
-            [dst.device(), src.device()]
-                .into_iter()
-                .find(|d| d.backend() != Backend::Cpu)
-        })
+        .find_map(|kind| sides.into_iter().find(kind))
         .unwrap_or(Device::Cpu)
 }
 
 /// `dst ← src` ordered on `stream`.
 fn copy(dst: &Tensor, src: &Tensor, stream: *mut c_void) -> Result<(), Failure> {
-    let device = work_device(dst, src);
+    let device = work_device(dst.device(), src.device());
     let host_side = dst.device().is_host_accessible() && src.device().is_host_accessible();
     ordered_on(device, stream, host_side, || dst.copy_from(src))
 }
@@ -389,4 +389,26 @@ pub unsafe extern "C" fn devtensor_contiguous(
         unsafe { hand_out(&t, out) };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_follow_the_gpu_then_managed_memory_then_pinned_memory() {
+        use Device::{Cpu, Cuda, CudaHost, CudaManaged, Rocm, RocmHost};
+        for (dst, src, want) in [
+            (Cpu, Cpu, Cpu),
+            (CudaHost, Cpu, CudaHost),
+            (Cpu, RocmHost, RocmHost),
+            (CudaHost, CudaManaged(1), CudaManaged(1)),
+            (CudaManaged(1), CudaHost, CudaManaged(1)),
+            (CudaManaged(0), Cuda(1), Cuda(1)),
+            (Cuda(0), Cuda(1), Cuda(0)),
+            (Rocm(0), CudaHost, Rocm(0)),
+        ] {
+            assert_eq!(work_device(dst, src), want, "{dst:?} <- {src:?}");
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::stream::CudaStream;
-use super::{alloc, context, stream};
+use super::{alloc, context, probe, stream};
 use crate::alloc::{MemoryStats, NDAlloc};
 use crate::backend::device_backend::{BoundDevice, DeviceBackend};
 use crate::backend::gpu_runtime::GpuRuntime;
@@ -27,6 +27,10 @@ impl DeviceBackend for CudaBackend {
 
     fn current_ordinal(&self) -> Result<u32> {
         context::current_or_used()
+    }
+
+    fn driver_missing(&self) -> bool {
+        self.status().unavailable.as_deref() == Some(probe::NO_DRIVER)
     }
 
     fn allocator(&self, device: Device) -> Result<Arc<dyn NDAlloc>> {

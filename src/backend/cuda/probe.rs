@@ -12,7 +12,8 @@ use cudarc::driver::{result, sys};
 use crate::backend::{BackendStatus, DeviceInfo};
 use crate::device::Backend;
 
-const NO_DRIVER: &str = "libcuda.so not found: install the NVIDIA driver (or add its directory to LD_LIBRARY_PATH)";
+pub(super) const NO_DRIVER: &str =
+    "libcuda.so not found: install the NVIDIA driver (or add its directory to LD_LIBRARY_PATH)";
 
 /// `cuDriverGetVersion` as the probe read it (1000 × major + 10 × minor).
 static DRIVER_VERSION: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
