@@ -141,7 +141,8 @@ class Tensor:
         (AttributeError otherwise, and for bfloat16, float8 and complex32: use DLPack)."""
     def __jax_array__(self) -> Any:
         """The tensor as a jax.Array through DLPack (what jnp.asarray(t) calls), sharing
-        its memory where JAX keeps the buffer; layouts JAX refuses are copied first."""
+        its memory where JAX keeps the buffer; layouts JAX refuses (steps, flips,
+        broadcasts) are copied first, even with jnp.asarray(t, copy=False)."""
     def record_stream(self, stream: Stream) -> None:
         """Marks the memory as used by work queued on `stream` (torch's record_stream)."""
     def __getitem__(self, key: _Index, /) -> Tensor: ...

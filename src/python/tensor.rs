@@ -525,11 +525,13 @@ impl PyTensor {
     /// (JAX's other functions refuse it: convert first): the tensor as a `jax.Array`
     /// through DLPack, sharing its memory where JAX keeps the buffer (a copy
     /// first of layouts XLA's import refuses: anything but a transpose of a
-    /// dense one). Without it JAX asks NumPy for the dtype of `.dtype`, a
-    /// string, which NumPy 2.4 refuses with a ValueError JAX does not catch.
+    /// dense one, which JAX cannot tell from a shared buffer, so
+    /// `jnp.asarray(t, copy=False)` copies those too). Without it JAX asks
+    /// NumPy for the dtype of `.dtype`, a string, which NumPy 2.4 refuses
+    /// with a ValueError JAX does not catch.
     fn __jax_array__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let t = &slf.borrow().inner;
+        let t = &slf.get().inner;
         let src = if crate::layout::is_dense_permutation(t.shape(), t.strides()) {
             slf.clone().into_any()
         } else {

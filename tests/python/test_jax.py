@@ -146,16 +146,40 @@ def test_jnp_asarray_and_array(copy):
 
 
 @pytest.mark.parametrize(
-    "make",
-    [lambda x: x[:, ::2], lambda x: x[::-1], lambda x: x.transpose(0, 1), lambda x: x[1:3, None], lambda x: x[:, 1:3]],
-    ids=["step", "flip", "T", "newaxis", "cols"],
+    "make, dense",
+    [
+        (lambda x: x[:, ::2], False),
+        (lambda x: x[::-1], False),
+        (lambda x: x[:, 1:3], False),
+        (lambda x: x.transpose(0, 1), True),
+        (lambda x: x[:, None], True),
+        (lambda x: x[0:2], True),
+        (lambda x: x[1:3, None], True),
+    ],
+    ids=["step", "flip", "cols", "T", "newaxis", "rows", "unaligned"],
 )
-def test_jnp_asarray_views(make):
-    """Layouts XLA's import refuses (steps, flips, gaps between rows) are copied first."""
+def test_jnp_asarray_views(make, dense):
+    """Transposes of dense layouts go to JAX as they are (shared where JAX keeps the buffer);
+    layouts XLA's import refuses (steps, flips, gaps between rows) are copied first."""
     t = devtensor.empty((4, 6))
     np.from_dlpack(t)[...] = np.arange(24, dtype=np.float32).reshape(4, 6)
     v = make(t)
-    np.testing.assert_array_equal(np.asarray(jnp.asarray(v)), np.from_dlpack(v))
+    j = jnp.asarray(v)
+    np.testing.assert_array_equal(np.asarray(j), np.from_dlpack(v))
+    if dense and v.data_ptr % 64 == 0:
+        assert j.unsafe_buffer_pointer() == v.data_ptr  # aligned 32-bit data: JAX keeps it
+    elif dense:
+        assert v.data_ptr % 64 != 0  # only the unaligned case: JAX may copy it
+    if not dense:
+        assert j.unsafe_buffer_pointer() != v.data_ptr
+
+
+def test_jnp_asarray_broadcast_0d_and_empty():
+    b = devtensor.from_dlpack(np.broadcast_to(np.arange(3, dtype=np.float32), (4, 3)))
+    assert b.strides == (0, 1)
+    np.testing.assert_array_equal(np.asarray(jnp.asarray(b)), np.broadcast_to(np.arange(3), (4, 3)))
+    assert float(jnp.asarray(devtensor.full((), 2.5))) == 2.5
+    assert jnp.asarray(devtensor.zeros((0, 3))).shape == (0, 3)
 
 
 def test_jnp_asarray_every_dtype():

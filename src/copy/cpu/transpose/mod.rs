@@ -724,7 +724,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             !narrow || (e == 1 && a.len * e >= LINE) || (e == 2 && b.len < 8),
         )
         && (narrow || f.sides().1 >= 16)
-        && !(route == Route::Small && e == 8 && b.len <= 3 && (9..32).contains(&a.len) && !f.rows_folded())
+        && !(route == Route::Small && e == 8 && b.len <= 3 && (9..SHORT_GATHER).contains(&a.len) && !f.rows_folded())
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
         // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
