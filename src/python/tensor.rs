@@ -535,8 +535,7 @@ impl PyTensor {
         let src = if crate::layout::is_dense_permutation(t.shape(), t.strides()) {
             slf.clone().into_any()
         } else {
-            let dense = detach_unless_small_cpu(py, &[t.device()], t.nbytes(), || t.contiguous_copy());
-            Bound::new(py, wrap(dense)?)?.into_any()
+            Bound::new(py, PyTensor::clone(slf.get(), py)?)?.into_any()
         };
         py.import(pyo3::intern!(py, "jax.dlpack"))?
             .call_method1(pyo3::intern!(py, "from_dlpack"), (src,))

@@ -711,6 +711,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 59 × 3 f64 0231 431 → 270 (433, 264), 1230 425 → 270 (439, 293), 2310
     // 410 → 327 (708, 363), 30 × 30000 f32 320 → 162 (384). Not 1- and
     // 2-byte ones (200 × 30000 u16 1674 → 2222).
+    // Small permutes of 8-byte pixels (source runs of 1 to 3) into rows of 9
+    // or more: the row gathers below, which the folded tiles leave those of
+    // unfolded rows under `SHORT_GATHER` (figures at both uses below).
+    let pixel_rows = route == Route::Small && e == 8 && b.len <= 3 && a.len >= 9;
     #[cfg(target_arch = "x86_64")]
     let narrow = b.len * e < LINE || a.len * e < LINE;
     #[cfg(target_arch = "x86_64")]
@@ -724,7 +728,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             !narrow || (e == 1 && a.len * e >= LINE) || (e == 2 && b.len < 8),
         )
         && (narrow || f.sides().1 >= 16)
-        && !(route == Route::Small && e == 8 && b.len <= 3 && (9..SHORT_GATHER).contains(&a.len) && !f.rows_folded())
+        && !(pixel_rows && a.len < SHORT_GATHER && !f.rows_folded())
         && (route == Route::Small || plan.bytes() < stream_threshold() || f.sides().0 * e >= PAGE)
     {
         // SAFETY: forwarded; `enabled` holds and `f` is this plan's.
@@ -744,7 +748,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // permutes of those shapes, 40 × 9 × 3 and 12 × 30 × 2, 18 faster, none
     // slower by more than 4 %, 33 under NumPy → 22. Not 4-byte ones, whose extension mostly wins:
     // 31 × 29 × 27 × 2 f32 2031 15.2 → 22.8, 17 × 19 × 23 × 2 2130 5.7 → 8.8.
-    if route == Route::Small && e == 8 && b.len <= 3 && a.len >= 9 {
+    if pixel_rows {
         // SAFETY: forwarded.
         unsafe { general::<T>(plan, dst, src, nt) };
         return;
