@@ -472,3 +472,67 @@ fn an_export_not_handed_over_runs_its_deleter_once_on_drop() {
     unsafe { ((*raw).deleter.unwrap())(raw) };
     assert_eq!(std::sync::Arc::strong_count(t.storage()), refs);
 }
+
+// ----- an allocator whose free panics ---------------------------------------------------
+
+static FREES_TRIED: AtomicUsize = AtomicUsize::new(0);
+
+/// Hands out CPU memory and panics when asked to free it: a user's allocator
+/// with a bug, reached from C through an export's deleter.
+#[derive(Debug)]
+struct PanickingFree;
+
+// SAFETY: allocations are CpuAlloc's, never handed out twice; none is ever freed.
+unsafe impl NDAlloc for PanickingFree {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    fn allocate(
+        &self,
+        size: usize,
+        align: usize,
+        stream: Option<devtensor::StreamHandle>,
+    ) -> devtensor::Result<devtensor::alloc::Allocation> {
+        CpuAlloc.allocate(size, align, stream)
+    }
+
+    unsafe fn deallocate(&self, _: devtensor::alloc::Allocation, _: Option<devtensor::StreamHandle>) {
+        FREES_TRIED.fetch_add(1, Ordering::SeqCst);
+        panic!("PanickingFree: this free fails on purpose");
+    }
+
+    fn stats(&self) -> devtensor::AllocStats {
+        devtensor::AllocStats::default()
+    }
+}
+
+#[test]
+#[serial(counters)] // moves live_exports()
+fn a_panic_in_the_free_does_not_unwind_out_of_the_deleters() {
+    // Before the deleters caught it, the panic reached their `extern "C"`
+    // boundary, which aborts the whole test process.
+    let alloc: std::sync::Arc<dyn NDAlloc> = std::sync::Arc::new(PanickingFree);
+    let live = live_exports();
+    let tried = FREES_TRIED.load(Ordering::SeqCst);
+    let t = Tensor::empty_in(alloc.clone(), &[4, 4], DType::F32).unwrap();
+    let versioned = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
+    let legacy = t.to_dlpack_legacy().unwrap().into_raw();
+    drop(t);
+    assert_eq!(live_exports(), live + 2);
+    // SAFETY: both structs were handed over by `into_raw`; each deleter is called once.
+    unsafe { ((*legacy).deleter.unwrap())(legacy) };
+    assert_eq!(
+        FREES_TRIED.load(Ordering::SeqCst),
+        tried,
+        "the versioned export still holds the memory"
+    );
+    // SAFETY: as above.
+    unsafe { ((*versioned).deleter.unwrap())(versioned) };
+    assert_eq!(
+        FREES_TRIED.load(Ordering::SeqCst),
+        tried + 1,
+        "the last deleter tried to free once"
+    );
+    assert_eq!(live_exports(), live, "both exports count as freed");
+}

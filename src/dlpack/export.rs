@@ -233,8 +233,8 @@ unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     }
     // SAFETY: the DLPack contract: the deleter is called once with the pointer we
     // handed out, which is the start of a Box<Exported<DLManagedTensorVersioned>>.
-    drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensorVersioned>>()) });
-    LIVE_EXPORTS.fetch_sub(1, Ordering::Relaxed);
+    let export = unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensorVersioned>>()) };
+    drop_without_unwinding(export);
 }
 
 unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
@@ -242,6 +242,16 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
         return;
     }
     // SAFETY: as in `delete_versioned`, for the legacy block.
-    drop(unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensor>>()) });
+    let export = unsafe { Box::from_raw(managed.cast::<Exported<DLManagedTensor>>()) };
+    drop_without_unwinding(export);
+}
+
+/// Drops an export inside its `extern "C"` deleter. Dropping the last view
+/// frees the memory through its allocator, which may be the caller's own
+/// [`NDAlloc`](crate::NDAlloc); a panic there must not reach the C caller (since Rust 1.81
+/// it would abort the process): it is reported on stderr by the panic hook,
+/// and the export counts as freed, its memory kept by the allocator that failed.
+fn drop_without_unwinding<M>(export: Box<Exported<M>>) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(export)));
     LIVE_EXPORTS.fetch_sub(1, Ordering::Relaxed);
 }
