@@ -215,8 +215,9 @@ def current_env_alloc() -> Optional[type]:
 
 # The ContextVar behind env_alloc, read by every extension built on devtensor.
 _env_alloc_var: ContextVar[Optional[type]]
-# This context's open env_alloc scopes and the selections before them, innermost last.
-_env_alloc_scopes: ContextVar[tuple[tuple[EnvAlloc, Any], ...]]
+# This context's innermost open env_alloc scope: (scope, the selection before it,
+# the same of the scope around it), or None.
+_env_alloc_scopes: ContextVar[Optional[tuple[EnvAlloc, Any, Any]]]
 
 # Test hooks.
 def _live_exports() -> int:

@@ -38,6 +38,34 @@ def test_scopes_exited_out_of_order_leave_the_innermost_open_one_selected():
             assert devtensor.current_env_alloc() is want, (order, s)
 
 
+def test_entering_a_scope_costs_the_same_at_any_depth():
+    # Each entry links to the one around it instead of copying every open
+    # entry (which made 16,000 nested scopes take seconds): the entries from
+    # before a scope are still the very same object inside it.
+    var = devtensor._devtensor._env_alloc_scopes
+    depth = 5_000
+    scopes = [devtensor.env_alloc(torch if i % 2 else None) for i in range(depth)]
+    outer = None
+    for s in scopes:
+        s.__enter__()
+        entry = var.get()
+        assert entry[0] is s and entry[2] is outer
+        outer = entry
+    assert devtensor.current_env_alloc() is torch.Tensor
+    # The innermost exits first, then the scope in the middle, out of order.
+    scopes.pop().__exit__(None, None, None)
+    assert devtensor.current_env_alloc() is None
+    middle = scopes.pop(depth // 2)
+    middle.__exit__(None, None, None)
+    assert devtensor.current_env_alloc() is None
+    for i, s in enumerate(reversed(scopes)):
+        s.__exit__(None, None, None)
+        if i + 1 < len(scopes):
+            assert devtensor.current_env_alloc() is scopes[-2 - i].framework, i
+    assert devtensor.current_env_alloc() is None
+    assert var.get() is None
+
+
 def test_restored_when_the_body_raises():
     with pytest.raises(KeyError), devtensor.env_alloc(torch.Tensor):
         raise KeyError("x")
