@@ -22,6 +22,7 @@ use crate::dlpack::ffi::{
     DLTensor,
 };
 use crate::dtype::DType;
+use crate::python::buffer;
 use crate::python::errors::to_py;
 use crate::tensor::Tensor;
 
@@ -247,11 +248,42 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
         // object's dtype: ml_dtypes' bfloat16 and float8 arrays.
         Err(e) => named_raw_dtype(obj, &typestr)?.ok_or(e)?,
     };
-    // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
-    let (ptr, read_only) = need("data")?
-        .extract::<(usize, Bound<'_, PyAny>)>()
-        .map_err(|_| PyTypeError::new_err("'data' must be a (pointer, read_only) tuple"))?;
-    let read_only = read_only.is_truthy()?;
+    let (ptr, read_only, exported) = match get("data")? {
+        Some(data) if data.is_instance_of::<PyTuple>() || kind == Kind::Cuda => {
+            // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
+            let (ptr, read_only) = data
+                .extract::<(usize, Bound<'_, PyAny>)>()
+                .map_err(|_| PyTypeError::new_err("'data' must be a (pointer, read_only) tuple"))?;
+            (ptr, read_only.is_truthy()?, None)
+        }
+        None if kind == Kind::Cuda => return Err(PyValueError::new_err("the array interface has no \"data\" entry")),
+        // NumPy's array interface: `data` may be an object with the buffer
+        // protocol, and where it is absent (or None) the object's own buffer
+        // holds the array, from `offset` bytes on.
+        data => {
+            let exporter = data.unwrap_or_else(|| obj.clone());
+            let b = buffer::host_buffer(&exporter).map_err(|e| {
+                if e.is_instance_of::<PyTypeError>(py) {
+                    PyTypeError::new_err(format!(
+                        "'data' must be a (pointer, read_only) tuple or an object with the buffer protocol: {e}"
+                    ))
+                } else {
+                    e
+                }
+            })?;
+            let offset: usize = match get("offset")? {
+                Some(o) => o
+                    .extract()
+                    .map_err(|_| PyValueError::new_err("'offset' must be a non-negative int"))?,
+                None => 0,
+            };
+            let ptr = b
+                .ptr
+                .checked_add(offset)
+                .ok_or_else(|| PyValueError::new_err("'offset' is too large"))?;
+            (ptr, b.read_only, Some((b, offset)))
+        }
+    };
     let elem = dtype.size() as i64;
     let strides: Vec<i64> = match get("strides")? {
         None => crate::layout::contiguous_strides(&shape.iter().map(|&s| s as usize).collect::<Vec<_>>())
@@ -277,6 +309,9 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
             "shape {shape:?} has more elements than 64 bits count"
         )));
     };
+    if let Some((b, offset)) = &exported {
+        fits_in_buffer(&shape, &strides, elem, *offset, b.len)?;
+    }
     let device = match kind {
         Kind::Host => Device::Cpu,
         Kind::Cuda => cuda_device(py, ptr, numel)?,
@@ -305,7 +340,15 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
         },
         // The dict too: NumPy's scalars describe a temporary array that only
         // the dict holds (its "__ref" entry), which the protocol keeps alive so.
-        owner: Some(PyTuple::new(py, [obj.as_any(), d.as_any()])?.into_any().unbind()),
+        // And the memoryview that holds a buffer's export.
+        owner: Some(
+            match exported {
+                Some((b, _)) => PyTuple::new(py, [obj.as_any(), d.as_any(), b.holder.bind(py).as_any()])?,
+                None => PyTuple::new(py, [obj.as_any(), d.as_any()])?,
+            }
+            .into_any()
+            .unbind(),
+        ),
         shape,
         strides,
     });
@@ -316,6 +359,33 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
     // in the same box; the object that owns the data stays alive until the
     // deleter (which frees the box) runs, exactly once, from the import.
     unsafe { crate::dlpack::from_dlpack_versioned(m) }.map_err(to_py)
+}
+
+/// `ValueError` unless every element of `shape` / `strides` (in elements of
+/// `elem` bytes) from `offset` bytes into a buffer of `len` bytes lies in it,
+/// as NumPy checks the same interface.
+fn fits_in_buffer(shape: &[i64], strides: &[i64], elem: i64, offset: usize, len: usize) -> PyResult<()> {
+    let too_large = || PyValueError::new_err("the array interface's extent is too large");
+    let shape: Vec<usize> = shape
+        .iter()
+        .map(|&s| usize::try_from(s).map_err(|_| too_large()))
+        .collect::<PyResult<_>>()?;
+    let strides: Vec<isize> = strides
+        .iter()
+        .map(|&s| isize::try_from(s).map_err(|_| too_large()))
+        .collect::<PyResult<_>>()?;
+    let Some((lo, hi)) = crate::layout::byte_range(&shape, &strides, elem as usize).map_err(|_| too_large())? else {
+        return Ok(()); // no element
+    };
+    let offset = isize::try_from(offset).map_err(|_| too_large())?;
+    let (first, end) = (offset.checked_add(lo), offset.checked_add(hi));
+    match (first, end) {
+        (Some(first), Some(end)) if first >= 0 && end as usize <= len => Ok(()),
+        _ => Err(PyValueError::new_err(format!(
+            "the array interface's buffer holds {len} bytes, too few for shape {shape:?} with strides {strides:?} \
+             (elements) from offset {offset}"
+        ))),
+    }
 }
 
 /// The device `ptr` belongs to (the current GPU for an empty array's 0).

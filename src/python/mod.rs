@@ -8,6 +8,7 @@
 //! `__dlpack__(max_version=(1, 3), ...)`, then the legacy call.
 
 mod array_interface;
+mod buffer;
 mod capsule;
 mod consumer;
 mod convert;

@@ -3,7 +3,9 @@ tolist for every dtype (float8 and bfloat16 against ml_dtypes), .cpu(), .numpy()
 NumPy 2's __array__(dtype, copy), the array interface (v3) both ways, and torch
 reading devtensor host memory through NumPy."""
 
+import array
 import ctypes
+import gc
 import math
 import sys
 
@@ -331,6 +333,74 @@ def test_array_interface_import_rejects_what_a_tensor_cannot_describe():
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(2**62, 2**62), strides=(0, 0)), owner=a))
     with pytest.raises(TypeError, match="neither DLPack"):
         devtensor.from_dlpack(object())
+
+
+def test_array_interface_data_may_be_a_buffer_object():
+    # NumPy's array interface lets `data` be an object with the buffer
+    # protocol (Pillow's images give `bytes`); the tensor views its bytes.
+    values = np.arange(12, dtype=np.float32)
+    frozen = ArrayInterfaceOnly({"version": 3, "shape": (3, 4), "typestr": "<f4", "data": values.tobytes()})
+    t = devtensor.from_dlpack(frozen)
+    assert t.shape == (3, 4) and t.tolist() == values.reshape(3, 4).tolist()
+    with pytest.raises(BufferError, match="read-only"):
+        t.fill_(1)  # bytes are immutable
+    # A bytearray: writable, shared, and held (it cannot be resized while the tensor lives).
+    raw = bytearray(values.tobytes())
+    ai = {"version": 3, "shape": (2, 3), "typestr": "<f4", "data": raw, "strides": (24, 4), "offset": 8}
+    t = devtensor.from_dlpack(ArrayInterfaceOnly(ai))
+    assert t.tolist() == [[2, 3, 4], [8, 9, 10]]
+    t.fill_(-1)
+    assert np.frombuffer(raw, dtype=np.float32).tolist() == [0, 1, -1, -1, -1, 5, 6, 7, -1, -1, -1, 11]
+    with pytest.raises(BufferError):
+        raw.extend(b"1234")
+    del ai, t
+    gc.collect()
+    raw.extend(b"1234")  # the export ended with the tensor
+    # memoryview and array.array exporters; a tensor outlives its exporter.
+    arr = array.array("h", range(6))
+    t = devtensor.from_dlpack(ArrayInterfaceOnly({"version": 3, "shape": (6,), "typestr": "<i2", "data": memoryview(arr)}))
+    assert t.tolist() == list(range(6))
+    t = devtensor.from_dlpack(ArrayInterfaceOnly({"version": 3, "shape": (2, 3), "typestr": "<i2", "data": arr}))
+    del arr
+    gc.collect()
+    assert t.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+class BytesWithInterface(bytearray):
+    """Bytes whose array interface has no `data`: the object's own buffer holds the array."""
+
+    @property
+    def __array_interface__(self):
+        return {"version": 3, "shape": (2, 2), "typestr": "|u1"}
+
+
+def test_array_interface_without_data_views_the_objects_own_buffer():
+    b = BytesWithInterface(b"\x01\x02\x03\x04")
+    t = devtensor.from_dlpack(b)
+    assert t.dtype == "uint8" and t.tolist() == [[1, 2], [3, 4]]
+    t[1].fill_(9)
+    assert bytes(b) == b"\x01\x02\x09\x09", "zero-copy: the tensor writes the bytearray"
+
+
+def test_array_interface_buffer_data_is_checked():
+    ai = {"version": 3, "typestr": "<f4"}
+    with pytest.raises(ValueError, match="too few"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(5,), data=bytes(16))))
+    with pytest.raises(ValueError, match="too few"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(4,), data=bytes(16), offset=4)))
+    with pytest.raises(ValueError, match="too few"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(2, 2), strides=(-8, 4), data=bytes(16))))
+    with pytest.raises(ValueError, match="offset"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,), data=bytes(16), offset=-4)))
+    # Neither a pointer tuple nor a buffer.
+    with pytest.raises(TypeError, match="buffer protocol"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,), data=3.5)))
+    # A buffer that is not C-contiguous.
+    strided = memoryview(bytearray(32)).cast("f")[::2]
+    with pytest.raises(BufferError, match="contiguous"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(4,), data=strided)))
+    # An empty array needs no byte of its buffer.
+    assert devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(0, 3), data=b""))).shape == (0, 3)
 
 
 def test_repr_falls_back_to_the_metadata_when_values_cannot_be_read(monkeypatch):
