@@ -50,4 +50,19 @@ for _ in range(1000):
     x.__dlpack__(max_version=(1, 0))
 gc.collect()
 assert devtensor._devtensor._live_exports() == before, "an unconsumed capsule leaked"
+# An array interface whose data is a buffer: PyObject_GetBuffer, which the
+# wheel declares itself (outside 3.10's limited API), on this CPython.
+class BufferBacked:
+    def __init__(self, raw):
+        self.__array_interface__ = {"version": 3, "shape": (2, 2), "typestr": "<i4", "data": raw}
+
+
+raw = bytearray(16)
+b = devtensor.from_dlpack(BufferBacked(raw))
+b.fill_(7)
+assert raw == bytearray(b"\x07\x00\x00\x00" * 4) and b.tolist() == [[7, 7], [7, 7]]
+del b
+gc.collect()
+raw.extend(b"x")  # the export ended with the tensor
+
 print(f"abi3 smoke: CPython {sys.version.split()[0]}: ok")
