@@ -110,13 +110,32 @@ fn round_trip_is_zero_copy_both_versions() {
                 .unwrap();
         assert_eq!(back.data_ptr(), t.data_ptr());
         assert_eq!(back.strides(), t.strides());
+        // Our own export comes back as a view of the same storage (one lock,
+        // one set of stream records), its struct freed at once.
+        assert!(std::sync::Arc::ptr_eq(back.storage(), t.storage()));
+        assert_eq!(live_exports(), exports);
         assert_eq!(back.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
         back.select(1, 0).unwrap().fill(42i32).unwrap();
         assert_eq!(t.to_vec::<i32>().unwrap()[0], 42);
         // SAFETY: as above, legacy struct.
         let legacy = unsafe { devtensor::from_dlpack_legacy(t.to_dlpack_legacy().unwrap().into_raw()) }.unwrap();
         assert_eq!(legacy.to_vec::<i32>().unwrap(), t.to_vec::<i32>().unwrap());
-        assert_eq!(live_exports(), exports + 2);
+        assert!(std::sync::Arc::ptr_eq(legacy.storage(), t.storage()));
+        assert_eq!(live_exports(), exports);
+        // A struct whose context a consumer replaced is not taken for ours:
+        // a foreign import, whose deleter runs when the tensor goes.
+        let m = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
+        // SAFETY: a live export; its deleter frees the block from `m` itself.
+        let wrapped = unsafe {
+            (*m).manager_ctx = std::ptr::null_mut();
+            devtensor::from_dlpack_versioned(m)
+        }
+        .unwrap();
+        assert!(!std::sync::Arc::ptr_eq(wrapped.storage(), t.storage()));
+        assert_eq!(wrapped.data_ptr(), t.data_ptr());
+        assert_eq!(live_exports(), exports + 1);
+        drop(wrapped);
+        assert_eq!(live_exports(), exports);
     }
     assert_eq!(live_exports(), exports);
     assert_eq!(cpu_live(), allocs);

@@ -227,6 +227,47 @@ impl Tensor {
     }
 }
 
+/// The storage behind `managed` when it is one of this copy of devtensor's
+/// own versioned exports (our deleter, and `manager_ctx` pointing at the
+/// struct itself, as [`export`] leaves them), which a re-import then shares:
+/// the same lock and stream records, no foreign owner. `None` for any other
+/// producer's, another copy of devtensor's included.
+///
+/// # Safety
+///
+/// `managed` points to a readable struct whose deleter has not run.
+pub(super) unsafe fn own_storage_versioned(managed: *mut DLManagedTensorVersioned) -> Option<Arc<Storage>> {
+    type Deleter = unsafe extern "C" fn(*mut DLManagedTensorVersioned);
+    // SAFETY: readable, by the caller's contract.
+    let (deleter, ctx) = unsafe { ((*managed).deleter, (*managed).manager_ctx) };
+    let ours = deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_versioned as Deleter));
+    // SAFETY: forwarded.
+    unsafe { storage_if_ours(managed, ours && ctx == managed.cast::<c_void>()) }
+}
+
+/// As [`own_storage_versioned`], for the legacy struct.
+///
+/// # Safety
+///
+/// As [`own_storage_versioned`].
+pub(super) unsafe fn own_storage_legacy(managed: *mut DLManagedTensor) -> Option<Arc<Storage>> {
+    type Deleter = unsafe extern "C" fn(*mut DLManagedTensor);
+    // SAFETY: readable, by the caller's contract.
+    let (deleter, ctx) = unsafe { ((*managed).deleter, (*managed).manager_ctx) };
+    let ours = deleter.is_some_and(|d| std::ptr::fn_addr_eq(d, delete_legacy as Deleter));
+    // SAFETY: forwarded.
+    unsafe { storage_if_ours(managed, ours && ctx == managed.cast::<c_void>()) }
+}
+
+/// # Safety
+///
+/// With `ours`, `managed` is the start of a live `Exported<M>` block: only
+/// [`export`] pairs our deleter with a `manager_ctx` that points at the struct.
+unsafe fn storage_if_ours<M>(managed: *mut M, ours: bool) -> Option<Arc<Storage>> {
+    // SAFETY: the caller's contract.
+    ours.then(|| Arc::clone(unsafe { &(*managed.cast::<Exported<M>>())._storage }))
+}
+
 unsafe extern "C" fn delete_versioned(managed: *mut DLManagedTensorVersioned) {
     if managed.is_null() {
         return;

@@ -61,10 +61,11 @@ impl Drop for ForeignOwner {
 ///
 /// The returned tensor's reads and writes are serialized only with those of
 /// its own views (its storage's lock): not with another owner's of the same
-/// memory, whether the producer's (a torch tensor) or a devtensor tensor this
-/// was exported from. Writing through one while another reads or writes the
-/// same bytes from another thread is a data race the caller must rule out,
-/// as with any memory two libraries share.
+/// memory, such as the producer's (a torch tensor). Writing through one while
+/// another reads or writes the same bytes from another thread is a data race
+/// the caller must rule out, as with any memory two libraries share. One of
+/// this devtensor's own exports comes back as a view of the tensor's own
+/// storage (its struct freed at once), so that lock covers both.
 pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> Result<Tensor> {
     let Some(ptr) = NonNull::new(managed) else {
         return Err(DLPackError::NullTensor.into());
@@ -80,8 +81,10 @@ pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> R
     }
     // SAFETY: major version 1, so the struct has the 1.x layout.
     let (flags, dl) = unsafe { ((*managed).flags, (*managed).dl_tensor) };
+    // SAFETY: a readable 1.x struct whose deleter has not run.
+    let own = unsafe { super::export::own_storage_versioned(managed) };
     // SAFETY: forwarded from the caller's contract.
-    unsafe { import(dl, owner, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0) }
+    unsafe { import(dl, owner, flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0, own) }
 }
 
 /// Imports an owned legacy `DLManagedTensor`, taking ownership.
@@ -96,17 +99,22 @@ pub unsafe fn from_dlpack_legacy(managed: *mut DLManagedTensor) -> Result<Tensor
     let owner = ForeignOwner::Legacy(ptr);
     // SAFETY: the caller guarantees a readable struct.
     let dl = unsafe { (*managed).dl_tensor };
+    // SAFETY: readable, its deleter not run.
+    let own = unsafe { super::export::own_storage_legacy(managed) };
     // SAFETY: forwarded from the caller's contract.
-    unsafe { import(dl, owner, false) }
+    unsafe { import(dl, owner, false, own) }
 }
 
 /// Validates `dl` and wraps it; `owner` is dropped (deleter called) on error.
+/// `own`: the storage of one of our own exports, which the tensor shares
+/// where `dl` describes a view of it on its device (the export is then freed
+/// at once).
 ///
 /// # Safety
 ///
 /// `dl.shape` / `dl.strides`, when non-null, point to `dl.ndim` readable
 /// `i64`s; the data is as described in [`from_dlpack_versioned`].
-unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<Tensor> {
+unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool, own: Option<Arc<Storage>>) -> Result<Tensor> {
     // On any `?` below `owner` is dropped, calling the deleter once.
     let ndim = usize::try_from(dl.ndim)
         .ok()
@@ -166,8 +174,29 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool) -> Result<T
             (start, len as usize, lo.unsigned_abs())
         }
     };
+    if let Some(storage) = own.filter(|s| s.device() == device)
+        && let Some(offset) = view_offset(&storage, base, byte_range)
+    {
+        drop(owner); // our deleter: frees the export, not the memory the tensor shares
+        return Ok(Tensor::from_parts(storage, dtype, shape, strides, offset, read_only));
+    }
     // An empty tensor may have NULL data: give the storage a dangling, aligned address.
     let ptr = NonNull::new(storage_start as *mut u8).unwrap_or(NonNull::<u128>::dangling().cast());
     let storage = Arc::new(Storage::foreign(ptr, len, device, Box::new(owner)));
     Ok(Tensor::from_parts(storage, dtype, shape, strides, offset, read_only))
+}
+
+/// The offset in `storage` of a view whose element 0 is at `base` and whose
+/// elements span `range` bytes around it, where every one lies in the storage.
+fn view_offset(storage: &Storage, base: usize, range: Option<(isize, isize)>) -> Option<usize> {
+    let start = storage.as_ptr() as usize;
+    let offset = base.checked_sub(start)?;
+    match range {
+        None => (offset <= storage.len()).then_some(offset),
+        Some((lo, hi)) => {
+            let first = offset.checked_add_signed(lo)?;
+            let end = offset.checked_add_signed(hi)?;
+            (end <= storage.len() && first <= end).then_some(offset)
+        }
+    }
 }

@@ -241,6 +241,22 @@ def test_our_capsule_consumed_twice(live):
     assert live() == n0
 
 
+@pytest.mark.parametrize("max_version", [None, (1, 3)])
+def test_our_own_capsule_comes_back_as_a_view_of_the_same_storage(live, max_version):
+    # Our export is recognised on import: the tensor shares the original's
+    # storage (and its lock) and the exported struct is freed at once, where
+    # a foreign import would hold it until the tensor goes.
+    x = devtensor.from_dlpack(np.arange(12, dtype=np.float32).reshape(3, 4)).clone()
+    n0 = live()
+    cap = x[:, 1::2].__dlpack__(max_version=max_version)
+    assert live() == n0 + 1
+    t = devtensor.from_dlpack(cap)
+    assert live() == n0
+    assert t.data_ptr == x.data_ptr + 4 and t.strides == (4, 2)
+    t.fill_(-1)
+    assert x.tolist() == [[0, -1, 2, -1], [4, -1, 6, -1], [8, -1, 10, -1]]
+
+
 def test_wrong_capsule_name_is_type_error(dlp):
     cap = ctypes.pythonapi.PyCapsule_New(ctypes.c_void_p(1), ctypes.c_char_p(None), None)
     with pytest.raises(TypeError):
