@@ -293,6 +293,8 @@ unsafe extern "C" fn delete_legacy(managed: *mut DLManagedTensor) {
 /// it would abort the process): it is reported on stderr by the panic hook,
 /// and the export counts as freed, its memory kept by the allocator that failed.
 fn drop_without_unwinding<M>(export: Box<Exported<M>>) {
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(export)));
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(export))) {
+        std::mem::forget(payload); // its own Drop could panic too
+    }
     LIVE_EXPORTS.fetch_sub(1, Ordering::Relaxed);
 }

@@ -12,7 +12,7 @@
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use pyo3::exceptions::{PyAttributeError, PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyBufferError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -257,24 +257,37 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
             (ptr, read_only.is_truthy()?, None)
         }
         None if kind == Kind::Cuda => return Err(PyValueError::new_err("the array interface has no \"data\" entry")),
-        // NumPy's array interface: `data` may be an object with the buffer
-        // protocol, and where it is absent (or None) the object's own buffer
-        // holds the array, from `offset` bytes on.
+        // NumPy's array interface (its documentation): `data` may be an
+        // object with the buffer protocol, and where it is absent (or None)
+        // the object's own buffer holds the array, from `offset` bytes on.
+        // (NumPy's own code reads an absent `data` as a scalar.)
         data => {
+            let given = data.is_some();
             let exporter = data.unwrap_or_else(|| obj.clone());
-            let b = buffer::host_buffer(&exporter).map_err(|e| {
-                if e.is_instance_of::<PyTypeError>(py) {
-                    PyTypeError::new_err(format!(
-                        "'data' must be a (pointer, read_only) tuple or an object with the buffer protocol: {e}"
-                    ))
-                } else {
-                    e
-                }
+            let b = buffer::host_buffer(&exporter).map_err(|e| match e.is_instance_of::<PyTypeError>(py) {
+                true if given => PyTypeError::new_err(format!(
+                    "'data' must be a (pointer, read_only) tuple or an object with the buffer protocol: {e}"
+                )),
+                true => PyValueError::new_err(format!(
+                    "the array interface has no \"data\" entry, and the object has no buffer protocol: {e}"
+                )),
+                false => e,
             })?;
             let offset: usize = match get("offset")? {
-                Some(o) => o
-                    .extract()
-                    .map_err(|_| PyValueError::new_err("'offset' must be a non-negative int"))?,
+                Some(o) => {
+                    let v: i64 = o.extract().map_err(|e: PyErr| {
+                        if e.is_instance_of::<PyOverflowError>(py) {
+                            PyValueError::new_err("'offset' is too large")
+                        } else {
+                            PyTypeError::new_err(format!(
+                                "'offset' must be an int, not {}",
+                                o.get_type().name().map_or_else(|_| "?".into(), |n| n.to_string())
+                            ))
+                        }
+                    })?;
+                    usize::try_from(v)
+                        .map_err(|_| PyValueError::new_err(format!("'offset' {v} lies before the buffer")))?
+                }
                 None => 0,
             };
             let ptr = b
@@ -362,8 +375,8 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
 }
 
 /// `ValueError` unless every element of `shape` / `strides` (in elements of
-/// `elem` bytes) from `offset` bytes into a buffer of `len` bytes lies in it,
-/// as NumPy checks the same interface.
+/// `elem` bytes) from `offset` bytes into a buffer of `len` bytes lies in it.
+/// NumPy does not check this: its array then reads past the buffer.
 fn fits_in_buffer(shape: &[i64], strides: &[i64], elem: i64, offset: usize, len: usize) -> PyResult<()> {
     let too_large = || PyValueError::new_err("the array interface's extent is too large");
     let shape: Vec<usize> = shape

@@ -6,7 +6,13 @@
 //! The limited API of Python 3.10, the abi3 wheel's floor, leaves
 //! `PyObject_GetBuffer` and `PyBuffer_Release` out; every CPython 3 exports
 //! both, and 3.11 added them to the stable ABI with this same `Py_buffer`
-//! (CPython's `Include/pybuffer.h`, unchanged since 3.3).
+//! (CPython's `Include/pybuffer.h`, unchanged since 3.3). Linux and macOS
+//! resolve the symbols from the interpreter at load time; a Windows build for
+//! 3.10 could not (its `python3.dll` exports the limited API only).
+//!
+//! The memoryview asks for a read-only-capable buffer (`PyBUF_FULL_RO`), so
+//! an exporter that hands out writable memory only when asked for it is
+//! imported read-only: the safe side.
 
 use std::ffi::{c_char, c_int, c_void};
 

@@ -66,6 +66,29 @@ def test_entering_a_scope_costs_the_same_at_any_depth():
     assert var.get() is None
 
 
+def test_an_exit_in_a_copied_context_leaves_the_original_as_it_was():
+    # Copied contexts share the entries: an out-of-order exit in one remakes
+    # its own chain and must not change the other's.
+    import contextvars
+
+    var = devtensor._devtensor._env_alloc_scopes
+    a, b, c = devtensor.env_alloc(torch), devtensor.env_alloc(None), devtensor.env_alloc(devtensor.Tensor)
+    for s in (a, b, c):
+        s.__enter__()
+    before = var.get()
+
+    def exit_b():
+        b.__exit__(None, None, None)
+        assert var.get()[0] is c and var.get()[2][0] is a
+        assert devtensor.current_env_alloc() is devtensor.Tensor
+
+    contextvars.copy_context().run(exit_b)
+    assert var.get() is before and before[2][0] is b, "the original chain is untouched"
+    for s in (c, b, a):
+        s.__exit__(None, None, None)
+    assert devtensor.current_env_alloc() is None and var.get() is None
+
+
 def test_restored_when_the_body_raises():
     with pytest.raises(KeyError), devtensor.env_alloc(torch.Tensor):
         raise KeyError("x")

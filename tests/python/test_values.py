@@ -390,8 +390,16 @@ def test_array_interface_buffer_data_is_checked():
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(4,), data=bytes(16), offset=4)))
     with pytest.raises(ValueError, match="too few"):
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(2, 2), strides=(-8, 4), data=bytes(16))))
-    with pytest.raises(ValueError, match="offset"):
+    # The same rows from the second on: inside the buffer.
+    flipped = ArrayInterfaceOnly(dict(ai, shape=(2, 2), strides=(-8, 4), data=np.arange(4, dtype="<f4").tobytes(), offset=8))
+    assert devtensor.from_dlpack(flipped).tolist() == [[2, 3], [0, 1]]
+    with pytest.raises(ValueError, match="before the buffer"):
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,), data=bytes(16), offset=-4)))
+    with pytest.raises(TypeError, match="'offset' must be an int"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,), data=bytes(16), offset=4.0)))
+    # No data and no buffer of its own.
+    with pytest.raises(ValueError, match="no \"data\" entry"):
+        devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,))))
     # Neither a pointer tuple nor a buffer.
     with pytest.raises(TypeError, match="buffer protocol"):
         devtensor.from_dlpack(ArrayInterfaceOnly(dict(ai, shape=(1,), data=3.5)))
