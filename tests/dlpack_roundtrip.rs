@@ -136,6 +136,28 @@ fn round_trip_is_zero_copy_both_versions() {
         assert_eq!(live_exports(), exports + 1);
         drop(wrapped);
         assert_eq!(live_exports(), exports);
+        // Ours, changed to reach past the tensor's memory (one row too many),
+        // or to start before it: refused, and freed once.
+        for (rows, back_by) in [(3, 0), (2, 4)] {
+            let m = t.to_dlpack_versioned(ExportOptions::default()).into_raw();
+            // SAFETY: a live export whose shape array holds two writable entries.
+            let e = unsafe {
+                *(*m).dl_tensor.shape = rows;
+                (*m).dl_tensor.data = (*m).dl_tensor.data.cast::<u8>().wrapping_sub(back_by).cast();
+                devtensor::from_dlpack_versioned(m)
+            }
+            .unwrap_err();
+            assert!(matches!(e, Error::DLPack(DLPackError::BadExtent(_))), "{e:?}");
+            assert_eq!(live_exports(), exports);
+        }
+        // An empty view of ours comes back as one too.
+        let empty = t.slice(1, Some(2), Some(2), 1).unwrap();
+        // SAFETY: a fresh export, consumed once.
+        let back =
+            unsafe { devtensor::from_dlpack_versioned(empty.to_dlpack_versioned(ExportOptions::default()).into_raw()) }
+                .unwrap();
+        assert_eq!(back.shape(), &[2, 0]);
+        assert!(std::sync::Arc::ptr_eq(back.storage(), t.storage()));
     }
     assert_eq!(live_exports(), exports);
     assert_eq!(cpu_live(), allocs);

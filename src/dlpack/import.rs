@@ -64,8 +64,11 @@ impl Drop for ForeignOwner {
 /// memory, such as the producer's (a torch tensor). Writing through one while
 /// another reads or writes the same bytes from another thread is a data race
 /// the caller must rule out, as with any memory two libraries share. One of
-/// this devtensor's own exports comes back as a view of the tensor's own
-/// storage (its struct freed at once), so that lock covers both.
+/// this devtensor's own exports whose descriptor names its tensor's device
+/// comes back as a view of that tensor's storage (its struct freed at once),
+/// so that lock covers both (one exported `as_host`, pinned or managed memory
+/// described as the CPU's, stays a separate CPU tensor); a descriptor of ours
+/// changed to reach past that storage is refused.
 pub unsafe fn from_dlpack_versioned(managed: *mut DLManagedTensorVersioned) -> Result<Tensor> {
     let Some(ptr) = NonNull::new(managed) else {
         return Err(DLPackError::NullTensor.into());
@@ -174,9 +177,11 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool, own: Option
             (start, len as usize, lo.unsigned_abs())
         }
     };
-    if let Some(storage) = own.filter(|s| s.device() == device)
-        && let Some(offset) = view_offset(&storage, base, byte_range)
-    {
+    if let Some(storage) = own.filter(|s| s.device() == device) {
+        // Our own export: a view of its storage, or a descriptor changed to
+        // reach past it, which nothing else could be trusted to own.
+        let offset = view_offset(&storage, base, byte_range)
+            .ok_or(DLPackError::BadExtent("view outside the exported tensor's memory"))?;
         drop(owner); // our deleter: frees the export, not the memory the tensor shares
         return Ok(Tensor::from_parts(storage, dtype, shape, strides, offset, read_only));
     }
@@ -194,9 +199,9 @@ fn view_offset(storage: &Storage, base: usize, range: Option<(isize, isize)>) ->
     match range {
         None => (offset <= storage.len()).then_some(offset),
         Some((lo, hi)) => {
-            let first = offset.checked_add_signed(lo)?;
+            offset.checked_add_signed(lo)?; // the first element not before the storage
             let end = offset.checked_add_signed(hi)?;
-            (end <= storage.len() && first <= end).then_some(offset)
+            (end <= storage.len()).then_some(offset)
         }
     }
 }
