@@ -14,10 +14,14 @@ use crate::tensor::Tensor;
 
 /// `Tensor.tolist()`.
 pub(crate) fn tolist(py: Python<'_>, t: &Tensor) -> PyResult<Py<PyAny>> {
-    // Host-readable memory in place (managed memory once its GPU work is
-    // done), device memory through a host copy.
-    let host = if array_interface::host_ready(py, t, "tolist").is_ok() {
+    // C-contiguous host-readable memory in place (managed memory once its GPU
+    // work is done); other layouts and device memory through a copy into CPU
+    // memory, which waits once for managed memory's GPU work (a contiguous
+    // copy on its own device would make a managed temporary and wait again).
+    let host = if t.device() == Device::Cpu {
         t.contiguous()
+    } else if t.is_contiguous() && array_interface::host_ready(py, t, "tolist").is_ok() {
+        Ok(t.clone())
     } else {
         py.detach(|| t.to(Device::Cpu))
     }

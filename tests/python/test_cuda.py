@@ -416,6 +416,17 @@ def test_cuda_managed_memory():
     np.testing.assert_array_equal(a, np.full(6, 4.0, dtype=np.float32))
 
 
+def test_tolist_of_a_managed_view_reads_through_host_memory():
+    # A layout tolist cannot read in place is copied into CPU memory, as .cpu()
+    # does: no managed temporary (which also waited for the GPU a second time).
+    m = devtensor.full((4, 6), 3.0, device="cuda_managed")
+    m[1].fill_(5.0)
+    before = devtensor.memory_stats("cuda_managed")["alloc_count"]
+    assert m.transpose(0, 1).tolist() == [[3.0, 5.0, 3.0, 3.0]] * 6
+    assert devtensor.memory_stats("cuda_managed")["alloc_count"] == before
+    assert m.tolist()[1] == [5.0] * 6  # in place
+
+
 def test_second_gpu():
     try:
         t = devtensor.full(4, 1.0, device="cuda:1")
