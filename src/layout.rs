@@ -111,6 +111,18 @@ pub fn byte_range(shape: &[usize], strides: &[isize], elem_size: usize) -> Resul
     Ok(Some((start, end)))
 }
 
+/// Whether a view whose element 0 lies `start` bytes into a block of `len`
+/// bytes and whose bytes span `range` around it ([`byte_range`]'s) lies
+/// wholly in the block; an empty view (`None`) only needs `start <= len`.
+pub fn range_fits(start: usize, range: Option<(isize, isize)>, len: usize) -> bool {
+    match range {
+        None => start <= len,
+        Some((lo, hi)) => {
+            start.checked_add_signed(lo).is_some() && start.checked_add_signed(hi).is_some_and(|end| end <= len)
+        }
+    }
+}
+
 /// True when the view is C-contiguous. Size-1 dims are ignored and an empty
 /// view is contiguous (as torch and tvm-ffi decide).
 pub fn is_contiguous(shape: &[usize], strides: &[isize]) -> bool {

@@ -194,14 +194,6 @@ unsafe fn import(dl: DLTensor, owner: ForeignOwner, read_only: bool, own: Option
 /// The offset in `storage` of a view whose element 0 is at `base` and whose
 /// elements span `range` bytes around it, where every one lies in the storage.
 fn view_offset(storage: &Storage, base: usize, range: Option<(isize, isize)>) -> Option<usize> {
-    let start = storage.as_ptr() as usize;
-    let offset = base.checked_sub(start)?;
-    match range {
-        None => (offset <= storage.len()).then_some(offset),
-        Some((lo, hi)) => {
-            offset.checked_add_signed(lo)?; // the first element not before the storage
-            let end = offset.checked_add_signed(hi)?;
-            (end <= storage.len()).then_some(offset)
-        }
-    }
+    let offset = base.checked_sub(storage.as_ptr() as usize)?;
+    layout::range_fits(offset, range, storage.len()).then_some(offset)
 }

@@ -248,7 +248,13 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
         // object's dtype: ml_dtypes' bfloat16 and float8 arrays.
         Err(e) => named_raw_dtype(obj, &typestr)?.ok_or(e)?,
     };
-    let (ptr, read_only, exported) = match get("data")? {
+    // The CUDA Array Interface requires `data`.
+    let data = if kind == Kind::Cuda {
+        Some(need("data")?)
+    } else {
+        get("data")?
+    };
+    let (ptr, read_only, exported) = match data {
         Some(data) if data.is_instance_of::<PyTuple>() || kind == Kind::Cuda => {
             // The flag as NumPy reads it: any truthy object (producers pass 0 / 1 too).
             let (ptr, read_only) = data
@@ -256,7 +262,6 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, d: &Bound<'_, PyAny>, kind: Kind) -
                 .map_err(|_| PyTypeError::new_err("'data' must be a (pointer, read_only) tuple"))?;
             (ptr, read_only.is_truthy()?, None)
         }
-        None if kind == Kind::Cuda => return Err(PyValueError::new_err("the array interface has no \"data\" entry")),
         // NumPy's array interface (its documentation): `data` may be an
         // object with the buffer protocol, and where it is absent (or None)
         // the object's own buffer holds the array, from `offset` bytes on.
@@ -387,18 +392,15 @@ fn fits_in_buffer(shape: &[i64], strides: &[i64], elem: i64, offset: usize, len:
         .iter()
         .map(|&s| isize::try_from(s).map_err(|_| too_large()))
         .collect::<PyResult<_>>()?;
-    let Some((lo, hi)) = crate::layout::byte_range(&shape, &strides, elem as usize).map_err(|_| too_large())? else {
-        return Ok(()); // no element
-    };
-    let offset = isize::try_from(offset).map_err(|_| too_large())?;
-    let (first, end) = (offset.checked_add(lo), offset.checked_add(hi));
-    match (first, end) {
-        (Some(first), Some(end)) if first >= 0 && end as usize <= len => Ok(()),
-        _ => Err(PyValueError::new_err(format!(
-            "the array interface's buffer holds {len} bytes, too few for shape {shape:?} with strides {strides:?} \
-             (elements) from offset {offset}"
-        ))),
+    let range = crate::layout::byte_range(&shape, &strides, elem as usize).map_err(|_| too_large())?;
+    // An empty array reads no byte, wherever `offset` points.
+    if range.is_none() || crate::layout::range_fits(offset, range, len) {
+        return Ok(());
     }
+    Err(PyValueError::new_err(format!(
+        "the array interface's buffer holds {len} bytes, too few for shape {shape:?} with strides {strides:?} \
+         (elements) from offset {offset}"
+    )))
 }
 
 /// The device `ptr` belongs to (the current GPU for an empty array's 0).

@@ -346,18 +346,13 @@ impl Tensor {
         let e = self.dtype.size();
         layout::nbytes(shape, e)?;
         let start = offset.checked_mul(e).ok_or(Error::Overflow { what: "view offset" })?;
-        if let Some((lo, hi)) = layout::byte_range(shape, strides, e)? {
-            let lo_abs = (start as isize)
-                .checked_add(lo)
-                .ok_or(Error::Overflow { what: "view extent" })?;
-            let hi_abs = (start as isize)
-                .checked_add(hi)
-                .ok_or(Error::Overflow { what: "view extent" })?;
-            if lo_abs < 0 || hi_abs as usize > self.storage.len() {
-                return Err(Error::InvalidLayout("as_strided view reaches outside the storage"));
-            }
-        } else if start > self.storage.len() {
-            return Err(Error::InvalidLayout("as_strided offset is outside the storage"));
+        let range = layout::byte_range(shape, strides, e)?;
+        if !layout::range_fits(start, range, self.storage.len()) {
+            return Err(Error::InvalidLayout(if range.is_some() {
+                "as_strided view reaches outside the storage"
+            } else {
+                "as_strided offset is outside the storage"
+            }));
         }
         Ok(self.with_layout(shape.into(), strides.into(), start))
     }
