@@ -552,6 +552,23 @@ fn large_transposes() {
     check_permute(&[200, 301], &[1, 0], 12, 0);
 }
 
+/// Streamed transposes on the AVX-512 route whose source rows do not crowd
+/// L2 sets (rows 1100 elements long), which prefetch each next tile while
+/// writing one: 2-D and batched, from and to addresses off a line, with
+/// every kernel set; the destination rows of 1280 bytes start on lines.
+#[test]
+fn streamed_transposes_prefetching_the_next_tile() {
+    with_each_kernel_and_stream(|| {
+        for e in [1usize, 2, 4, 8] {
+            let rows = 1280 / e;
+            for (src_at, dst_at) in [(0, 0), (16, 0), (3, 40)] {
+                check_permute_at(&[rows, 1100], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[3, rows, 300], &[0, 2, 1], e, src_at, dst_at);
+            }
+        }
+    });
+}
+
 /// 16-byte elements (complex128) in the small tiles of their own, 64
 /// destination elements × 8 source elements: whole tiles, partial ones on
 /// either side, one tile, several, and batches of them, from and to

@@ -450,7 +450,8 @@ pub(super) fn micro_dims(e: usize) -> (usize, usize) {
 /// the micro tile's sides, [`micro_dims`]) with streaming stores, a column of micro tiles after another
 /// (`j` outer): the tile's source rows are read along, one line each a step,
 /// which the hardware prefetchers follow, while each destination row
-/// receives `fi·e` contiguous bytes a step.
+/// receives `fi·e` contiguous bytes a step. `each` runs before each micro
+/// tile (the route's prefetches of its next tile).
 ///
 /// # Safety
 ///
@@ -458,7 +459,17 @@ pub(super) fn micro_dims(e: usize) -> (usize, usize) {
 /// address formed is an element of its operand; `dst` and `db` are
 /// multiples of a line.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usize, fj: usize, sa: isize, db: isize) {
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn line_tiles(
+    e: usize,
+    dst: *mut u8,
+    src: *const u8,
+    fi: usize,
+    fj: usize,
+    sa: isize,
+    db: isize,
+    mut each: impl FnMut(),
+) {
     debug_assert!((dst as usize).is_multiple_of(LINE) && db % LINE as isize == 0);
     let (mi, mj) = micro_dims(e);
     let micro = match e {
@@ -472,6 +483,7 @@ pub(super) unsafe fn line_tiles(e: usize, dst: *mut u8, src: *const u8, fi: usiz
     while j < fj {
         let mut i = 0;
         while i < fi {
+            each();
             // SAFETY: micro tile (i, j) lies inside the block (the caller's
             // contract); its destination rows start on lines.
             unsafe {
@@ -635,7 +647,18 @@ mod tests {
                 // SAFETY: the CPU has the kernels' instructions; `mi` rows of
                 // `sa` bytes from `off` lie in `src`; `dst` holds `mj` rows of
                 // `db` bytes from a line.
-                unsafe { line_tiles(e, dst.0.as_mut_ptr(), src.as_ptr().add(off), mi, mj, sa, db as isize) };
+                unsafe {
+                    line_tiles(
+                        e,
+                        dst.0.as_mut_ptr(),
+                        src.as_ptr().add(off),
+                        mi,
+                        mj,
+                        sa,
+                        db as isize,
+                        || {},
+                    )
+                };
                 for i in 0..mi {
                     for j in 0..mj {
                         let s = off + i * sa as usize + j * e;

@@ -15,7 +15,7 @@ mod tile_sizes;
 
 use smallvec::SmallVec;
 
-use self::extension::{Extension, extended_split};
+use self::extension::{Extension, extended_split, rows_crowd_l2_sets};
 use self::prefetches::{NextTile, RunEnds};
 use self::tile_sizes::{
     AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile, prefetched_tile,
@@ -914,6 +914,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // one in parts, so every call of one copy picks the same order.
     let slices: usize = batch.iter().map(|d| d.len).product();
     let total = per_slice * slices;
+    // The AVX-512 route prefetches each tile's source into L2 while the tile
+    // before it is written, a share before each micro tile, where the copy
+    // is larger than the last-level cache and a tile's rows, twice over, do
+    // not crowd L2 sets ([`avx512_prefetches_next`]).
+    let avx512_next = route == Route::Avx512 && avx512_prefetches_next(e, plan.bytes(), bi, a.src);
+    let micro_tiles = |ni: usize, nj: usize| {
+        let (mi, mj) = kernels.micro_dims::<T>();
+        (ni / mi).max(1) * (nj / mj).max(1)
+    };
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
     par_for_slow(total, plan.bytes(), |t0, t1| {
@@ -952,16 +961,17 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                     // f32, rows sharing L1 sets, 26–36 GB/s with, 33–43
                     // without; 512² f64 34–36 → 44–50; 1400 × 700 f32, 3.7
                     // MiB, 17–22 → 24–35).
-                    let mut next = (route == Route::Prefetched && nt && t + 1 < first + n).then(|| {
-                        let (i1, ni1) = cols.get(ci);
-                        let (j1, nj1) = rows.get(ri);
-                        let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
-                        let runs = d.get().wrapping_offset(dof + (i1 * e) as isize + j1 as isize * db);
-                        (
-                            NextTile::new(at, ni1, nj1 * e, sa, nj),
-                            RunEnds::new(runs, nj1, ni1 * e, db),
-                        )
-                    });
+                    let mut next =
+                        ((route == Route::Prefetched && nt || avx512_next) && t + 1 < first + n).then(|| {
+                            let (i1, ni1) = cols.get(ci);
+                            let (j1, nj1) = rows.get(ri);
+                            let at = s.get().wrapping_offset(so + i1 as isize * sa + (j1 * e) as isize);
+                            let runs = d.get().wrapping_offset(dof + (i1 * e) as isize + j1 as isize * db);
+                            (
+                                NextTile::new(at, ni1, nj1 * e, sa, if avx512_next { micro_tiles(ni, nj) } else { nj }),
+                                RunEnds::new(runs, nj1, ni1 * e, db),
+                            )
+                        });
                     // SAFETY: the tile's elements are elements of the plan; the
                     // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes; on
                     // the Lines route every destination row of the tile has the
@@ -970,12 +980,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         let dt = d.get().offset(dof + (i0 * e) as isize + j0 as isize * db);
                         let st = s.get().offset(so + i0 as isize * sa + (j0 * e) as isize);
                         match route {
-                            Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false),
-                            Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true),
-                            Route::Avx512 | Route::Avx2Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true),
+                            Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false, None),
+                            Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true, None),
+                            Route::Avx512 | Route::Avx2Lines => {
+                                let next = next.as_mut().map(|(next, _)| next);
+                                tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true, next)
+                            }
                             Route::Avx512Sheared => sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0),
                             Route::Prefetched | Route::Staged => {
-                                tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false);
+                                tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false, None);
                                 match &mut next {
                                     // Contiguous destination rows: one run.
                                     None if db == tb as isize => copy_run(dt, buf, tb * nj, nt),
@@ -1010,6 +1023,25 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         });
         store_fence(nt);
     });
+}
+
+/// Whether the AVX-512 route prefetches the next tile's source into L2
+/// ([`NextTile`], a share before each micro tile) for a copy of `bytes` of
+/// `e`-byte elements, in tiles of `rows` source rows `sa` bytes apart: from
+/// copies of the streaming size on ([`stream_threshold`], the last-level
+/// cache), whose rows the hardware prefetchers, following a line of each of
+/// 16 to 64 rows a micro tile, fetch late. Not where a tile's rows and the
+/// next tile's, `2 · rows` rows, crowd the L2's sets (8192² u8, rows 8 KiB
+/// apart: both tiles' lines would not stay), nor for 3-byte pixels (not
+/// measured). In-process A/B on a Zen 5 VM (two cores, `devtensor bench`'s
+/// patterns, best of ten alternated calls, GB/s without → with): pitched u8
+/// 8192² (pitch 8256) 32.6 → 40.3, f16 4096² (pitch 4128) 35.2 → 57.2, f32
+/// (pitch 4112) 45.9 → 55.0, f16 4096² 46.5 → 51.4, f32 43.5 → 46.4, f64
+/// 2048 × 4096 52.0 → 55.9, 32 × 512² f32 56.0 → 61.0, NHWC → NCHW f32 16 ×
+/// 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8; the others 0.97–1.04×.
+/// Below the last-level cache it lost (2048² u16, 8 MiB: 0.85×).
+fn avx512_prefetches_next(e: usize, bytes: usize, rows: usize, sa: isize) -> bool {
+    e != 3 && bytes >= stream_threshold() && !rows_crowd_l2_sets(&[(2 * rows, sa)])
 }
 
 /// The blocks of one tile dimension: `lead` elements, then blocks of `size`.
@@ -1058,7 +1090,7 @@ impl Blocks {
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand.
 pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
     // SAFETY: forwarded; the baseline kernels need no CPU feature.
-    unsafe { tile::<T>(Kernels::Baseline, dst, src, ni, nj, sa, db, false, false) }
+    unsafe { tile::<T>(Kernels::Baseline, dst, src, ni, nj, sa, db, false, false, None) }
 }
 
 /// # Safety
@@ -1069,7 +1101,8 @@ pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, n
 /// `dst + j·db` has the alignment of `dst` modulo a line; the AVX-512
 /// kernels and AVX2's whole-line ones only with `nt` and `db` a multiple of a
 /// line, the latter for 1-, 2- and 4-byte elements. `lines`: micro tiles in
-/// line blocks ([`Elem::micro_tiles`]).
+/// line blocks ([`Elem::micro_tiles`]). `next`: the next tile's source, a
+/// share of it prefetched before each micro tile (the AVX-512 kernels only).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile<T: Elem>(
@@ -1082,6 +1115,7 @@ unsafe fn tile<T: Elem>(
     db: isize,
     nt: bool,
     lines: bool,
+    next: Option<&mut NextTile>,
 ) {
     let e = size_of::<T>();
     // Micro tiles of `mi` source rows × `m` elements of each.
@@ -1145,7 +1179,10 @@ unsafe fn tile<T: Elem>(
         let (dst_body, src_body) = (dst.add(head * e), src.offset(head as isize * sa));
         match kernels {
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512 => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db),
+            Kernels::Avx512 => match next {
+                Some(next) => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || next.step()),
+                None => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || {}),
+            },
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx2Lines => match e {
                 1 => avx2::line_tiles::<1>(dst_body, src_body, body, fj, sa, db),
