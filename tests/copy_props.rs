@@ -552,10 +552,12 @@ fn large_transposes() {
     check_permute(&[200, 301], &[1, 0], 12, 0);
 }
 
-/// Streamed transposes on the AVX-512 route whose source rows do not crowd
-/// L2 sets (rows 1100 elements long), which prefetch each next tile while
-/// writing one: 2-D and batched, from and to addresses off a line, with
-/// every kernel set; the destination rows of 1280 bytes start on lines.
+/// Streamed transposes on the AVX-512 routes whose source rows do not crowd
+/// L2 sets (rows 1100 or 300 elements long), which prefetch each next tile
+/// while writing one: 2-D and batched, from and to addresses off a line,
+/// with every kernel set; destination rows of 1280 bytes, which start on
+/// lines, and of 4- and 8-byte elements 8 KiB and one element long, which
+/// do not (the sheared kernel).
 #[test]
 fn streamed_transposes_prefetching_the_next_tile() {
     with_each_kernel_and_stream(|| {
@@ -564,6 +566,9 @@ fn streamed_transposes_prefetching_the_next_tile() {
             for (src_at, dst_at) in [(0, 0), (16, 0), (3, 40)] {
                 check_permute_at(&[rows, 1100], &[1, 0], e, src_at, dst_at);
                 check_permute_at(&[3, rows, 300], &[0, 2, 1], e, src_at, dst_at);
+                if e >= 4 {
+                    check_permute_at(&[8192 / e + 1, 300], &[1, 0], e, src_at, dst_at);
+                }
             }
         }
     });

@@ -513,7 +513,7 @@ pub(super) fn has_sheared_kernel(e: usize) -> bool {
 /// and, in row `j`, the `lines` whole lines from the first line boundary at
 /// or after `dst + j·db` (`s_j < 64 / e` elements in: `i` from `s_j` to
 /// `s_j + lines · 64 / e`), streamed. Reads source rows below
-/// `(lines + 1) · 64 / e`.
+/// `(lines + 1) · 64 / e`. `each` runs before each micro tile's column.
 ///
 /// # Safety
 ///
@@ -521,6 +521,7 @@ pub(super) fn has_sheared_kernel(e: usize) -> bool {
 /// every address formed is an element of its operand; `dst` and `db` are
 /// multiples of `e`.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn sheared_tiles(
     e: usize,
     dst: *mut u8,
@@ -529,6 +530,7 @@ pub(super) unsafe fn sheared_tiles(
     fj: usize,
     sa: isize,
     db: isize,
+    mut each: impl FnMut(),
 ) {
     debug_assert!((dst as usize).is_multiple_of(e) && db % e as isize == 0);
     let m = LINE / e;
@@ -537,6 +539,7 @@ pub(super) unsafe fn sheared_tiles(
         _ => sheared8,
     };
     for j in (0..fj).step_by(m) {
+        each();
         // SAFETY: rows j .. j + m of the destination and columns j .. j + m of
         // the source lie inside the block (the caller's contract).
         unsafe { micro(dst.offset(j as isize * db), src.add(j * e), lines, sa, db) };
@@ -698,7 +701,18 @@ mod tests {
                 // SAFETY: the CPU has the kernels' instructions; source rows
                 // k < m·(lines + 1) and destination rows j < fj from `base` lie
                 // inside the buffers, each row's lines within its `db` bytes.
-                unsafe { sheared_tiles(e, dst.as_mut_ptr().add(base), src.as_ptr(), lines, fj, sa, db as isize) };
+                unsafe {
+                    sheared_tiles(
+                        e,
+                        dst.as_mut_ptr().add(base),
+                        src.as_ptr(),
+                        lines,
+                        fj,
+                        sa,
+                        db as isize,
+                        || {},
+                    )
+                };
                 let mut written = vec![false; dst.len()];
                 for j in 0..fj {
                     let row = base + j * db;

@@ -914,14 +914,22 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // one in parts, so every call of one copy picks the same order.
     let slices: usize = batch.iter().map(|d| d.len).product();
     let total = per_slice * slices;
-    // The AVX-512 route prefetches each tile's source into L2 while the tile
+    // The AVX-512 routes prefetch each tile's source into L2 while the tile
     // before it is written, a share before each micro tile, where the copy
     // is larger than the last-level cache and a tile's rows, twice over, do
     // not crowd L2 sets ([`avx512_prefetches_next`]).
-    let avx512_next = route == Route::Avx512 && avx512_prefetches_next(e, plan.bytes(), bi, a.src);
+    let avx512_next =
+        matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes(), bi, a.src);
+    // The steps a tile's prefetches are spread over: its micro tiles, or the
+    // sheared kernel's columns of them.
     let micro_tiles = |ni: usize, nj: usize| {
         let (mi, mj) = kernels.micro_dims::<T>();
-        (ni / mi).max(1) * (nj / mj).max(1)
+        let columns = (nj / mj).max(1);
+        if route == Route::Avx512Sheared {
+            columns
+        } else {
+            (ni / mi).max(1) * columns
+        }
     };
     let (sa, db) = (a.src, b.dst);
     let (d, s) = (Shared(dst), Shared(src));
@@ -986,7 +994,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                 let next = next.as_mut().map(|(next, _)| next);
                                 tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true, next)
                             }
-                            Route::Avx512Sheared => sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0),
+                            Route::Avx512Sheared => {
+                                let next = next.as_mut().map(|(next, _)| next);
+                                sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0, next)
+                            }
                             Route::Prefetched | Route::Staged => {
                                 tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false, None);
                                 match &mut next {
@@ -1025,8 +1036,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     });
 }
 
-/// Whether the AVX-512 route prefetches the next tile's source into L2
-/// ([`NextTile`], a share before each micro tile) for a copy of `bytes` of
+/// Whether the AVX-512 routes prefetch the next tile's source into L2
+/// ([`NextTile`], a share before each micro tile, or each column of them on
+/// the sheared route) for a copy of `bytes` of
 /// `e`-byte elements, in tiles of `rows` source rows `sa` bytes apart: from
 /// copies of the streaming size on ([`stream_threshold`], the last-level
 /// cache), whose rows the hardware prefetchers, following a line of each of
@@ -1038,7 +1050,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// 8192² (pitch 8256) 32.6 → 40.3, f16 4096² (pitch 4128) 35.2 → 57.2, f32
 /// (pitch 4112) 45.9 → 55.0, f16 4096² 46.5 → 51.4, f32 43.5 → 46.4, f64
 /// 2048 × 4096 52.0 → 55.9, 32 × 512² f32 56.0 → 61.0, NHWC → NCHW f32 16 ×
-/// 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8; the others 0.97–1.04×.
+/// 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8; the others 0.97–1.04×;
+/// the sheared route (rows off line boundaries), 4097 × 4095 f32 33.3 → 38.1,
+/// 5001 × 3000 f32 29.0 → 39.5, 8191 × 2049 38.0 → 41.0, 3001² f64 1.00×.
 /// Below the last-level cache it lost (2048² u16, 8 MiB: 0.85×).
 fn avx512_prefetches_next(e: usize, bytes: usize, rows: usize, sa: isize) -> bool {
     e != 3 && bytes >= stream_threshold() && !rows_crowd_l2_sets(&[(2 * rows, sa)])
@@ -1220,7 +1234,8 @@ unsafe fn tile<T: Elem>(
 /// elements in, the elements from `s_j` (from 0 in the first tile) to `ni +
 /// s_j` (to the end in the last): whole lines, streamed, but for the
 /// partial lines at the ends of the copy, and the lines whose second micro
-/// tile would lie past the end, element by element.
+/// tile would lie past the end, element by element. `next`: the next tile's
+/// source, a share of it prefetched before each column of micro tiles.
 ///
 /// # Safety
 ///
@@ -1237,6 +1252,7 @@ unsafe fn sheared_tile<T: Elem>(
     db: isize,
     first: bool,
     avail: usize,
+    next: Option<&mut NextTile>,
 ) {
     let e = size_of::<T>();
     let m = LINE / e;
@@ -1248,7 +1264,10 @@ unsafe fn sheared_tile<T: Elem>(
     unsafe {
         #[cfg(target_arch = "x86_64")]
         if fj > 0 {
-            avx512::sheared_tiles(e, dst, src, lines, fj, sa, db);
+            match next {
+                Some(next) => avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || next.step()),
+                None => avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || {}),
+            }
         }
         // Between the first and the last tiles, the lines cover each row's
         // share but for the rows past the micro tiles (a loop over every
