@@ -90,7 +90,7 @@ impl CpuAlloc {
     /// up to the next 256-byte boundary by hand. glibc's `posix_memalign` splits
     /// off and frees a leading and a trailing fragment on every call, and those
     /// fragments make the next free consolidate the heap: about a third of the
-    /// time of a small `devtensor.empty()`. Freed ones of up to 64 KiB are kept
+    /// time of a small `devtensor.empty()`. Freed ones of up to 256 KiB are kept
     /// for reuse by the thread ([`small_blocks`]).
     fn padded_layout(size: usize, align: usize) -> Result<Option<Layout>> {
         if size >= MAPPED_MIN || align > CPU_ALIGNMENT {
@@ -267,6 +267,29 @@ unsafe impl NDAlloc for CpuAlloc {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    // Other tests of the group read the process-wide counters this moves.
+    #[serial_test::serial(cpu_alloc_counters)]
+    fn a_freed_256_kib_block_is_taken_again_from_the_threads_cache() {
+        // A 256 × 256 f32 tensor's block, on a thread of its own (an empty cache).
+        std::thread::spawn(|| {
+            let a = CpuAlloc;
+            let size = 256 * 256 * 4;
+            let p = a.allocate(size, 16, None).unwrap();
+            let first = p.ptr;
+            // SAFETY: `p` came from `allocate(size, 16)` above and is freed once.
+            unsafe { a.deallocate(p, None) };
+            let taken = small_blocks::taken_here();
+            let q = a.allocate(size, 16, None).unwrap();
+            assert_eq!(small_blocks::taken_here(), taken + 1, "the block came from the cache");
+            assert_eq!(q.ptr, first);
+            // SAFETY: as above.
+            unsafe { a.deallocate(q, None) };
+        })
+        .join()
+        .unwrap();
+    }
 
     #[test]
     #[serial_test::serial(cpu_alloc_counters)]
