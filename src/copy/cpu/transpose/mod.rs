@@ -1129,7 +1129,7 @@ unsafe fn tile<T: Elem>(
     db: isize,
     nt: bool,
     lines: bool,
-    next: Option<&mut NextTile>,
+    mut next: Option<&mut NextTile>,
 ) {
     let e = size_of::<T>();
     // Micro tiles of `mi` source rows × `m` elements of each.
@@ -1193,10 +1193,7 @@ unsafe fn tile<T: Elem>(
         let (dst_body, src_body) = (dst.add(head * e), src.offset(head as isize * sa));
         match kernels {
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx512 => match next {
-                Some(next) => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || next.step()),
-                None => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || {}),
-            },
+            Kernels::Avx512 => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || step(&mut next)),
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx2Lines => match e {
                 1 => avx2::line_tiles::<1>(dst_body, src_body, body, fj, sa, db),
@@ -1252,7 +1249,7 @@ unsafe fn sheared_tile<T: Elem>(
     db: isize,
     first: bool,
     avail: usize,
-    next: Option<&mut NextTile>,
+    mut next: Option<&mut NextTile>,
 ) {
     let e = size_of::<T>();
     let m = LINE / e;
@@ -1264,10 +1261,7 @@ unsafe fn sheared_tile<T: Elem>(
     unsafe {
         #[cfg(target_arch = "x86_64")]
         if fj > 0 {
-            match next {
-                Some(next) => avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || next.step()),
-                None => avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || {}),
-            }
+            avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || step(&mut next));
         }
         // Between the first and the last tiles, the lines cover each row's
         // share but for the rows past the micro tiles (a loop over every
@@ -1290,6 +1284,14 @@ unsafe fn sheared_tile<T: Elem>(
                 }
             }
         }
+    }
+}
+
+/// The next share of `next`'s prefetches, if there is a next tile.
+#[inline(always)]
+fn step(next: &mut Option<&mut NextTile>) {
+    if let Some(next) = next {
+        next.step();
     }
 }
 
