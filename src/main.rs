@@ -22,6 +22,15 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // A closed output pipe (`devtensor bench --list | head`) ends the command quietly, as it
+    // ends `cat` or `ls`: Rust's runtime ignores SIGPIPE, so each print to the closed pipe
+    // failed instead, and `println!` panicked with a backtrace.
+    #[cfg(target_os = "linux")]
+    // SAFETY: the first statement of main, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = Args::parse();
     if matches!(args.command, Command::Bench(_)) && cli::bench_emulated::report_path().is_none() {
         // On the emulated driver the bench prints the emulator's launch metrics, which it
