@@ -26,17 +26,25 @@ pub fn check_ndim(ndim: usize) -> Result<()> {
     Ok(())
 }
 
-/// Number of elements, `Err(Overflow)` when it does not fit `isize`.
+/// Number of elements, `Err(Overflow)` when it does not fit `isize`, or when
+/// a dimension does not (DLPack's shapes are `int64_t`, and a view may
+/// reorder the dimensions of an empty tensor, so each one is bounded, not
+/// only their product). Zero when any dimension is, whatever the others.
 #[inline]
 pub fn numel(shape: &[usize]) -> Result<usize> {
+    const MAX: usize = isize::MAX as usize;
     // `let … else`, not `ok_or`: no error value built (and dropped) on the
     // way that succeeds, which every allocation takes.
-    let Some(n) = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d)) else {
+    let Some(n) = shape.iter().try_fold(
+        1usize,
+        |acc, &d| if d > MAX { None } else { Some(acc.saturating_mul(d)) },
+    ) else {
         return Err(Error::Overflow {
-            what: "number of elements",
+            what: "a dimension's size",
         });
     };
-    if n > isize::MAX as usize {
+    // Saturated, and zero from a zero dimension on.
+    if n > MAX {
         return Err(Error::Overflow {
             what: "number of elements",
         });
@@ -60,18 +68,22 @@ pub fn nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
 pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
     let mut strides: Strides = SmallVec::from_elem(0, shape.len());
     let mut acc: usize = 1;
-    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+    for (k, (s, &d)) in strides.iter_mut().zip(shape).enumerate().rev() {
         // Checked once, after the loop: `acc` only grows, so the last value
-        // bounds every stride.
+        // (the first dim's stride) bounds every stride.
         *s = acc as isize;
+        if k == 0 {
+            // Not the product of every size: no stride (an empty tensor of
+            // `[2⁶², 2⁶², 0]` has strides `[2⁶², 1, 1]`).
+            break;
+        }
         // A zero-sized dim makes later products zero; keep the stride meaningful.
         let Some(next) = acc.checked_mul(d.max(1)) else {
             return Err(Error::Overflow { what: "strides" });
         };
         acc = next;
     }
-    let last = shape.first().map_or(1, |&d| acc / d.max(1));
-    if last > isize::MAX as usize {
+    if acc > isize::MAX as usize {
         return Err(Error::Overflow { what: "strides" });
     }
     Ok(strides)
@@ -328,6 +340,11 @@ mod tests {
         assert_eq!(numel(&[2, 0, 4]).unwrap(), 0);
         assert!(matches!(numel(&[usize::MAX, 2]), Err(Error::Overflow { .. })));
         assert!(matches!(numel(&[1 << 40, 1 << 40]), Err(Error::Overflow { .. })));
+        // Empty whatever the order; no dimension past isize::MAX (int64_t in DLPack).
+        assert_eq!(numel(&[1 << 40, 1 << 40, 0]).unwrap(), 0);
+        assert_eq!(numel(&[isize::MAX as usize, isize::MAX as usize, 0]).unwrap(), 0);
+        assert!(matches!(numel(&[usize::MAX, 0]), Err(Error::Overflow { .. })));
+        assert!(matches!(numel(&[0, 1 << 63]), Err(Error::Overflow { .. })));
         assert_eq!(contiguous_strides(&[2, 3, 4]).unwrap().as_slice(), &[12, 4, 1]);
         assert_eq!(contiguous_strides(&[2, 0, 4]).unwrap().as_slice(), &[4, 4, 1]);
         // A stride past isize::MAX, with and without an overflowing product.
@@ -337,6 +354,12 @@ mod tests {
         assert!(overflows(&[2, 1 << 62, 2]));
         assert!(overflows(&[3, usize::MAX]));
         assert_eq!(contiguous_strides(&[1, 1 << 62]).unwrap().as_slice(), &[1 << 62, 1]);
+        let max = isize::MAX as usize;
+        assert_eq!(
+            contiguous_strides(&[max, max, 0]).unwrap().as_slice(),
+            &[isize::MAX, 1, 1]
+        );
+        assert_eq!(contiguous_strides(&[]).unwrap().as_slice(), &[] as &[isize]);
     }
 
     #[test]

@@ -61,7 +61,11 @@ fn an_unknown_device_is_refused_with_an_error() {
         .output()
         .expect("the devtensor binary runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "stdout: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "stdout: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(!stderr.contains("panicked"), "stderr: {stderr}");
     assert!(stderr.contains("tpu"), "the error names the device: {stderr}");
 }

@@ -154,6 +154,45 @@ fn shape_overflow_is_an_error_not_a_panic() {
     assert!(matches!(err, Error::Overflow { .. }));
 }
 
+/// No dimension past `isize::MAX` (DLPack's `int64_t`), even beside a zero
+/// one: `[usize::MAX, 0]` was made, then exported with a shape of -1 that
+/// its own import refused. Empty views whose sizes, reordered, overflow
+/// before the zero have no elements (`numel` panicked in debug builds).
+#[test]
+fn dimensions_past_int64_are_refused_and_empty_views_count_zero_elements() {
+    use devtensor::dlpack::ExportOptions;
+    let huge = usize::MAX;
+    for shape in [[huge, 0], [0, 1 << 63]] {
+        let err = Tensor::empty(&shape, DType::F32, Device::Cpu).unwrap_err();
+        assert!(matches!(err, Error::Overflow { .. }), "{err}");
+    }
+    let t = arange(&[10]);
+    let err = t.as_strided(&[huge, 0, 2], &[1, 1, 1], 0).unwrap_err();
+    assert!(matches!(err, Error::Overflow { .. }), "{err}");
+    // The largest size there is: three dims whose product overflows but for the zero.
+    let max = isize::MAX as usize;
+    let v = t
+        .as_strided(&[max, 0, max], &[1, 1, 1], 0)
+        .unwrap()
+        .transpose(1, 2)
+        .unwrap();
+    assert_eq!(v.shape(), &[max, max, 0]);
+    assert_eq!((v.numel(), v.nbytes()), (0, 0));
+    assert_eq!(v.reshape(&[-1]).unwrap().shape(), &[0]);
+    assert_eq!(v.to_vec::<i32>().unwrap(), Vec::<i32>::new());
+    assert!(matches!(v.select(0, 5), Ok(s) if s.shape() == [max, 0]));
+    let m = v.to_dlpack_versioned(ExportOptions::default());
+    // SAFETY: `m` is a live export; its shape array has `ndim` entries.
+    let shape = unsafe {
+        let d = &(*m.as_ptr()).dl_tensor;
+        std::slice::from_raw_parts(d.shape, d.ndim as usize).to_vec()
+    };
+    assert_eq!(shape, [i64::MAX, i64::MAX, 0]);
+    // SAFETY: a fresh export, consumed once.
+    let back = unsafe { devtensor::from_dlpack_versioned(m.into_raw()) }.unwrap();
+    assert_eq!(back.shape(), v.shape());
+}
+
 #[test]
 fn extreme_strides_and_broadcasts_are_errors_or_right_never_panics() {
     let t = arange(&[10]);

@@ -208,9 +208,15 @@ impl Tensor {
         self.shape.len()
     }
 
-    /// Number of elements.
+    /// Number of elements. Zero when a dimension is, whatever the others: the
+    /// product of an empty view's sizes, reordered (`transpose`), may overflow
+    /// before it reaches the zero.
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        if self.shape.contains(&0) {
+            0
+        } else {
+            self.shape.iter().product()
+        }
     }
 
     /// Bytes of element data (`numel * itemsize`), not of the storage. Never
@@ -458,6 +464,12 @@ impl Tensor {
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
         let new_shape = layout::infer_shape(shape, self.numel())?;
+        if self.numel() == 0 {
+            // No element to address: a view whatever the layout, as torch's
+            // `computeStride` gives for empty tensors.
+            let strides = layout::contiguous_strides(&new_shape)?;
+            return Ok(self.with_layout(new_shape, strides, self.offset));
+        }
         match layout::view_strides(&self.shape, &self.strides, &new_shape) {
             Some(strides) => Ok(self.with_layout(new_shape, strides, self.offset)),
             None => {
