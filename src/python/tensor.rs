@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyAttributeError, PyBufferError, PyIndexError, PyTypeErro
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyCapsule, PyEllipsis, PySlice, PyTuple};
 
+use crate::Error;
 use crate::device::Device;
 use crate::dlpack::ExportOptions;
 use crate::dlpack::ffi::{DLPACK_MINOR_VERSION, kDLCPU};
@@ -590,14 +591,19 @@ impl PyTensor {
             )));
         }
         let mut t = self.inner.clone();
-        let mut dim: isize = 0;
+        // `dim` counts the view's dimensions so far, `axis` this tensor's (an
+        // IndexError names the latter, as NumPy's and torch's do).
+        let (mut dim, mut axis): (isize, usize) = (0, 0);
         for k in keys {
             match k {
                 Key::New => {
                     t = t.unsqueeze(dim).map_err(to_py)?;
                     dim += 1;
                 }
-                Key::Ellipsis => dim += (ndim - consuming) as isize,
+                Key::Ellipsis => {
+                    dim += (ndim - consuming) as isize;
+                    axis += ndim - consuming;
+                }
                 Key::Slice(s) => {
                     let part = |name: &str| slice_part(&s.getattr(name)?);
                     let step = part("step")?.unwrap_or(1);
@@ -608,8 +614,20 @@ impl PyTensor {
                     let step = step.max(-isize::MAX);
                     t = t.slice(dim, part("start")?, part("stop")?, step).map_err(to_py)?;
                     dim += 1;
+                    axis += 1;
                 }
-                Key::Int(i) => t = t.select(dim, i).map_err(to_py)?,
+                Key::Int(i) => {
+                    t = t
+                        .select(dim, i)
+                        .map_err(|e| match e {
+                            Error::IndexOutOfRange { index, size, .. } => {
+                                Error::IndexOutOfRange { index, dim: axis, size }
+                            }
+                            e => e,
+                        })
+                        .map_err(to_py)?;
+                    axis += 1;
+                }
             }
         }
         Ok(PyTensor::from(t))

@@ -551,6 +551,18 @@ def test_getitem_out_of_range(key):
         t[key]
 
 
+@pytest.mark.parametrize(
+    "key, axis, size",
+    [((0, 4), 1, 4), ((0, 0, 5), 2, 5), ((1, slice(None), -6), 2, 5), ((None, 0, None, 4), 1, 4), ((..., 5), 2, 5)],
+)
+def test_getitem_out_of_range_names_the_tensors_axis(key, axis, size):
+    # The axis of the tensor indexed, as NumPy's "out of bounds for axis 1"
+    # says, not of the view left after earlier integer indices.
+    t = devtensor.zeros((3, 4, 5))
+    with pytest.raises(IndexError, match=rf"dimension {axis} of size {size}\b"):
+        t[key]
+
+
 @pytest.mark.parametrize("key", [1.5, "a", (Ellipsis, Ellipsis), [0, 1], True])
 def test_getitem_bad_keys(key):
     t = devtensor.zeros((3, 3))
