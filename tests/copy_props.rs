@@ -574,6 +574,24 @@ fn streamed_transposes_prefetching_the_next_tile() {
     });
 }
 
+/// Row copies whose rows are transposed (B × S × H × D → B × H × S × D,
+/// 1203 of four dims), streamed and not, with every kernel set: rows of
+/// whole lines (64 bytes to 2 KiB) into line-aligned destination rows (the
+/// AVX-512 streaming loop), rows of partial lines, and destinations or
+/// sources off a line.
+#[test]
+fn transposed_rows_of_whole_lines() {
+    with_each_kernel_and_stream(|| {
+        for (row, e) in [(64usize, 4usize), (128, 2), (192, 4), (256, 8), (2048, 4), (100, 4)] {
+            let d = row / e;
+            for (src_at, dst_at) in [(0, 0), (16, 0), (0, 40)] {
+                check_permute_at(&[3, 37, 5, d], &[0, 2, 1, 3], e, src_at, dst_at);
+                check_permute_at(&[6, 7, 5, d], &[1, 2, 0, 3], e, src_at, dst_at);
+            }
+        }
+    });
+}
+
 /// 16-byte elements (complex128) in the small tiles of their own, 64
 /// destination elements × 8 source elements: whole tiles, partial ones on
 /// either side, one tile, several, and batches of them, from and to

@@ -565,6 +565,25 @@ pub(super) unsafe fn stream_lines(dst: *mut u8, src: *const u8, n: usize) -> usi
     i
 }
 
+/// Streams `count` runs of `run` bytes (a multiple of a line), `ds` and `ss`
+/// bytes apart, one 64-byte load and streaming store a line.
+///
+/// # Safety
+///
+/// The CPU has AVX-512 F ([`enabled`]); `dst` and `ds` are multiples of a
+/// line; every run as `ptr::copy_nonoverlapping(src + j·ss, dst + j·ds, run)`.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn stream_runs(dst: *mut u8, src: *const u8, count: usize, run: usize, ds: isize, ss: isize) {
+    let (mut d, mut s) = (dst, src);
+    for _ in 0..count {
+        // SAFETY: the run's whole lines (the caller's contract).
+        unsafe { stream_lines(d, s, run) };
+        // Wrapping: past the last run the pointers may leave the operands.
+        d = d.wrapping_offset(ds);
+        s = s.wrapping_offset(ss);
+    }
+}
+
 /// Copies `count` runs of `run` bytes, `ds` and `ss` bytes apart, in 64-byte
 /// vectors, up to four loaded before any is stored. A run's last partial
 /// vector overlaps the one before it (two 32-byte halves in runs of 32 to 63

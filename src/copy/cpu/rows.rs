@@ -326,9 +326,15 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     // 12 × 64 54.0 → 42.5, 61 × 67 × 59 × 3 u8 1023 43.7 → 35.2; 2 × 333 ×
     // 16 × 32 f16 (64-byte rows) even. Out of cache its line-splitting loads
     // and stores lost (61 × 67 × 59 × 3 f32 1023, 708-byte rows: 214 → 241,
-    // 225 → 241 with the stores line-aligned). Streamed copies keep
-    // `copy_run`'s streaming stores.
-    let kernel = RowKernel::pick(row_bytes, in_cache, nt);
+    // 225 → 241 with the stores line-aligned). Streamed copies stream: rows
+    // of whole lines into line-aligned rows in one AVX-512 loop
+    // ([`RowKernel::pick`]), others through `copy_run`.
+    let dst_lines = (dst as usize).is_multiple_of(LINE)
+        && [a.dst, b.dst]
+            .iter()
+            .chain(batch.iter().map(|d| &d.dst))
+            .all(|s| s % LINE as isize == 0);
+    let kernel = RowKernel::pick(row_bytes, in_cache, nt, dst_lines);
     par_for(per_slice * slices, plan.bytes(), |t0, t1| {
         // Locals, not the captured values: LLVM reloads those after every
         // store, which may alias them.
@@ -373,13 +379,31 @@ enum RowKernel {
     /// streamed, where the CPU has AVX2.
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// [`super::avx512::stream_runs`]: rows of whole lines of streamed copies
+    /// into line-aligned destination rows, where the CPU has AVX-512.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Stream,
     /// [`short_rows`], literal sizes inlined: short rows, streamed copies, and
     /// CPUs without AVX2.
     Rows,
 }
 
 impl RowKernel {
-    fn pick(row_bytes: usize, in_cache: bool, nt: bool) -> RowKernel {
+    /// The kernel for rows of `row_bytes`; `dst_lines`: every destination
+    /// row starts on a line.
+    fn pick(row_bytes: usize, in_cache: bool, nt: bool, dst_lines: bool) -> RowKernel {
+        // Streamed rows of whole lines: one loop of 64-byte loads and streaming
+        // stores over a run of rows, where `copy_run` (a call a row, and
+        // ordinary stores under 256 bytes) lost. In-process A/B, Zen 5 VM, two
+        // cores, best of eight alternated calls, both orders (GB/s): B × S × H
+        // × D → B × H × S × D f32, D = 16 (64-byte rows) 38 → 64 and 35 → 58,
+        // 32 38 → 58, 48 34 → 45, 64 40 → 50, 128 45 → 54, 256 and 512 (1 and 2
+        // KiB) 1.00–1.04×; `devtensor bench`'s attention permutes f16 × 64
+        // 38 → 57, × 128 40 → 50, 64⁴ f32 1203 38 → 48.
+        #[cfg(target_arch = "x86_64")]
+        if nt && dst_lines && row_bytes.is_multiple_of(LINE) && super::avx512::enabled() {
+            return RowKernel::Avx512Stream;
+        }
         #[cfg(target_arch = "x86_64")]
         if !nt && row_bytes >= 32 {
             if in_cache && super::avx512::enabled() {
@@ -389,7 +413,7 @@ impl RowKernel {
                 return RowKernel::Avx2;
             }
         }
-        let _ = (row_bytes, in_cache, nt);
+        let _ = (row_bytes, in_cache, nt, dst_lines);
         RowKernel::Rows
     }
 
@@ -408,6 +432,8 @@ impl RowKernel {
                 RowKernel::Avx512 => super::avx512::copy_runs(dst, src, count, row, ds, ss),
                 #[cfg(target_arch = "x86_64")]
                 RowKernel::Avx2 => super::avx2::copy_runs(dst, src, count, row, ds, ss),
+                #[cfg(target_arch = "x86_64")]
+                RowKernel::Avx512Stream => super::avx512::stream_runs(dst, src, count, row, ds, ss),
                 // Literal sizes of short rows inline to fixed moves (`copy_run`
                 // streams 256 bytes or more only). With `rows_tiled`'s locals
                 // for the operands, Python, µs: 31 × 29 × 27 × 3 f64 permuted
