@@ -7,7 +7,7 @@ use super::caches::l2_bytes;
 use super::elem::{Elem, ld, st};
 use super::fill::{fill_pattern, fill_run};
 use super::parallel::{Shared, for_each_segment, par_for_slow};
-use super::runs::{copy_run, store_fence};
+use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
 use super::stage::{STAGE, with_stage};
 use super::transpose::{L1_SET_SPAN, L1_WAYS, l1_tile};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
@@ -159,6 +159,19 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
     let (cols, rows) = (dk.len.div_ceil(m), d0.len.div_ceil(m));
     let total = units(m);
     let (d, s) = (Shared(dst), Shared(src));
+    // Each next tile's source rows are prefetched into L2 while this one is
+    // read, where the source is too large to stay in cache: its rows, a page
+    // or more apart, are read a few lines each, late for the hardware
+    // prefetchers. In-process A/B, Zen 5 VM, two cores, best of 12 to 20
+    // alternated calls, both orders, speed-up: `x[:, ::2].T` f32 2048² 1.33–
+    // 1.44×, 4096² 1.10×, f64 4096² 1.04–1.06×, channel 0 of 1080 × 1920 × 3
+    // f32 transposed 1.14×, of 2160 × 3840 × 3 u8 1.21–1.27×; from sources
+    // under half the last-level cache it lost (f32 512² 0.89–0.92×, u8
+    // 1080 × 1920 × 3 0.91×). `devtensor bench`, three processes each with
+    // and without (GB/s): f32 2048² 15.2–16.6 against 13.4–14.9, f64
+    // 17.5–19.3 against 16.1–16.4.
+    let step = (dk.src.unsigned_abs() / e as usize).max(1);
+    let next_tiles = bytes.saturating_mul(step) >= stream_threshold() / 2;
     par_for_slow(total, bytes, |w0, w1| {
         let mut buf = [MaybeUninit::<T>::uninit(); TILE * TILE];
         for_each_segment(&batch, cols * rows, w0, w1, |dof, so, first, n| {
@@ -175,6 +188,16 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                         unsafe {
                             let sp = s.get().offset(so + j * dk.src + i * d0.src);
                             let dp = d.get().offset(dof + j * dk.dst + i * d0.dst);
+                            let next_h = i_end.min(d0.len).saturating_sub(i0 + TILE).min(TILE);
+                            if next_tiles && next_h > 0 {
+                                prefetch_rows(
+                                    sp.wrapping_offset(TILE as isize * d0.src),
+                                    next_h,
+                                    d0.src,
+                                    width,
+                                    dk.src,
+                                );
+                            }
                             let b = buf.as_mut_ptr().cast::<u8>();
                             // Each source line read once, whole: the tile's rows
                             // along `dims[k]` into `buf`, one row after another…
@@ -196,6 +219,23 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
             }
         });
     });
+}
+
+/// Prefetches into L2 the lines of `rows` source rows `sa` bytes apart, each
+/// of `n` elements `step` bytes apart (the next tile of [`tiled`]).
+#[inline(always)]
+fn prefetch_rows(src: *const u8, rows: usize, sa: isize, n: usize, step: isize) {
+    let span = (n as isize - 1) * step;
+    let (lo, hi) = (span.min(0), span.max(0));
+    for r in 0..rows as isize {
+        let row = src.wrapping_offset(r * sa);
+        // Every line from the row's lowest element to its highest, that included.
+        let mut at = lo;
+        while at < hi + LINE as isize {
+            prefetch(row.wrapping_offset(at.min(hi)), Cache::L2);
+            at += LINE as isize;
+        }
+    }
 }
 
 /// The bytes of memory a copy moves, which decide whether it is split across
