@@ -463,8 +463,9 @@ impl Tensor {
     /// A view with `shape` when possible, otherwise a contiguous copy (torch's `reshape`).
     pub fn reshape(&self, shape: &[isize]) -> Result<Tensor> {
         layout::check_ndim(shape.len())?;
-        let new_shape = layout::infer_shape(shape, self.numel())?;
-        if self.numel() == 0 {
+        let numel = self.numel();
+        let new_shape = layout::infer_shape(shape, numel)?;
+        if numel == 0 {
             // No element to address: a view whatever the layout, as torch's
             // `computeStride` gives for empty tensors.
             let strides = layout::contiguous_strides(&new_shape)?;
