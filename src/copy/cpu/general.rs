@@ -7,9 +7,9 @@ use super::caches::l2_bytes;
 use super::elem::{Elem, ld, st};
 use super::fill::{fill_pattern, fill_run};
 use super::parallel::{Shared, for_each_segment, par_for_slow};
-use super::runs::{Cache, copy_run, prefetch, store_fence, stream_threshold};
+use super::runs::{copy_run, store_fence, stream_threshold};
 use super::stage::{STAGE, with_stage};
-use super::transpose::{L1_SET_SPAN, L1_WAYS, l1_tile};
+use super::transpose::{L1_SET_SPAN, L1_WAYS, NextTile, l1_tile};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 use smallvec::SmallVec;
 use std::mem::MaybeUninit;
@@ -190,13 +190,12 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                             let dp = d.get().offset(dof + j * dk.dst + i * d0.dst);
                             let next_h = i_end.min(d0.len).saturating_sub(i0 + TILE).min(TILE);
                             if next_tiles && next_h > 0 {
-                                prefetch_rows(
-                                    sp.wrapping_offset(TILE as isize * d0.src),
-                                    next_h,
-                                    d0.src,
-                                    width,
-                                    dk.src,
-                                );
+                                // The next tile's rows, from each one's lowest element
+                                // (`dk.src` may be negative) to past its highest.
+                                let span = (width as isize - 1) * dk.src;
+                                let first = sp.wrapping_offset(TILE as isize * d0.src + span.min(0));
+                                let row_bytes = span.unsigned_abs() + e as usize;
+                                NextTile::new(first, next_h, row_bytes, d0.src, 1).step();
                             }
                             let b = buf.as_mut_ptr().cast::<u8>();
                             // Each source line read once, whole: the tile's rows
@@ -219,23 +218,6 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
             }
         });
     });
-}
-
-/// Prefetches into L2 the lines of `rows` source rows `sa` bytes apart, each
-/// of `n` elements `step` bytes apart (the next tile of [`tiled`]).
-#[inline(always)]
-fn prefetch_rows(src: *const u8, rows: usize, sa: isize, n: usize, step: isize) {
-    let span = (n as isize - 1) * step;
-    let (lo, hi) = (span.min(0), span.max(0));
-    for r in 0..rows as isize {
-        let row = src.wrapping_offset(r * sa);
-        // Every line from the row's lowest element to its highest, that included.
-        let mut at = lo;
-        while at < hi + LINE as isize {
-            prefetch(row.wrapping_offset(at.min(hi)), Cache::L2);
-            at += LINE as isize;
-        }
-    }
 }
 
 /// The bytes of memory a copy moves, which decide whether it is split across

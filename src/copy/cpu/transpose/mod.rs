@@ -16,7 +16,8 @@ mod tile_sizes;
 use smallvec::SmallVec;
 
 use self::extension::{Extension, extended_split, rows_crowd_l2_sets};
-use self::prefetches::{NextTile, RunEnds};
+pub(super) use self::prefetches::NextTile;
+use self::prefetches::RunEnds;
 use self::tile_sizes::{
     AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile, prefetched_tile,
     small_runs, small_src_len,

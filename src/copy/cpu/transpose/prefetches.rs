@@ -13,7 +13,7 @@ use super::super::runs::{Cache, prefetch};
 /// 03142 permute's time on a Zen 2 VM, whose divider is slow and one a core
 /// (`perf`: the extension's loop 35 % of the samples, its tiles' transposes
 /// 7 %; 6.9 GB/s, memcpy 26).
-pub(super) struct NextTile {
+pub(in crate::copy::cpu) struct NextTile {
     /// The row of the next line to prefetch, and that line in it.
     row: *const u8,
     line: usize,
@@ -36,7 +36,13 @@ impl NextTile {
     /// miss per row and tile (4097 × 4095 f32 on two cores, three runs each:
     /// 22.4 GB/s without it, 31.1 with).
     #[inline(always)]
-    pub(super) fn new(src: *const u8, rows: usize, row_bytes: usize, sa: isize, steps: usize) -> NextTile {
+    pub(in crate::copy::cpu) fn new(
+        src: *const u8,
+        rows: usize,
+        row_bytes: usize,
+        sa: isize,
+        steps: usize,
+    ) -> NextTile {
         let misaligned = !(src as usize).is_multiple_of(LINE) || sa % LINE as isize != 0;
         let row_lines = row_bytes.div_ceil(LINE) + usize::from(misaligned);
         let total = rows * row_lines;
@@ -55,7 +61,7 @@ impl NextTile {
     /// Prefetches into L2 the next of the `steps` shares of the tile's source
     /// lines (calls past the last prefetch nothing).
     #[inline(always)]
-    pub(super) fn step(&mut self) {
+    pub(in crate::copy::cpu) fn step(&mut self) {
         self.step_with(|line| prefetch(line, Cache::L2));
     }
 
