@@ -479,6 +479,12 @@ fn transposes_every_alignment_and_kernel() {
                                 check_permute_at(&[len, run + 9], &[1, 0], e, src_at, dst_at);
                             }
                             check_permute_at(&[2, long_row + 5, run + 3], &[0, 2, 1], e, src_at, dst_at);
+                            // Source rows 64 KiB apart, every one starting in
+                            // the same L2 set: the AVX-512 tiles prefetch the
+                            // next tile along the rows all the same.
+                            if src_at == dst_at {
+                                check_permute_at(&[64, 65536 / e], &[1, 0], e, src_at, dst_at);
+                            }
                         }
                         if e == 3 {
                             // Pixels into destination rows of whole lines (a

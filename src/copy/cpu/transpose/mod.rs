@@ -917,8 +917,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let total = per_slice * slices;
     // The AVX-512 routes prefetch each tile's source into L2 while the tile
     // before it is written, a share before each micro tile, where the copy
-    // is larger than the last-level cache and a tile's rows, twice over, do
-    // not crowd L2 sets ([`avx512_prefetches_next`]).
+    // is larger than the last-level cache (for bytes, where a tile's rows,
+    // twice over, do not crowd L2 sets: [`avx512_prefetches_next`]).
     let avx512_next =
         matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes(), bi, a.src);
     // The steps a tile's prefetches are spread over: its micro tiles, or the
@@ -1043,20 +1043,34 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// `e`-byte elements, in tiles of `rows` source rows `sa` bytes apart: from
 /// copies of the streaming size on ([`stream_threshold`], the last-level
 /// cache), whose rows the hardware prefetchers, following a line of each of
-/// 16 to 64 rows a micro tile, fetch late. Not where a tile's rows and the
-/// next tile's, `2 · rows` rows, crowd the L2's sets (8192² u8, rows 8 KiB
-/// apart: both tiles' lines would not stay), nor for 3-byte pixels (not
-/// measured). In-process A/B on a Zen 5 VM (two cores, `devtensor bench`'s
-/// patterns, best of ten alternated calls, GB/s without → with): pitched u8
-/// 8192² (pitch 8256) 32.6 → 40.3, f16 4096² (pitch 4128) 35.2 → 57.2, f32
-/// (pitch 4112) 45.9 → 55.0, f16 4096² 46.5 → 51.4, f32 43.5 → 46.4, f64
-/// 2048 × 4096 52.0 → 55.9, 32 × 512² f32 56.0 → 61.0, NHWC → NCHW f32 16 ×
-/// 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8; the others 0.97–1.04×;
-/// the sheared route (rows off line boundaries), 4097 × 4095 f32 33.3 → 38.1,
-/// 5001 × 3000 f32 29.0 → 39.5, 8191 × 2049 38.0 → 41.0, 3001² f64 1.00×.
-/// Below the last-level cache it lost (2048² u16, 8 MiB: 0.85×).
+/// 16 to 64 rows a micro tile, fetch late. Not for bytes whose tile's rows
+/// and the next tile's, `2 · rows` rows, crowd the L2's sets (8192² u8, rows
+/// 8 KiB apart: both tiles' lines would not stay; 0.96–1.04× now), nor for
+/// 3-byte pixels (not measured). In-process A/B on a Zen 5 VM (two cores,
+/// `devtensor bench`'s patterns, best of ten alternated calls, GB/s without
+/// → with): pitched u8 8192² (pitch 8256) 32.6 → 40.3, f16 4096² (pitch
+/// 4128) 35.2 → 57.2, f32 (pitch 4112) 45.9 → 55.0, f16 4096² 46.5 → 51.4,
+/// f32 43.5 → 46.4, f64 2048 × 4096 52.0 → 55.9, 32 × 512² f32 56.0 → 61.0,
+/// NHWC → NCHW f32 16 × 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8;
+/// the others 0.97–1.04×; the sheared route (rows off line boundaries),
+/// 4097 × 4095 f32 33.3 → 38.1, 5001 × 3000 f32 29.0 → 39.5, 8191 × 2049
+/// 38.0 → 41.0, 3001² f64 1.00×. Below the last-level cache it lost (2048²
+/// u16, 8 MiB: 0.85×).
+///
+/// Wider elements prefetch however their rows crowd the L2: the next tile
+/// lies further along the same rows, in other sets, and a line the L2
+/// cannot keep still reaches the L3 (Zen's is filled by the L2's
+/// evictions) before its load. Rows 16 KiB or more apart, Zen 5 VM,
+/// in-process A/B, best of four to six alternated calls in both orders,
+/// speed-up on one core / two: 256³ f32 permuted 210 1.34–1.42× /
+/// 1.10–1.14×, 128 × 256 × 512 1.22–1.24× / 1.14–1.24×, 512 × 256 × 128
+/// 1.27–1.30× / 1.09–1.16×, f16 256³ 1.06–1.15× / 1.00–1.05×, f64 128² ×
+/// 512 1.08–1.22× / 1.00–1.02×; transposed, f32 2048 × 8192 1.34–1.35× /
+/// 1.08–1.11×, 1024 × 16384 1.23–1.30× / 1.02–1.13×, f16 4096 × 8192
+/// 1.23–1.38× / 1.15–1.20×, f64 1024 × 8192 1.15–1.38× / 1.02–1.13×; 64⁴
+/// f32 3021 and 3210, 32⁵ × 16 f32 43210 0.96–1.06×.
 fn avx512_prefetches_next(e: usize, bytes: usize, rows: usize, sa: isize) -> bool {
-    e != 3 && bytes >= stream_threshold() && !rows_crowd_l2_sets(&[(2 * rows, sa)])
+    e != 3 && bytes >= stream_threshold() && (e > 1 || !rows_crowd_l2_sets(&[(2 * rows, sa)]))
 }
 
 /// The blocks of one tile dimension: `lead` elements, then blocks of `size`.
