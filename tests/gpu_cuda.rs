@@ -280,3 +280,107 @@ fn a_foreign_consumer_stream_is_not_recorded_so_it_may_be_destroyed_first() {
     assert_eq!(again.to_vec::<u32>().unwrap(), vec![9; n]);
     devtensor::dlpack::drain_deleters();
 }
+
+/// A host read of managed memory waits for work a blocking stream other than
+/// the legacy one queued on it: here the calling thread's per-thread default
+/// stream (DLPack value 2), recorded on the storage. Synchronising the legacy
+/// stream alone does not wait for it (Driver API, "Stream synchronization
+/// behavior": the legacy stream's *work* waits for the blocking streams' earlier
+/// work; a synchronize of the legacy stream waits for its own work only).
+#[test]
+fn host_reads_of_managed_memory_wait_for_the_per_thread_default_stream() {
+    use cudarc::driver::sys;
+    use devtensor::stream::StreamHandle;
+    if !ready("host_reads_of_managed_memory_wait_for_the_per_thread_default_stream") {
+        return;
+    }
+    let n = 1 << 16;
+    let per_thread = 2usize as sys::CUstream;
+    for round in 0..4 {
+        let m = Tensor::zeros(&[n], DType::U32, Device::CudaManaged(0)).unwrap();
+        let slow = Tensor::empty(&[1 << 22], DType::U32, dev(0)).unwrap();
+        {
+            let _current = devtensor::backend::cuda::context::device(0).unwrap().bind().unwrap();
+            // SAFETY: live device and managed buffers of GPU 0, its context current.
+            unsafe {
+                assert_eq!(
+                    sys::cuMemsetD32Async(slow.data_ptr() as u64, 1, 1 << 22, per_thread),
+                    sys::CUresult::CUDA_SUCCESS
+                );
+                assert_eq!(
+                    sys::cuMemsetD32Async(m.data_ptr() as u64, 7, n, per_thread),
+                    sys::CUresult::CUDA_SUCCESS
+                );
+            }
+        }
+        m.storage().record_stream(StreamHandle::CUDA_PER_THREAD);
+        slow.storage().record_stream(StreamHandle::CUDA_PER_THREAD);
+        let v = m.to_vec::<u32>().unwrap();
+        assert!(
+            v.iter().all(|&x| x == 7),
+            "round {round}: the host read {} stale elements",
+            v.iter().filter(|&&x| x != 7).count()
+        );
+    }
+}
+
+/// A fork()ed child's `empty_cache` of a GPU its parent used gets the typed
+/// error, as every other CUDA entry point does: the cached blocks (and the
+/// events recorded on them) are the parent's driver state, which the child
+/// must not call into (a real driver may hang), nor report as released.
+#[cfg(target_os = "linux")]
+#[test]
+fn forked_child_cannot_empty_the_parents_cache() {
+    if !ready("forked_child_cannot_empty_the_parents_cache") {
+        return;
+    }
+    // A cached block with an event on it: used on a stream of ours, then freed.
+    let s = CudaStream::new(0).unwrap();
+    let t = Tensor::zeros(&[1 << 16], DType::U8, dev(0)).unwrap();
+    t.storage().record_stream(s.handle());
+    drop(t);
+    // SAFETY: the child only calls devtensor, then `_exit`s without unwinding
+    // into the test harness.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ok = std::panic::catch_unwind(|| {
+            matches!(
+                devtensor::backend::empty_cache(dev(0)),
+                Err(devtensor::Error::ForkedChild {
+                    backend: devtensor::Backend::Cuda
+                })
+            )
+        })
+        .unwrap_or(false);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let start = std::time::Instant::now();
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            // SAFETY: our own child, which hangs.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            panic!("the forked child hung in empty_cache");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's empty_cache did not return ForkedChild: status {status:#x}"
+    );
+    // The parent's pool is unaffected.
+    devtensor::backend::empty_cache(dev(0)).unwrap();
+    assert_eq!(
+        Tensor::full(&[3], 4u8, dev(0)).unwrap().to_vec::<u8>().unwrap(),
+        vec![4; 3]
+    );
+}

@@ -588,6 +588,30 @@ def test_host_reads_of_managed_memory_wait_for_every_stream(managed_written_by_c
     np.testing.assert_array_equal(host(m), np.ones(n, dtype=np.uint32))
 
 
+@pytest.mark.parametrize("how", ["numpy", "tolist", "cpu"])
+def test_host_reads_of_managed_memory_wait_for_a_per_thread_default_stream_consumer(how):
+    # A consumer on the per-thread default stream (DLPack stream=2: torch or CuPy built for
+    # it) writes the managed tensor there, behind slower work; the host read must wait for
+    # it. Synchronising the legacy stream does not (only work queued on it waits for the
+    # blocking streams: Driver API, "Stream synchronization behavior").
+    drv = _Driver()
+    n = 1 << 12
+    slow = devtensor.empty(1 << 22, dtype="uint32", device="cuda")
+    for _ in range(3):
+        m = devtensor.zeros(n, dtype="uint32", device="cuda_managed")
+        cap = m.__dlpack__(stream=2, max_version=(1, 3))
+        drv.call("cuMemsetD32Async", slow.data_ptr, 1, 1 << 22, 2)
+        drv.call("cuMemsetD32Async", m.data_ptr, 7, n, 2)
+        del cap
+        reads = {
+            "numpy": np.from_dlpack,
+            "tolist": lambda m: np.array(m.tolist(), dtype=np.uint32),
+            "cpu": lambda m: host(m.cpu()),
+        }
+        np.testing.assert_array_equal(reads[how](m), np.full(n, 7, dtype=np.uint32))
+    devtensor.synchronize("cuda:0")
+
+
 def test_host_fills_of_managed_memory_wait_for_every_stream(managed_written_by_consumer):
     # As above, with the host writing: a fill on the host must come after S's write,
     # not be overwritten by it (nor race with the witness, as above).

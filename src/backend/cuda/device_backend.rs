@@ -42,6 +42,9 @@ impl DeviceBackend for CudaBackend {
     }
 
     fn empty_cache(&self, device: Device) -> Result<usize> {
+        // A forked child's pool holds its parent's blocks and events: not the
+        // child's to release (each would be a call into the inherited driver).
+        crate::fork::check(Backend::Cuda)?;
         Ok(alloc::pool(device)?.map_or(0, |p| p.empty_cache()))
     }
 

@@ -298,6 +298,9 @@ impl CudaEvent {
 
 impl Drop for CudaEvent {
     fn drop(&mut self) {
+        if crate::fork::check(crate::Backend::Cuda).is_err() {
+            return; // a forked child's copy of its parent's event: leaked, not a driver call
+        }
         // Its context current, as for every other call on it (a failure to
         // bind leaves the destroy to the driver's own lookup).
         let _current = self.bind();
@@ -313,10 +316,16 @@ impl Drop for CudaEvent {
 /// that cannot be synchronised (destroyed by its owner) makes it wait for the
 /// whole device instead.
 pub fn synchronize_streams(ordinal: u32, streams: &[crate::stream::StreamHandle]) -> Result<()> {
-    CudaStream::default_stream(ordinal).synchronize()?;
+    // Through an event recorded on the legacy stream, not cuStreamSynchronize of it:
+    // work queued there waits for the earlier work of every blocking stream of the
+    // context (each thread's per-thread default stream included; Driver API,
+    // "Stream synchronization behavior"), a synchronize of it for its own work only.
+    let legacy = CudaEvent::new(ordinal, false)?;
+    legacy.record(&CudaStream::default_stream(ordinal))?;
+    legacy.synchronize()?;
     for s in streams {
         if s.as_raw() <= 2 {
-            continue; // 0 and 1 are the legacy stream; 2 is this thread's, which the legacy one waits for
+            continue; // 0 and 1 are the legacy stream; 2, any thread's, the legacy event waited for
         }
         // SAFETY: a recorded stream is a stream of this GPU's context (the
         // `record_stream` contract); a destroyed one is answered with an error.
