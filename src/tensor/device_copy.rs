@@ -466,7 +466,7 @@ fn staged_host_to_device(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordina
     let chunks = Chunks::new(dst.shape(), e, slot);
     let mut scratch = None;
     let mut done: [Option<Box<dyn GpuEvent>>; 2] = [None, None];
-    for c in 0..chunks.count {
+    let chunked = (0..chunks.count).try_for_each(|c| {
         let j = c % 2;
         if let Some(ev) = done[j].take() {
             ev.synchronize()?; // the DMA that read this slot (chunk c - 2)
@@ -490,8 +490,18 @@ fn staged_host_to_device(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordina
         if c + 2 < chunks.count {
             done[j] = Some(rt.record(&stream)?);
         }
-    }
-    rt.synchronize(&stream)
+        Ok(())
+    });
+    finish_staged(rt, &stream, chunked)
+}
+
+/// The end of a copy through the pinned ring: its stream synchronised, on
+/// failure too, before the ring's lock is released. A DMA of a copy that
+/// failed part-way may still read or write a slot, and the next copy, of
+/// another GPU's stream perhaps, would reuse it meanwhile.
+fn finish_staged(rt: &dyn GpuRuntime, stream: &GpuStream, chunked: Result<()>) -> Result<()> {
+    let synced = rt.synchronize(stream);
+    chunked.and(synced)
 }
 
 /// Device memory of GPU `ordinal` → host (any host-accessible memory, any
@@ -526,7 +536,7 @@ fn staged_device_to_host(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordina
             )
         }
     };
-    for c in 0..chunks.count {
+    let chunked = (0..chunks.count).try_for_each(|c| {
         let sv = chunks.view(src, c)?;
         let area = Area::new(buf + ((c % 2) * slot) as u64, sv.shape())?;
         // SAFETY: the slot was scattered by the host (chunk c - 2, below) before
@@ -537,14 +547,13 @@ fn staged_device_to_host(rt: &dyn GpuRuntime, dst: &Tensor, src: &Tensor, ordina
         } else {
             None
         };
-        if let Some((p, pev)) = pending.replace((c, ev)) {
-            scatter(p, pev)?;
+        match pending.replace((c, ev)) {
+            Some((p, pev)) => scatter(p, pev),
+            None => Ok(()),
         }
-    }
-    if let Some((p, pev)) = pending {
-        scatter(p, pev)?;
-    }
-    rt.synchronize(&stream)
+    });
+    let chunked = chunked.and_then(|()| pending.map_or(Ok(()), |(p, pev)| scatter(p, pev)));
+    finish_staged(rt, &stream, chunked)
 }
 
 // ----- between GPUs ---------------------------------------------------------------------
