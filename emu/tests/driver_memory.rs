@@ -575,3 +575,187 @@ fn kernel_peer_access_needs_enabling() {
         assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
     }
 }
+
+/// Pool memory is not peer memory. cuMemPoolCreate (group__CUDA__MALLOC__ASYNC):
+/// "By default, the pool's memory will be accessible from the device it is
+/// allocated on"; CUDA Programming Guide, Stream Ordered Memory Allocator,
+/// "Device Accessibility for Multi-GPU Support": "memory pool allocation
+/// accessibility does not follow cudaDeviceEnablePeerAccess or
+/// cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess modifies what
+/// devices can access allocations from a pool." A kernel of device 0 reading
+/// device 1's cuMemAllocAsync block faults even with peer access enabled; the
+/// copy engines (cuMemcpyPeer) still reach it.
+#[test]
+fn kernel_peer_access_does_not_reach_pool_memory() {
+    if !in_child() {
+        let (st, err) = child("kernel_peer_access_does_not_reach_pool_memory", &[]);
+        assert!(st.success(), "{err}");
+        assert!(err.contains("cuMemPoolSetAccess"), "{err}");
+        return;
+    }
+    let c0 = setup();
+    let f = load_copy_kernel();
+    // SAFETY: valid buffers and handles.
+    unsafe {
+        let mut c1 = null_mut();
+        assert_eq!(cuDevicePrimaryCtxRetain(&mut c1, 1), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(c1), CUDA_SUCCESS);
+        let mut remote = 0u64;
+        assert_eq!(cuMemAllocAsync(&mut remote, 256, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuMemsetD32Async(remote, 3, 64, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS);
+        assert_eq!(cuCtxSetCurrent(c0), CUDA_SUCCESS);
+        let mut local = 0u64;
+        assert_eq!(cuMemAlloc_v2(&mut local, 256), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyPeer(local, c0, remote, c1, 256), CUDA_SUCCESS);
+        assert_eq!(cuCtxEnablePeerAccess(c1, 0), CUDA_SUCCESS);
+        assert_eq!(launch_copy(f, local, remote, 64, null_mut()), CUDA_SUCCESS);
+        assert_eq!(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+}
+
+/// The copies that name their sides' kinds refuse memory of the other kind
+/// (`CUDA_ERROR_INVALID_VALUE`, nothing copied). group__CUDA__MEM: cuMemcpyHtoD
+/// "Copies from host memory to device memory. dstDevice and srcHost are the base
+/// addresses of the destination and source"; cuMemcpyDtoH "Copies from device to
+/// host memory"; cuMemcpyDtoD "Copies from device memory to device memory";
+/// CUDA_MEMCPY2D: "If srcMemoryType is CU_MEMORYTYPE_HOST, srcHost and srcPitch
+/// specify the (host) base address ... If srcMemoryType is CU_MEMORYTYPE_DEVICE,
+/// srcDevice and srcPitch specify the (device) base address". The runtime's
+/// cudaMemcpy page: "Calling cudaMemcpy() with dst and src pointers that do not
+/// match the direction of the copy results in an undefined behavior." A device
+/// pointer is no host memory (the host faults on it), pageable memory no device
+/// memory (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS is 0). Pinned memory is
+/// both: group__CUDA__UNIFIED, "Automatic Mapping of Host Allocated Host Memory":
+/// "The pointer value through which allocated host memory may be accessed in
+/// kernels on all devices that support unified addressing is the same as the
+/// pointer value through which that memory is accessed on the host" — so a
+/// CU_MEMORYTYPE_DEVICE side may be pinned memory.
+#[test]
+fn typed_copies_refuse_memory_of_the_wrong_kind() {
+    setup();
+    // SAFETY: every buffer holds the 256 bytes copied; refused copies touch nothing.
+    unsafe {
+        let (mut d, mut d2) = (0u64, 0u64);
+        assert_eq!(cuMemAlloc_v2(&mut d, 256), CUDA_SUCCESS);
+        assert_eq!(cuMemAlloc_v2(&mut d2, 256), CUDA_SUCCESS);
+        let mut pinned = null_mut();
+        assert_eq!(cuMemHostAlloc(&mut pinned, 256, 0), CUDA_SUCCESS);
+        let (mut h, mut h2) = (vec![7u8; 256], vec![0u8; 256]);
+        let (hp, h2p) = (h.as_mut_ptr().cast::<c_void>(), h2.as_mut_ptr().cast::<c_void>());
+        let s = null_mut();
+        let wrong = |r: CUresult, call: &str, what: &str| {
+            assert_eq!(r, CUDA_ERROR_INVALID_VALUE, "{call} {what}");
+            let m = last_error_message().unwrap();
+            assert!(m.contains(call) && m.contains(what), "{m}");
+        };
+        wrong(
+            cuMemcpyHtoD_v2(d, d2 as *const c_void, 256),
+            "cuMemcpyHtoD_v2",
+            "is device memory",
+        );
+        wrong(
+            cuMemcpyHtoD_v2(h2p as u64, hp, 256),
+            "cuMemcpyHtoD_v2",
+            "is pageable host memory",
+        );
+        wrong(
+            cuMemcpyDtoH_v2(d2 as *mut c_void, d, 256),
+            "cuMemcpyDtoH_v2",
+            "is device memory",
+        );
+        wrong(
+            cuMemcpyDtoH_v2(h2p, hp as u64, 256),
+            "cuMemcpyDtoH_v2",
+            "is pageable host memory",
+        );
+        wrong(
+            cuMemcpyDtoD_v2(h2p as u64, d, 256),
+            "cuMemcpyDtoD_v2",
+            "is pageable host memory",
+        );
+        wrong(
+            cuMemcpyDtoD_v2(d, hp as u64, 256),
+            "cuMemcpyDtoD_v2",
+            "is pageable host memory",
+        );
+        wrong(
+            cuMemcpyHtoDAsync_v2(d, d2 as *const c_void, 256, s),
+            "cuMemcpyHtoDAsync_v2",
+            "is device memory",
+        );
+        wrong(
+            cuMemcpyDtoHAsync_v2(h2p, hp as u64, 256, s),
+            "cuMemcpyDtoHAsync_v2",
+            "is pageable host memory",
+        );
+        wrong(
+            cuMemcpyDtoDAsync_v2(d, hp as u64, 256, s),
+            "cuMemcpyDtoDAsync_v2",
+            "is pageable host memory",
+        );
+        let mut c = memcpy2d(d, 16, d2, 16, 16, 16);
+        c.src_memory_type = CU_MEMORYTYPE_HOST;
+        c.src_host = d2 as *const c_void;
+        wrong(cuMemcpy2D_v2(&c), "cuMemcpy2D_v2", "is device memory");
+        let mut c = memcpy2d(h2p as u64, 16, d, 16, 16, 16);
+        c.dst_memory_type = CU_MEMORYTYPE_DEVICE;
+        wrong(
+            cuMemcpy2DAsync_v2(&c, s),
+            "cuMemcpy2DAsync_v2",
+            "is pageable host memory",
+        );
+        // Nothing was copied.
+        assert!(h2.iter().all(|&b| b == 0));
+        // The right kinds, pinned memory on either side, and the unified copies.
+        assert_eq!(cuMemcpyHtoD_v2(d, hp, 256), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyDtoD_v2(pinned as u64, d, 256), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyHtoD_v2(d2, pinned, 256), CUDA_SUCCESS);
+        let mut c = memcpy2d(d, 16, pinned as u64, 16, 16, 16);
+        c.src_memory_type = CU_MEMORYTYPE_DEVICE;
+        assert_eq!(cuMemcpy2D_v2(&c), CUDA_SUCCESS, "{:?}", last_error_message());
+        assert_eq!(cuMemcpyAsync(h2p as u64, d2, 256, s), CUDA_SUCCESS);
+        assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
+        assert!(h2.iter().all(|&b| b == 7));
+    }
+}
+
+/// cuMemAllocFromPoolAsync (group__CUDA__MALLOC__ASYNC): "The specified memory
+/// pool may be from a device different than that of the specified hStream."
+/// The block is the pool's device's memory, in the stream's order.
+#[test]
+fn pool_of_another_device_allocates_in_stream_order() {
+    setup();
+    // SAFETY: valid out-pointers and handles.
+    unsafe {
+        let mut props: CUmemPoolProps = std::mem::zeroed();
+        props.alloc_type = 1; // CU_MEM_ALLOCATION_TYPE_PINNED
+        props.location_type = 1; // CU_MEM_LOCATION_TYPE_DEVICE
+        props.location_id = 1;
+        let mut pool = null_mut();
+        assert_eq!(cuMemPoolCreate(&mut pool, &props), CUDA_SUCCESS);
+        let mut s = null_mut();
+        assert_eq!(cuStreamCreate(&mut s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        let mut d = 0u64;
+        assert_eq!(
+            cuMemAllocFromPoolAsync(&mut d, 4096, pool, s),
+            CUDA_SUCCESS,
+            "{:?}",
+            last_error_message()
+        );
+        let mut ordinal = -1i32;
+        assert_eq!(cuPointerGetAttribute((&raw mut ordinal).cast(), 9, d), CUDA_SUCCESS);
+        assert_eq!(ordinal, 1);
+        let mut pp: Handle = null_mut();
+        assert_eq!(cuPointerGetAttribute((&raw mut pp).cast(), 17, d), CUDA_SUCCESS);
+        assert_eq!(pp, pool);
+        let src = vec![5u8; 4096];
+        let mut out = vec![0u8; 4096];
+        assert_eq!(cuMemcpyHtoDAsync_v2(d, src.as_ptr().cast(), 4096, s), CUDA_SUCCESS);
+        assert_eq!(cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), d, 4096, s), CUDA_SUCCESS);
+        assert_eq!(cuMemFreeAsync(d, s), CUDA_SUCCESS);
+        assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
+        assert_eq!(out, src);
+        assert_eq!(cuStreamDestroy_v2(s), CUDA_SUCCESS);
+    }
+}

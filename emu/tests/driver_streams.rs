@@ -87,6 +87,9 @@ fn fixture() -> Fx {
         }
         let src: Vec<u32> = (0..N).collect();
         assert_eq!(cuMemcpyHtoD_v2(a, src.as_ptr().cast(), 4 * N as usize), CUDA_SUCCESS);
+        // From pageable memory the copy may still be on its way to `a` when it
+        // returns (api-sync-behavior): wait for it before non-blocking streams read `a`.
+        assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS);
         Fx { f, a, b, c }
     }
 }
@@ -184,6 +187,88 @@ fn race_without_event_is_caught() {
         cuStreamSynchronize(s1);
         cuStreamSynchronize(s2);
         assert_eq!(cuCtxSynchronize(), CUDA_ERROR_LAUNCH_FAILED);
+    }
+}
+
+/// api-sync-behavior (<https://docs.nvidia.com/cuda/cuda-driver-api/api-sync-behavior.html>),
+/// Memcpy. Synchronous forms: "For transfers from pageable host memory to device memory, a
+/// stream sync is performed before the copy is initiated. The function will return once the
+/// pageable buffer has been copied to the staging memory for DMA transfer to device memory, but
+/// the DMA to final destination may not have completed. For transfers from pinned host memory to
+/// device memory, the function is synchronous with respect to the host. For transfers from device
+/// to either pageable or pinned host memory, the function returns only once the copy has
+/// completed." Asynchronous forms: "For transfers between device memory and pageable host memory,
+/// the function might be synchronous with respect to host."
+///
+/// So a pageable copy's return orders nothing on the device: work on a non-blocking stream that
+/// touches the copy's device range (or, for the async form, what the copy's stream did before
+/// it) without an event or a synchronisation races with it. The pinned and device → host
+/// synchronous copies, and a cuStreamSynchronize after the async one, do order it.
+#[test]
+fn pageable_copies_do_not_order_later_work() {
+    const CASES: [(&str, bool); 6] = [
+        ("async_htod", true),
+        ("async_dtoh", true),
+        ("sync_htod", true),
+        ("sync_htod_pinned", false),
+        ("sync_dtoh", false),
+        ("async_htod_synchronized", false),
+    ];
+    if !in_child() {
+        for (case, race) in CASES {
+            let (st, err) = child("pageable_copies_do_not_order_later_work", &[("EMU_CASE", case)]);
+            assert!(st.success(), "{case}: {err}");
+            assert_eq!(err.contains("data race"), race, "{case}: {err}");
+        }
+        return;
+    }
+    let case = std::env::var("EMU_CASE").unwrap();
+    let race = CASES.iter().find(|c| c.0 == case).unwrap().1;
+    let fx = fixture();
+    let (s1, s2) = (stream(1), stream(1));
+    let bytes = 4 * N as usize;
+    let mut host: Vec<u32> = (0..N).collect();
+    // SAFETY: valid handles; `host` and the pinned buffer hold N u32.
+    unsafe {
+        match case.as_str() {
+            "async_htod" | "async_htod_synchronized" => {
+                assert_eq!(
+                    cuMemcpyHtoDAsync_v2(fx.b, host.as_ptr().cast(), bytes, s1),
+                    CUDA_SUCCESS
+                );
+                if case == "async_htod_synchronized" {
+                    assert_eq!(cuStreamSynchronize(s1), CUDA_SUCCESS);
+                }
+                inc(fx.f, fx.c, fx.b, s2);
+            }
+            "async_dtoh" => {
+                inc(fx.f, fx.b, fx.a, s1);
+                assert_eq!(
+                    cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), fx.b, bytes, s1),
+                    CUDA_SUCCESS
+                );
+                inc(fx.f, fx.b, fx.a, s2);
+            }
+            "sync_htod" => {
+                assert_eq!(cuMemcpyHtoD_v2(fx.b, host.as_ptr().cast(), bytes), CUDA_SUCCESS);
+                inc(fx.f, fx.c, fx.b, s2);
+            }
+            "sync_htod_pinned" => {
+                let mut p = null_mut();
+                assert_eq!(cuMemHostAlloc(&mut p, bytes, 0), CUDA_SUCCESS);
+                std::ptr::copy_nonoverlapping(host.as_ptr(), p.cast::<u32>(), N as usize);
+                assert_eq!(cuMemcpyHtoD_v2(fx.b, p, bytes), CUDA_SUCCESS);
+                inc(fx.f, fx.c, fx.b, s2);
+            }
+            "sync_dtoh" => {
+                inc(fx.f, fx.b, fx.a, null_mut());
+                assert_eq!(cuMemcpyDtoH_v2(host.as_mut_ptr().cast(), fx.b, bytes), CUDA_SUCCESS);
+                inc(fx.f, fx.b, fx.a, s2);
+            }
+            _ => unreachable!(),
+        }
+        let want = if race { CUDA_ERROR_LAUNCH_FAILED } else { CUDA_SUCCESS };
+        assert_eq!(cuCtxSynchronize(), want, "{case}: {:?}", last_error_message());
     }
 }
 
@@ -461,6 +546,42 @@ fn mem_free_waits_for_destroyed_stream() {
         assert_eq!(cuCtxSynchronize(), CUDA_SUCCESS, "{:?}", last_error_message());
     }
     expect_plus(&read(fx.c), 7);
+}
+
+/// cuMemFree_v2 (group__CUDA__MEM): "This API will not perform any implicit
+/// synchronization when the pointer was allocated with cuMemAllocAsync or
+/// cuMemAllocFromPoolAsync. Callers must ensure that all accesses to these
+/// pointer have completed before invoking cuMemFree." A kernel still using pool
+/// memory freed so is a use after free; after a cuStreamSynchronize it is not.
+#[test]
+fn mem_free_of_pool_memory_does_not_synchronize() {
+    if !in_child() {
+        for (case, race) in [("unsynchronized", true), ("synchronized", false)] {
+            let (st, err) = child("mem_free_of_pool_memory_does_not_synchronize", &[("EMU_CASE", case)]);
+            assert!(st.success(), "{case}: {err}");
+            assert_eq!(err.contains("use after free"), race, "{case}: {err}");
+        }
+        return;
+    }
+    let synchronized = std::env::var("EMU_CASE").unwrap() == "synchronized";
+    let fx = fixture();
+    let s = stream(CU_STREAM_NON_BLOCKING);
+    // SAFETY: valid handles and out-pointer.
+    unsafe {
+        let mut p = 0u64;
+        assert_eq!(cuMemAllocAsync(&mut p, 4 * N as usize, s), CUDA_SUCCESS);
+        inc(fx.f, p, fx.a, s);
+        if synchronized {
+            assert_eq!(cuStreamSynchronize(s), CUDA_SUCCESS);
+        }
+        assert_eq!(cuMemFree_v2(p), CUDA_SUCCESS);
+        let want = if synchronized {
+            CUDA_SUCCESS
+        } else {
+            CUDA_ERROR_LAUNCH_FAILED
+        };
+        assert_eq!(cuCtxSynchronize(), want, "{:?}", last_error_message());
+    }
 }
 
 #[test]

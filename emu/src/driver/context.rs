@@ -176,6 +176,16 @@ impl Context {
         race::host_join(&retired);
     }
 
+    /// Waits until the device has completed all work of the context, as
+    /// [`Context::synchronize_host`], but without ordering the host after it:
+    /// the emulator's own wait where the API promises no synchronisation.
+    pub(crate) fn wait_idle(&'static self) {
+        let (streams, _) = self.streams_snapshot(false);
+        for s in streams {
+            s.wait_idle();
+        }
+    }
+
     /// cuCtxSynchronize (group__CUDA__CTX,
     /// <https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html>):
     /// "Blocks until the current context has completed all preceding

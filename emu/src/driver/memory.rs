@@ -374,6 +374,11 @@ impl Side {
     pub fn is_host(&self) -> bool {
         self.alloc.as_ref().is_none_or(|a| a.kind == Kind::Pinned)
     }
+
+    /// Device memory (cuMemAlloc, a pool), not pinned, managed or pageable.
+    pub fn is_device(&self) -> bool {
+        self.alloc.as_ref().is_some_and(|a| matches!(a.kind, Kind::Device(_)))
+    }
 }
 
 /// Checks that [addr, addr + len) is usable by `call` and translates it.
@@ -503,6 +508,29 @@ impl GlobalMemory for KernelMemory {
                 ),
             ));
         }
+        // Memory from a pool: cuMemPoolCreate (group__CUDA__MALLOC__ASYNC): "By
+        // default, the pool's memory will be accessible from the device it is
+        // allocated on"; the CUDA Programming Guide, Stream Ordered Memory
+        // Allocator, "Device Accessibility for Multi-GPU Support": "memory pool
+        // allocation accessibility does not follow cudaDeviceEnablePeerAccess or
+        // cuCtxEnablePeerAccess. Instead, the API cudaMemPoolSetAccess modifies
+        // what devices can access allocations from a pool." cuMemPoolSetAccess is
+        // not emulated, so no other device's kernel may touch it.
+        if let Kind::Device(d) = a.kind
+            && d != self.device
+            && a.pool.is_some()
+        {
+            return Err(Self::fault(
+                FaultKind::NoPeerAccess,
+                format!(
+                    "address {addr:#x} is pool memory of device {d} and the kernel runs on device {}: pool \
+                     allocations are accessible from their own device only unless cuMemPoolSetAccess grants \
+                     access (cuCtxEnablePeerAccess does not apply to them): {}",
+                    self.device,
+                    a.describe()
+                ),
+            ));
+        }
         if let Kind::Device(d) = a.kind
             && d != self.device
             && !self.peers.contains(&d)
@@ -607,10 +635,10 @@ fn pool_from(h: Handle) -> Result<Arc<Pool>> {
 // ---------------------------------------------------------------------------
 // Allocation entry points.
 
-/// Allocates device memory on the device of `ctx`.
+/// Allocates device memory on device `ordinal`.
 fn alloc_device(
     call: &'static str,
-    ctx: &'static Context,
+    ordinal: u32,
     size: usize,
     pool: Option<Arc<Pool>>,
     site: String,
@@ -618,7 +646,7 @@ fn alloc_device(
     if size == 0 {
         return err(CUDA_ERROR_INVALID_VALUE, format!("{call}: bytesize is 0"));
     }
-    let dev = device::device(ctx.device as CUdevice)?;
+    let dev = device::device(ordinal as CUdevice)?;
     let va = dev.va.alloc(size as u64)?;
     if let Some(p) = &pool {
         p.on_alloc(round_up(size as u64, GRANULARITY));
@@ -628,7 +656,7 @@ fn alloc_device(
         size as u64,
         Kind::Device(dev.ordinal),
         dev.va.alias(va),
-        ctx.device,
+        ordinal,
         site,
         pool,
     ))
@@ -649,7 +677,7 @@ pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) 
             return null_arg("dptr");
         }
         let ctx = context::current_ok()?;
-        let a = alloc_device("cuMemAlloc_v2", ctx, bytesize, None, "cuMemAlloc_v2".to_owned())?;
+        let a = alloc_device("cuMemAlloc_v2", ctx.device, bytesize, None, "cuMemAlloc_v2".to_owned())?;
         // A host-side write (the poison) at the caller's epoch.
         race::record(
             &[Access {
@@ -699,6 +727,14 @@ fn to_free(call: &str, ptr: u64, kinds: &[fn(Kind) -> bool]) -> Result<Arc<Alloc
 /// (group__CUDA__STREAM, cuStreamDestroy_v2: "the resources associated with
 /// hStream will be released automatically once the device has completed all
 /// work in hStream" — the work goes on on the device).
+///
+/// Memory from a pool is the exception: cuMemFree_v2 (group__CUDA__MEM):
+/// "This API will not perform any implicit synchronization when the pointer
+/// was allocated with cuMemAllocAsync or cuMemAllocFromPoolAsync. Callers
+/// must ensure that all accesses to these pointer have completed before
+/// invoking cuMemFree." The emulator still lets the device finish (its own
+/// safety), but the host is not ordered after that work: an access the
+/// caller did not synchronise with is a race with the free (use after free).
 fn free_now(call: &'static str, a: &Alloc) {
     let ctx_dev = match a.kind {
         Kind::Device(d) => d,
@@ -706,7 +742,11 @@ fn free_now(call: &'static str, a: &Alloc) {
     };
     if let Some(d) = devices().get(ctx_dev as usize) {
         let ctx: &'static Context = &d.primary;
-        ctx.synchronize_host();
+        if a.pool.is_some() {
+            ctx.wait_idle();
+        } else {
+            ctx.synchronize_host();
+        }
     }
     if let Some(r) = race::record(
         &[Access {
@@ -724,7 +764,8 @@ fn free_now(call: &'static str, a: &Alloc) {
 }
 
 /// `cuMemFree_v2`: frees memory from cuMemAlloc / cuMemAllocManaged (or a
-/// pool); anything else, or a second free: `CUDA_ERROR_INVALID_VALUE`.
+/// pool, without synchronising: see [`free_now`]); anything else, or a second
+/// free: `CUDA_ERROR_INVALID_VALUE`.
 ///
 /// # Safety
 ///
@@ -868,7 +909,11 @@ pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) ->
 
 /// A stream-ordered allocation from `pool` on `stream`: the address is
 /// returned now, the block becomes usable in stream order (its poisoning
-/// is a write by the allocation's operation in the race detector).
+/// is a write by the allocation's operation in the race detector). An
+/// explicit pool may be another device's (cuMemAllocFromPoolAsync,
+/// group__CUDA__MALLOC__ASYNC: "The specified memory pool may be from a
+/// device different than that of the specified hStream"); the block is then
+/// that device's memory.
 fn alloc_async(
     call: &'static str,
     dptr: *mut CUdeviceptr,
@@ -884,16 +929,13 @@ fn alloc_async(
         Some(p) => p,
         None => device::device(s.ctx.device as CUdevice)?.default_pool.clone(),
     };
-    if pool.device != s.ctx.device {
-        return err(
-            CUDA_ERROR_INVALID_VALUE,
-            format!(
-                "{call}: the pool is on device {} and the stream on device {}",
-                pool.device, s.ctx.device
-            ),
-        );
-    }
-    let a = alloc_device(call, s.ctx, size, Some(pool), format!("{call} on {}", s.describe()))?;
+    let a = alloc_device(
+        call,
+        pool.device,
+        size,
+        Some(pool),
+        format!("{call} on {}", s.describe()),
+    )?;
     let (lo, hi) = (a.base, a.end());
     s.enqueue(
         call,
@@ -1282,14 +1324,42 @@ fn accesses(side: &Side, ranges: &[(u64, u64)], write: bool) -> Vec<Access> {
     ranges.iter().map(|&(lo, hi)| Access { lo, hi, write }).collect()
 }
 
-/// When the host waits for a copy (API synchronization behavior,
+/// When the host waits for a copy, and what it is then ordered after (API
+/// synchronization behavior,
 /// <https://docs.nvidia.com/cuda/cuda-driver-api/api-sync-behavior.html>).
+///
+/// Synchronous forms: "For transfers from pageable host memory to device
+/// memory, a stream sync is performed before the copy is initiated. The
+/// function will return once the pageable buffer has been copied to the
+/// staging memory for DMA transfer to device memory, but the DMA to final
+/// destination may not have completed. For transfers from pinned host memory
+/// to device memory, the function is synchronous with respect to the host.
+/// For transfers from device to either pageable or pinned host memory, the
+/// function returns only once the copy has completed. For transfers from
+/// device memory to device memory, no host-side synchronization is
+/// performed. For transfers from any host memory to any host memory, the
+/// function is fully synchronous with respect to the host."
+///
+/// Asynchronous forms: "For transfers between device memory and pageable host
+/// memory, the function might be synchronous with respect to host. For
+/// transfers from any host memory to any host memory, the function is fully
+/// synchronous with respect to the host. If pageable memory must first be
+/// staged to pinned memory, the driver may synchronize with the stream and
+/// stage the copy into pinned memory. For all other transfers, the function
+/// should be fully asynchronous."
+///
+/// The emulator reads and writes pageable memory from the stream's worker,
+/// so it always waits for a copy with a pageable side before returning; but
+/// where the page promises no completion (pageable → device memory in the
+/// synchronous forms; pageable ↔ device memory in the asynchronous ones,
+/// "might be synchronous") the host is not ordered after the copy for the
+/// race detector: later work on a stream not ordered with the copy's, reading
+/// or writing its device range, is a race.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum HostSync {
-    /// The Async forms: synchronous only for pageable host memory and host-to-host.
+    /// The Async forms.
     AsyncForm,
-    /// The synchronous forms: return once the copy is done, except device to
-    /// device ("no host-side synchronization is performed").
+    /// The synchronous forms.
     SyncForm,
 }
 
@@ -1313,6 +1383,12 @@ fn enqueue_copy(
     let dst_rows = rows(dst.addr, width, dst_pitch, height);
     let mut acc = accesses(&src, &src_rows, false);
     acc.extend(accesses(&dst, &dst_rows, true));
+    // Synchronous pageable → device: "a stream sync is performed before the copy is initiated".
+    let pageable_to_device = src.pageable() && dst.is_device();
+    if mode == HostSync::SyncForm && pageable_to_device {
+        s.synchronize_host();
+        s.ctx.check()?;
+    }
     let (sh, dh) = (src.host, dst.host);
     let work: Work = Box::new(move || {
         for r in 0..height {
@@ -1329,18 +1405,83 @@ fn enqueue_copy(
         Ok(acc)
     });
     let ticket = s.enqueue(call, None, Vec::new(), work);
-    let wait = match mode {
-        HostSync::AsyncForm => src.pageable() || dst.pageable() || (src.is_host() && dst.is_host()),
-        HostSync::SyncForm => src.is_host() || dst.is_host(),
+    let host_to_host = src.is_host() && dst.is_host();
+    // (waits before returning, the host ordered after the copy)
+    let (wait, ordered) = match mode {
+        HostSync::AsyncForm => (
+            src.pageable() || dst.pageable() || host_to_host,
+            host_to_host || !(pageable_to_device || (dst.pageable() && src.is_device())),
+        ),
+        HostSync::SyncForm => (src.is_host() || dst.is_host(), !pageable_to_device),
     };
     if wait {
-        s.wait_for(&ticket);
+        if ordered {
+            s.wait_for(&ticket);
+        } else {
+            s.wait_done(ticket.seq);
+        }
         s.ctx.check()?;
     }
     Ok(())
 }
 
-fn copy_1d(call: &'static str, dst: u64, src: u64, n: usize, h: Handle, mode: HostSync) -> Result<()> {
+/// What a copy's side must be, for the copies that name it (`…HtoD`, `…DtoH`,
+/// `…DtoD`, a CUDA_MEMCPY2D's `CU_MEMORYTYPE_HOST` / `_DEVICE`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Want {
+    /// Host memory: pageable, pinned or managed, not device memory (the host
+    /// cannot dereference it).
+    Host,
+    /// Device-accessible memory: device, pinned or managed, not pageable
+    /// (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS is 0).
+    Device,
+}
+
+/// Refuses a side of the wrong kind for a copy that names its kind. Per
+/// group__CUDA__MEM, cuMemcpyHtoD "Copies from host memory to device memory.
+/// dstDevice and srcHost are the base addresses of the destination and
+/// source", cuMemcpyDtoH "Copies from device to host memory", cuMemcpyDtoD
+/// "Copies from device memory to device memory"; the runtime's cudaMemcpy
+/// page: "Calling cudaMemcpy() with dst and src pointers that do not match the
+/// direction of the copy results in an undefined behavior." Pinned and managed
+/// memory are both host and device memory (group__CUDA__UNIFIED, "Automatic
+/// Mapping of Host Allocated Host Memory": "The pointer value through which
+/// allocated host memory may be accessed in kernels on all devices that
+/// support unified addressing is the same as the pointer value through which
+/// that memory is accessed on the host").
+fn check_kind(call: &str, what: &str, side: &Side, want: Want) -> Result<()> {
+    match want {
+        Want::Device if side.pageable() => err(
+            CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "{call}: {what} {:#x} is pageable host memory, not device memory (the device has no pageable \
+                 memory access; cuMemcpy / cuMemcpyAsync infer the direction from the pointers)",
+                side.addr
+            ),
+        ),
+        Want::Host if side.is_device() => err(
+            CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "{call}: {what} {:#x} is device memory, not host memory (cuMemcpy / cuMemcpyAsync infer the \
+                 direction from the pointers): {}",
+                side.addr,
+                side.alloc.as_ref().map_or(String::new(), |a| a.describe())
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A 1-D copy; `kinds`: what the destination and source must be (None: unified addressing).
+fn copy_1d(
+    call: &'static str,
+    dst: u64,
+    src: u64,
+    n: usize,
+    h: Handle,
+    mode: HostSync,
+    kinds: Option<[Want; 2]>,
+) -> Result<()> {
     let s = match mode {
         HostSync::AsyncForm => stream::resolve(h)?,
         HostSync::SyncForm => context::current_ok()?.legacy(),
@@ -1350,6 +1491,10 @@ fn copy_1d(call: &'static str, dst: u64, src: u64, n: usize, h: Handle, mode: Ho
     }
     let d = check_range(call, "destination", dst, n as u64)?;
     let sr = check_range(call, "source", src, n as u64)?;
+    if let Some([dk, sk]) = kinds {
+        check_kind(call, "destination", &d, dk)?;
+        check_kind(call, "source", &sr, sk)?;
+    }
     refuse_overlap(call, &d, n as u64, &sr, n as u64, n as u64, 1)?;
     enqueue_copy(call, &s, d, n as u64, sr, n as u64, n as u64, 1, mode)
 }
@@ -1367,7 +1512,7 @@ fn copy_1d(call: &'static str, dst: u64, src: u64, n: usize, h: Handle, mode: Ho
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, count: usize, h: Handle) -> CUresult {
     api("cuMemcpyAsync", || {
-        copy_1d("cuMemcpyAsync", dst, src, count, h, HostSync::AsyncForm)
+        copy_1d("cuMemcpyAsync", dst, src, count, h, HostSync::AsyncForm, None)
     })
 }
 
@@ -1379,7 +1524,15 @@ pub unsafe extern "C" fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, count
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, count: usize) -> CUresult {
     api("cuMemcpy", || {
-        copy_1d("cuMemcpy", dst, src, count, std::ptr::null_mut(), HostSync::SyncForm)
+        copy_1d(
+            "cuMemcpy",
+            dst,
+            src,
+            count,
+            std::ptr::null_mut(),
+            HostSync::SyncForm,
+            None,
+        )
     })
 }
 
@@ -1398,6 +1551,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, c
             count,
             std::ptr::null_mut(),
             HostSync::SyncForm,
+            Some([Want::Device, Want::Host]),
         )
     })
 }
@@ -1417,6 +1571,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, cou
             count,
             std::ptr::null_mut(),
             HostSync::SyncForm,
+            Some([Want::Host, Want::Device]),
         )
     })
 }
@@ -1436,6 +1591,7 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, cou
             count,
             std::ptr::null_mut(),
             HostSync::SyncForm,
+            Some([Want::Device, Want::Device]),
         )
     })
 }
@@ -1453,7 +1609,15 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     h: Handle,
 ) -> CUresult {
     api("cuMemcpyHtoDAsync_v2", || {
-        copy_1d("cuMemcpyHtoDAsync_v2", dst, src as u64, count, h, HostSync::AsyncForm)
+        copy_1d(
+            "cuMemcpyHtoDAsync_v2",
+            dst,
+            src as u64,
+            count,
+            h,
+            HostSync::AsyncForm,
+            Some([Want::Device, Want::Host]),
+        )
     })
 }
 
@@ -1465,7 +1629,15 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, count: usize, h: Handle) -> CUresult {
     api("cuMemcpyDtoHAsync_v2", || {
-        copy_1d("cuMemcpyDtoHAsync_v2", dst as u64, src, count, h, HostSync::AsyncForm)
+        copy_1d(
+            "cuMemcpyDtoHAsync_v2",
+            dst as u64,
+            src,
+            count,
+            h,
+            HostSync::AsyncForm,
+            Some([Want::Host, Want::Device]),
+        )
     })
 }
 
@@ -1477,7 +1649,15 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, count: usize, h: Handle) -> CUresult {
     api("cuMemcpyDtoDAsync_v2", || {
-        copy_1d("cuMemcpyDtoDAsync_v2", dst, src, count, h, HostSync::AsyncForm)
+        copy_1d(
+            "cuMemcpyDtoDAsync_v2",
+            dst,
+            src,
+            count,
+            h,
+            HostSync::AsyncForm,
+            Some([Want::Device, Want::Device]),
+        )
     })
 }
 
@@ -1565,13 +1745,13 @@ fn side_2d(
         });
     }
     let s = check_range(call, what, start, len)?;
-    if mtype == CU_MEMORYTYPE_DEVICE
-        && !matches!(s.alloc.as_ref().map(|a| a.kind), Some(Kind::Device(_) | Kind::Managed))
-    {
-        return err(
-            CUDA_ERROR_INVALID_VALUE,
-            format!("{call}: {what}MemoryType is CU_MEMORYTYPE_DEVICE but {start:#x} is not device memory"),
-        );
+    // CUDA_MEMCPY2D: "If srcMemoryType is CU_MEMORYTYPE_HOST, srcHost and srcPitch
+    // specify the (host) base address ... If srcMemoryType is CU_MEMORYTYPE_DEVICE,
+    // srcDevice and srcPitch specify the (device) base address" (see [`check_kind`]).
+    match mtype {
+        CU_MEMORYTYPE_DEVICE => check_kind(call, &format!("{what}Device (CU_MEMORYTYPE_DEVICE)"), &s, Want::Device)?,
+        CU_MEMORYTYPE_HOST => check_kind(call, &format!("{what}Host (CU_MEMORYTYPE_HOST)"), &s, Want::Host)?,
+        _ => {}
     }
     Ok(s)
 }

@@ -310,6 +310,13 @@ impl Stream {
         race::host_join(&t.clock);
     }
 
+    /// Blocks until everything enqueued so far completed, without ordering
+    /// the host after it (for the race detector).
+    pub(crate) fn wait_idle(&self) {
+        let (seq, _) = self.last();
+        self.wait_done(seq);
+    }
+
     /// Blocks the host until everything enqueued so far completed (cuStreamSynchronize).
     pub fn synchronize_host(&self) {
         let (seq, clock) = self.last();
