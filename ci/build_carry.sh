@@ -3,14 +3,16 @@
 #   carry/nextest-archive.tar.zst  every test binary (cargo nextest archive)
 #   carry/cargo-nextest            the runner for that archive
 #   carry/devtensor                the release CLI (info, bench, kernels)
-#   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.9)
+#   carry/wheels/*.whl             the abi3 Python wheel (any CPython >= 3.10)
 #   carry/ext-wheels/*.whl         the example kernel library examples/axpy_ext (abi3)
 # Then on the runner: `bash ci/gpu.sh` (it finds carry/ and uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p carry/wheels
 # capi: tests/capi.rs runs on the GPU too, as in ci/gpu.sh's cargo path.
-cargo nextest archive --release --features capi --archive-file carry/nextest-archive.tar.zst
+# zstd level 19: a third of the default level's size (the test binaries share most of their
+# code), for a carry that travels size-capped (64 MiB with the working tree on a lent machine).
+cargo nextest archive --release --features capi --zstd-level 19 --archive-file carry/nextest-archive.tar.zst
 cp "$(command -v cargo-nextest)" carry/cargo-nextest
 strip carry/cargo-nextest 2>/dev/null || true  # the carry travels size-capped
 cargo build --release --bin devtensor
@@ -24,3 +26,4 @@ rm -rf carry/ext-wheels
 "$VENV/bin/maturin" build --release --locked -m examples/axpy_ext/Cargo.toml -o carry/ext-wheels \
   --target-dir "${CARGO_TARGET_DIR:-$PWD/target}"
 ls -la carry carry/wheels carry/ext-wheels
+du -sh carry
