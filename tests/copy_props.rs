@@ -460,6 +460,11 @@ fn transposes_every_alignment_and_kernel() {
                             let rows = 1216 / e;
                             check_permute_at(&[rows, 512 / e + 5], &[1, 0], e, src_at, dst_at);
                             check_permute_at(&[2, rows, 256 / e + 3], &[0, 2, 1], e, src_at, dst_at);
+                            // Long source rows: bands of 128 rows for 2-byte
+                            // elements (32 or 16 for the others), a shorter
+                            // last band, tiles the cap cuts along the rows with
+                            // a last one narrower than a micro tile.
+                            check_permute_at(&[320, 1100], &[1, 0], e, src_at, dst_at);
                             // Permutes whose destination runs are one or two
                             // lines: one micro tile a slice along the batch, a
                             // source run with a partial micro tile, from

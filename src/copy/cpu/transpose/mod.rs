@@ -19,8 +19,8 @@ use self::extension::{Extension, extended_split, rows_crowd_l2_sets};
 pub(super) use self::prefetches::NextTile;
 use self::prefetches::RunEnds;
 use self::tile_sizes::{
-    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile, prefetched_tile,
-    small_runs, small_src_len,
+    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_2, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile,
+    prefetched_tile, small_runs, small_src_len,
 };
 #[cfg(target_arch = "x86_64")]
 use super::avx2::{self, enabled as avx2_enabled};
@@ -849,6 +849,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Staged => (512, 2048, 256 << 10),
         Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),
         Route::Avx512 if e == 3 => AVX512_TILE_3,
+        Route::Avx512 if e == 2 => AVX512_TILE_2,
         Route::Avx512 => AVX512_TILE,
         Route::Avx512Sheared => AVX512_SHEARED_TILE,
     };

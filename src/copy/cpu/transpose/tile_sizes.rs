@@ -255,6 +255,19 @@ const PREFETCHED_DEFAULT: (usize, usize, usize) = (512, 256, 32 << 10);
 /// tiles, 0.78×.
 pub(super) const AVX512_TILE: (usize, usize, usize) = (128, 2048, 32 << 10);
 
+/// [`AVX512_TILE`] for 2-byte elements: bands of 128 source rows (four whole
+/// lines a destination row a step), which the 32 KiB cap keeps to 256 bytes
+/// of the rows. Zen 5 VM, in-process A/B against [`AVX512_TILE`], best of six
+/// alternated calls in both orders, speed-up on one core / two: 4096² f16
+/// from a 4128-wide matrix 1.22–1.23× / 1.01–1.26×, 4096² 1.04–1.11× /
+/// 1.00–1.12×, 8192 × 4096 1.03–1.08× / 0.84–1.10× (once under 0.93), 4096
+/// × 8192 1.05–1.08× / 0.93–1.09×, 16384 × 2048 1.02–1.03× / 0.93–1.10×.
+/// Copies whose short source rows size the tile (16 × 4096 × 128 batched,
+/// 256³ permuted 210, attention heads) keep theirs. Not for bytes (bands of
+/// 256 rows: 16384 × 4096 0.58–1.05×) nor for 4-byte elements (64 rows:
+/// 0.83–1.25×, no gain overall).
+pub(super) const AVX512_TILE_2: (usize, usize, usize) = (256, 2048, 32 << 10);
+
 /// Shortest destination rows (bytes) for the sheared AVX-512 route
 /// ([`Route::Avx512Sheared`](super::Route::Avx512Sheared)): each row's last
 /// lines, whose second micro tile would lie past the end, and its first
