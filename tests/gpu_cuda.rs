@@ -85,24 +85,7 @@ fn forked_child_gets_a_typed_error_for_inherited_cuda() {
         // freed through the parent's context.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    let start = std::time::Instant::now();
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            // SAFETY: our own child, which hangs.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-            panic!("the forked child hung touching CUDA");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let status = wait_for_child(pid, "touching CUDA");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "child status {status:#x}"
@@ -356,23 +339,7 @@ fn forked_child_cannot_empty_the_parents_cache() {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
-    let start = std::time::Instant::now();
-    let mut status: libc::c_int = 0;
-    loop {
-        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            // SAFETY: our own child, which hangs.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-            panic!("the forked child hung in empty_cache");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let status = wait_for_child(pid, "in empty_cache");
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "the child's empty_cache did not return ForkedChild: status {status:#x}"
@@ -383,4 +350,27 @@ fn forked_child_cannot_empty_the_parents_cache() {
         Tensor::full(&[3], 4u8, dev(0)).unwrap().to_vec::<u8>().unwrap(),
         vec![4; 3]
     );
+}
+
+/// The wait status of forked child `pid`, which is killed (and the test
+/// failed) if it has not ended within a minute: a hang, `what` it hung doing.
+#[cfg(target_os = "linux")]
+fn wait_for_child(pid: libc::pid_t, what: &str) -> libc::c_int {
+    let start = std::time::Instant::now();
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return status;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            // SAFETY: our own child, which hangs.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            panic!("the forked child hung {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
