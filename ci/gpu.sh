@@ -16,7 +16,8 @@
 #
 # PYTHON names the interpreter to install the wheel into and test (default python3);
 # DEVTENSOR_REPORT_DIR the report's folder (default bench/results; on a lent machine
-# whose working tree is a throwaway copy, the folder that comes back). The exit
+# whose working tree is a throwaway copy, the folder that comes back); DEVTENSOR_LOG_DIR
+# the folder for each step's full log (default a fresh temporary one). The exit
 # status is non-zero when any test step, the kernel check, the bench or the
 # memory checker failed.
 # shellcheck disable=SC2086  # $CLI, $FEATURES, $KERNEL_CHECK and $PY split into words on purpose
@@ -54,7 +55,8 @@ slug=$(echo "$gpu" | tr -cs 'A-Za-z0-9' '-' | sed 's/-$//')
 report_dir=${DEVTENSOR_REPORT_DIR:-bench/results}
 mkdir -p "$report_dir"
 report="$report_dir/$(date -u +%Y-%m-%d)-$slug.md"
-log=$(mktemp -d)
+log=${DEVTENSOR_LOG_DIR:-$(mktemp -d)}
+mkdir -p "$log"
 PY=${PYTHON:-python3}
 # DEVTENSOR_STEP_TIMEOUT=S caps each step at S seconds (DEVTENSOR_SANITIZER_TIMEOUT
 # each sanitizer tool), for a lease of fixed length: a hung step is reported and
