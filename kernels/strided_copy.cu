@@ -299,6 +299,81 @@ extern "C" __global__ void transpose_tiled_e2(const u8* __restrict__ src, u8* __
 extern "C" __global__ void transpose_tiled_e4(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u32>(src, dst, a); }
 extern "C" __global__ void transpose_tiled_e8(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_tiled<u64>(src, dst, a); }
 
+// Tiled transposes whose fast dims are short against the tile (a 5-D
+// permute's last dim of 16 moved to the front; a 32 x 32 block of f16 in a
+// packed tile of 64 x 64): a plain tile would leave half its lanes idle or
+// more. Here a short side's slots hold runs of W (its extent rounded up to a
+// power of two), run j being index j of a fold dim the host took out of the
+// batch (whose extent there it divided by the runs a tile holds, its strides
+// multiplied by them). Slot i of a side is index i & (W - 1) of its fast dim
+// and i >> log2(W) of its fold dim; an unfolded side has W = the tile's edge
+// (every slot in run 0). Separate kernels, so that the plain transposes do
+// not pay the slot arithmetic.
+struct FoldedArgs {
+  TransposeArgs t;
+  u32 log2_w_sf, log2_w_df;   // log2(W) of the source-fast and destination-fast sides
+  int src_stride_fsf;         // the source-fast side's fold dim (strides of one step)
+  int dst_stride_fsf;
+  int src_stride_fdf;         // the destination-fast side's fold dim
+  int dst_stride_fdf;
+};
+
+template <typename T>
+__device__ __forceinline__ void dt_transpose_folded(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                    const FoldedArgs& f) {
+  __shared__ T tile[DT_TILE][DT_TILE + 1];
+  const TransposeArgs& a = f.t;
+  const T* s = (const T*)src;
+  T* d = (T*)dst;
+  const DtTile t = dt_tile(a, DT_TILE);
+  const u32 l_sf = f.log2_w_sf, m_sf = (1u << l_sf) - 1;
+  const u32 l_df = f.log2_w_df, m_df = (1u << l_df) - 1;
+  const u32 x = threadIdx.x;
+  // read: threadIdx.x walks the source-fast slots, r the destination-fast ones
+  {
+    const u32 sf = t.sf0 + (x & m_sf);
+    const int so = t.so + (int)sf * a.src_stride_sf + (int)(x >> l_sf) * f.src_stride_fsf;
+    for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
+      const u32 df = t.df0 + (r & m_df);
+      if (sf < a.n_src_fast && df < a.n_dst_fast)
+        tile[r][x] = s[so + (int)df * a.src_stride_df + (int)(r >> l_df) * f.src_stride_fdf];
+    }
+  }
+  __syncthreads();
+  // write: threadIdx.x walks the destination-fast slots, r the source-fast ones
+  {
+    const u32 df = t.df0 + (x & m_df);
+    const int dof = t.dof + (int)df * a.dst_stride_df + (int)(x >> l_df) * f.dst_stride_fdf;
+    for (u32 r = threadIdx.y; r < DT_TILE; r += DT_TILE_ROWS) {
+      const u32 sf = t.sf0 + (r & m_sf);
+      if (sf < a.n_src_fast && df < a.n_dst_fast)
+        d[dof + (int)sf * a.dst_stride_sf + (int)(r >> l_sf) * f.dst_stride_fsf] = tile[x][r];
+    }
+  }
+}
+
+extern "C" __global__ void transpose_tiled_folded_e1(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_folded<u8>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_folded_e2(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_folded<u16>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_folded_e4(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_folded<u32>(src, dst, a); }
+extern "C" __global__ void transpose_tiled_folded_e8(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_folded<u64>(src, dst, a); }
+
+// The P x P block of elements in P u32s (word k: P elements of row k),
+// transposed in registers by byte permutes: out[k] holds element k of each row.
+template <int P>
+__device__ __forceinline__ void dt_transpose_words(const u32 (&v)[P], u32 (&out)[P]) {
+  if (P == 4) {
+    u32 t0 = __byte_perm(v[0], v[1], 0x5140), t1 = __byte_perm(v[0], v[1], 0x7362);
+    u32 t2 = __byte_perm(v[2 % P], v[3 % P], 0x5140), t3 = __byte_perm(v[2 % P], v[3 % P], 0x7362);
+    out[0] = __byte_perm(t0, t2, 0x5410);
+    out[1 % P] = __byte_perm(t0, t2, 0x7632);
+    out[2 % P] = __byte_perm(t1, t3, 0x5410);
+    out[3 % P] = __byte_perm(t1, t3, 0x7632);
+  } else {
+    out[0] = __byte_perm(v[0], v[1], 0x5410);
+    out[1] = __byte_perm(v[0], v[1], 0x7632);
+  }
+}
+
 // The tiled transpose of 1- and 2-byte elements moving 4 bytes a thread and
 // instruction: P = 4 / sizeof(T) elements packed in a u32. A block moves a
 // tile of 32·P x 32·P elements (128 x 128 bytes of u8): it reads whole u32s
@@ -337,17 +412,7 @@ __device__ __forceinline__ void dt_transpose_packed(const u8* __restrict__ src, 
 #pragma unroll
     for (int k = 0; k < P; ++k) v[k] = tile[(P * x + k) * 32 + (w ^ x)];
     u32 out[P];
-    if (P == 4) {
-      u32 t0 = __byte_perm(v[0], v[1], 0x5140), t1 = __byte_perm(v[0], v[1], 0x7362);
-      u32 t2 = __byte_perm(v[2 % P], v[3 % P], 0x5140), t3 = __byte_perm(v[2 % P], v[3 % P], 0x7362);
-      out[0] = __byte_perm(t0, t2, 0x5410);
-      out[1 % P] = __byte_perm(t0, t2, 0x7632);
-      out[2 % P] = __byte_perm(t1, t3, 0x5410);
-      out[3 % P] = __byte_perm(t1, t3, 0x7632);
-    } else {
-      out[0] = __byte_perm(v[0], v[1], 0x5410);
-      out[1] = __byte_perm(v[0], v[1], 0x7632);
-    }
+    dt_transpose_words<P>(v, out);
 #pragma unroll
     for (int k = 0; k < P; ++k) *(u32*)(d + (int)df + (int)(sf0 + P * w + k) * a.dst_stride_sf) = out[k];
   }
@@ -355,6 +420,54 @@ __device__ __forceinline__ void dt_transpose_packed(const u8* __restrict__ src, 
 
 extern "C" __global__ void transpose_packed_e1(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_packed<u8>(src, dst, a); }
 extern "C" __global__ void transpose_packed_e2(const u8* __restrict__ src, u8* __restrict__ dst, TransposeArgs a) { dt_transpose_packed<u16>(src, dst, a); }
+
+// dt_transpose_packed with folded sides (FoldedArgs): slots count elements,
+// W is at least P (the host folds extents that are multiples of P), so a
+// u32 never straddles two runs.
+template <typename T>
+__device__ __forceinline__ void dt_transpose_packed_folded(const u8* __restrict__ src, u8* __restrict__ dst,
+                                                           const FoldedArgs& f) {
+  enum { P = 4 / sizeof(T), TD = 32 * P };
+  __shared__ u32 tile[TD * 32];
+  const TransposeArgs& a = f.t;
+  const DtTile t = dt_tile(a, TD);
+  const u32 l_sf = f.log2_w_sf, m_sf = (1u << l_sf) - 1;
+  const u32 l_df = f.log2_w_df, m_df = (1u << l_df) - 1;
+  const T* s = (const T*)src + t.so;
+  T* d = (T*)dst + t.dof;
+  const u32 x = threadIdx.x;
+  // Read: row r (a destination-fast slot) of the tile, u32 x of it.
+  {
+    const u32 sf = t.sf0 + ((P * x) & m_sf);
+    const T* sx = s + (int)sf + (int)((P * x) >> l_sf) * f.src_stride_fsf;
+    for (u32 r = threadIdx.y; r < TD; r += DT_TILE_ROWS) {
+      const u32 df = t.df0 + (r & m_df);
+      if (sf < a.n_src_fast && df < a.n_dst_fast)
+        tile[r * 32 + (x ^ ((r / P) & 31))] =
+            *(const u32*)(sx + (int)df * a.src_stride_df + (int)(r >> l_df) * f.src_stride_fdf);
+    }
+  }
+  __syncthreads();
+  // Write: slots P·x .. P·x + P - 1 of the destination-fast side, column w.
+  const u32 df = t.df0 + ((P * x) & m_df);
+  if (df >= a.n_dst_fast) return;
+  T* dx = d + (int)df + (int)((P * x) >> l_df) * f.dst_stride_fdf;
+  for (u32 w = threadIdx.y; w < 32; w += DT_TILE_ROWS) {
+    const u32 sf = t.sf0 + ((P * w) & m_sf);
+    if (sf >= a.n_src_fast) continue;
+    u32 v[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = tile[(P * x + k) * 32 + (w ^ x)];
+    u32 out[P];
+    dt_transpose_words<P>(v, out);
+    T* dw = dx + (int)((P * w) >> l_sf) * f.dst_stride_fsf;
+#pragma unroll
+    for (int k = 0; k < P; ++k) *(u32*)(dw + (int)(sf + k) * a.dst_stride_sf) = out[k];
+  }
+}
+
+extern "C" __global__ void transpose_packed_folded_e1(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_packed_folded<u8>(src, dst, a); }
+extern "C" __global__ void transpose_packed_folded_e2(const u8* __restrict__ src, u8* __restrict__ dst, FoldedArgs a) { dt_transpose_packed_folded<u16>(src, dst, a); }
 
 // Transposes of pixels: elements that are runs of three T (RGB of u8, f16 or
 // f32) contiguous on both sides, whose pixels are adjacent along both fast

@@ -33,6 +33,12 @@ pub const KERNELS: &[&str] = &[
     "transpose_tiled_e2",
     "transpose_tiled_e4",
     "transpose_tiled_e8",
+    "transpose_tiled_folded_e1",
+    "transpose_tiled_folded_e2",
+    "transpose_tiled_folded_e4",
+    "transpose_tiled_folded_e8",
+    "transpose_packed_folded_e1",
+    "transpose_packed_folded_e2",
     "transpose_packed_e1",
     "transpose_packed_e2",
     "transpose_rgb_e1",
@@ -127,6 +133,20 @@ pub struct VecArgs {
     rows: StridedArgs,
 }
 
+/// `FoldedArgs`: `transpose_tiled_folded_eE` and `transpose_packed_folded_eE`,
+/// whose tiles' short sides hold runs of a fold dim's consecutive indices.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct FoldedArgs {
+    t: TransposeArgs,
+    log2_w_sf: u32,
+    log2_w_df: u32,
+    src_stride_fsf: i32,
+    dst_stride_fsf: i32,
+    src_stride_fdf: i32,
+    dst_stride_fdf: i32,
+}
+
 /// The by-value struct a kernel takes last.
 #[derive(Clone, Copy, Debug)]
 pub enum KernelArgs {
@@ -136,6 +156,8 @@ pub enum KernelArgs {
     Strided64(StridedArgs64),
     /// `transpose_tiled_eE` and `transpose_packed_eE`.
     Transpose(TransposeArgs),
+    /// `transpose_tiled_folded_eE` and `transpose_packed_folded_eE`.
+    Folded(FoldedArgs),
     /// `copy_vec_eE`.
     Vector(VecArgs),
 }
@@ -160,6 +182,7 @@ impl KernelCall {
             KernelArgs::Strided(a) => (a as *mut StridedArgs).cast(),
             KernelArgs::Strided64(a) => (a as *mut StridedArgs64).cast(),
             KernelArgs::Transpose(a) => (a as *mut TransposeArgs).cast(),
+            KernelArgs::Folded(a) => (a as *mut FoldedArgs).cast(),
             KernelArgs::Vector(a) => (a as *mut VecArgs).cast(),
         }
     }
@@ -437,6 +460,100 @@ fn transpose_call(
     })
 }
 
+/// What a packed tile's element costs against a plain tile's, in the
+/// emulator's lane instructions per element of full tiles (the transpose2d
+/// bench patterns): f16 21.2 against 37.8.
+const PACKED_COST: f64 = 0.56;
+
+/// How a tile of `edge` slots a side covers the fast dims `df` and `sf`:
+/// a side whose dim is at most half the edge long holds runs of W (its
+/// extent rounded up to a power of two), one for each of `edge / W`
+/// consecutive indices of a fold dim: a batch dim whose extent is a whole
+/// number of runs, the nearest on that side (the smallest stride there).
+struct Folding {
+    /// The batch, each fold dim's extent divided by its runs a tile, its
+    /// strides multiplied by them.
+    batch: Vec<(usize, i64, i64)>,
+    /// Per side (source-fast, destination-fast): log2 of its slots a run
+    /// (log2 of the edge where it is not folded) and its fold dim's
+    /// (src, dst) strides of one step.
+    sides: [(u32, i64, i64); 2],
+    /// The share of the tile's slots that hold an element.
+    fill: f64,
+}
+
+impl Folding {
+    fn new(edge: usize, df: (usize, i64, i64), sf: (usize, i64, i64), batch: &[(usize, i64, i64)]) -> Folding {
+        let mut batch = batch.to_vec();
+        let mut taken = Vec::new();
+        let mut sides = [(edge.trailing_zeros(), 0, 0); 2];
+        let mut fill = 1.0;
+        for (side, n, on_src) in [(0, sf.0, true), (1, df.0, false)] {
+            let w = n.next_power_of_two();
+            let runs = edge / w.max(1);
+            let near = |d: &(usize, i64, i64)| if on_src { d.1 } else { d.2 }.unsigned_abs();
+            let fold = (n > 0 && runs >= 2)
+                .then(|| {
+                    (0..batch.len())
+                        .filter(|k| !taken.contains(k) && batch[*k].0 % runs == 0)
+                        .min_by_key(|&k| near(&batch[k]))
+                })
+                .flatten();
+            match fold {
+                Some(k) => {
+                    let (len, src, dst) = batch[k];
+                    batch[k] = (len / runs, src * runs as i64, dst * runs as i64);
+                    sides[side] = (w.trailing_zeros(), src, dst);
+                    taken.push(k);
+                    fill *= n as f64 / w as f64;
+                }
+                None => fill *= n as f64 / (n.div_ceil(edge) * edge) as f64,
+            }
+        }
+        Folding { batch, sides, fill }
+    }
+
+    fn folds(&self, edge: usize) -> bool {
+        self.sides.iter().any(|s| s.0 != edge.trailing_zeros())
+    }
+}
+
+/// The call of a tiled transpose kernel, `kernel_eE` or, where `folding`
+/// folds a side, `kernel_folded_eE`. H200: f32 32⁴ × 16 reversed (the
+/// source-fast side 16 long) moved 39.9 % of a memcpy's bytes a second in
+/// plain tiles, half their lanes idle; f16 32⁵ permuted (0, 3, 1, 4, 2), both
+/// fast dims 32 long, 32.4 % in packed tiles of 64 × 64, a quarter full.
+fn tiled_call(
+    kernel: &str,
+    e: usize,
+    edge: usize,
+    df: (usize, i64, i64),
+    sf: (usize, i64, i64),
+    folding: &Folding,
+    batch: &[(usize, i64, i64)],
+) -> Option<KernelCall> {
+    if !folding.folds(edge) {
+        return transpose_call(kernel, e, edge, df, sf, batch);
+    }
+    let call = transpose_call(&format!("{kernel}_folded"), e, edge, df, sf, &folding.batch)?;
+    let KernelArgs::Transpose(t) = call.args else {
+        return None;
+    };
+    let [(log2_w_sf, src_fsf, dst_fsf), (log2_w_df, src_fdf, dst_fdf)] = folding.sides;
+    Some(KernelCall {
+        args: KernelArgs::Folded(FoldedArgs {
+            t,
+            log2_w_sf,
+            log2_w_df,
+            src_stride_fsf: src_fsf as i32,
+            dst_stride_fsf: dst_fsf as i32,
+            src_stride_fdf: src_fdf as i32,
+            dst_stride_fdf: dst_fdf as i32,
+        }),
+        ..call
+    })
+}
+
 /// `transpose_rgb_eE` for a transpose of pixels: a run of three `e`-byte
 /// elements (e of 1, 2 or 4) dense on both sides (`dims[0]`), pixels adjacent
 /// in the destination along the next dim and in the source along another,
@@ -489,13 +606,17 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
         let e = plan.elem_size;
         let packed =
             matches!(e, 1 | 2) && df.2 == 1 && sf.1 == 1 && whole_words((4 / e) as i64, df, sf, &batch, dst, src);
-        // A packed tile is 32 u32s of elements on each side.
-        let (kernel, edge) = if packed {
-            ("transpose_packed", 4 / e)
-        } else {
-            ("transpose_tiled", 1)
+        // A packed tile is 32 u32s of elements on each side; it pays where
+        // it leaves few more of its slots idle than a plain one.
+        let plain = Folding::new(TILE as usize, df, sf, &batch);
+        let wide = packed.then(|| Folding::new(4 / e * TILE as usize, df, sf, &batch));
+        let call = match wide {
+            Some(w) if w.fill >= PACKED_COST * plain.fill => {
+                tiled_call("transpose_packed", e, 4 / e * TILE as usize, df, sf, &w, &batch)
+            }
+            _ => tiled_call("transpose_tiled", e, TILE as usize, df, sf, &plain, &batch),
         };
-        if let Some(call) = transpose_call(kernel, plan.elem_size, edge * TILE as usize, df, sf, &batch) {
+        if let Some(call) = call {
             return Ok(call);
         }
     }
@@ -694,6 +815,47 @@ mod tests {
             PlanOptions::GPU,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn short_fast_dims_fold_the_nearest_batch_dim_into_their_tiles() {
+        let folded = |c: &KernelCall| match c.args {
+            KernelArgs::Folded(f) => (
+                f.log2_w_sf,
+                f.log2_w_df,
+                (f.src_stride_fsf, f.dst_stride_fsf),
+                (f.src_stride_fdf, f.dst_stride_fdf),
+                f.t.batch.ndim,
+            ),
+            other => panic!("{} takes {other:?}", c.name),
+        };
+        // f32 [20, 6, 4, 16] reversed: the source-fast dim 16 long takes runs
+        // of the 4-long dim (source stride 16, not the 6-long one's 64),
+        // halved to 2 in the batch; the destination-fast dim 20 is not folded.
+        let p = plan(&[16, 4, 6, 20], &[480, 120, 20, 1], &[1, 16, 64, 384], 4);
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!(c.name, "transpose_tiled_folded_e4");
+        assert_eq!(folded(&c), (4, 5, (16, 120), (0, 0), 2));
+        assert_eq!(c.grid.0, 2 * 6, "1 x 1 tiles, 4 / 2 x 6 batches");
+        // The same with a fold dim of odd extent: a plain tile.
+        let p = plan(&[16, 5, 20], &[100, 20, 1], &[1, 16, 80], 4);
+        assert_eq!(copy_call(&p, 0, 0).unwrap().name, "transpose_tiled_e4");
+        // f16 [2, 4, 32, 4, 32] permuted (0, 3, 1, 4, 2): both fast dims 32
+        // long, a packed tile of 64 x 64 with both sides folded (two runs
+        // each): the source-fast side by the dim of source stride 32, the
+        // destination-fast side by the remaining dim of least destination stride.
+        let p = plan(
+            &[2, 4, 4, 32, 32],
+            &[16384, 4096, 1024, 32, 1],
+            &[16384, 32, 4096, 1, 128],
+            2,
+        );
+        let c = copy_call(&p, 0, 0).unwrap();
+        assert_eq!(c.name, "transpose_packed_folded_e2");
+        assert_eq!(folded(&c), (5, 5, (32, 4096), (4096, 1024), 3));
+        assert_eq!(c.grid.0, 2 * 2 * 2, "2 x 4 / 2 x 4 / 2 batches of one tile");
+        // Off whole u32s: the one-element kernel, whose tile the 32-long dims fill.
+        assert_eq!(copy_call(&p, 0, 2).unwrap().name, "transpose_tiled_e2");
     }
 
     #[test]

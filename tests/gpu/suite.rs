@@ -333,6 +333,68 @@ macro_rules! gpu_suite {
         }
 
         #[test]
+        fn transposes_whose_short_fast_dims_fold_a_batch_dim() {
+            if !ready("transposes_whose_short_fast_dims_fold_a_batch_dim") {
+                return;
+            }
+            // Fast dims at most half a tile's edge long (16 of a plain tile,
+            // 18 to 64 of a packed one) whose tiles take runs of a batch
+            // dim's consecutive indices: the source-fast side short, the
+            // destination-fast side, both, a fold dim whose extent is no
+            // whole number of runs (no fold there), a short dim not a power
+            // of two (slots past its end idle), and a view one element off
+            // (not whole u32s: the one-element kernel). Inner dims of e
+            // bytes; each also into a destination of every other element.
+            for e in [1usize, 2, 4, 8] {
+                let bytes: Vec<u8> = (0..8 * 32 * 8 * 32 * e + e)
+                    .map(|i| (i * 31 % 251) as u8)
+                    .collect();
+                let host = Tensor::from_slice(&bytes, &[bytes.len()]).unwrap();
+                let gpu = host.to(dev(0)).unwrap();
+                let views = |t: &Tensor| -> Vec<(String, Tensor)> {
+                    let take = |skip: isize, shape: &[isize]| {
+                        let n: isize = shape.iter().product();
+                        let mut shape = shape.to_vec();
+                        shape.push(e as isize);
+                        t.slice(0, Some(skip * e as isize), Some((skip + n) * e as isize), 1)
+                            .unwrap()
+                            .reshape(&shape)
+                            .unwrap()
+                    };
+                    let mut v = Vec::new();
+                    for (what, skip, shape, perm) in [
+                        (
+                            "source-fast 16",
+                            0,
+                            vec![20isize, 6, 4, 16],
+                            vec![3isize, 2, 1, 0],
+                        ),
+                        ("destination-fast 16", 0, vec![16, 6, 4, 20], vec![3, 2, 1, 0]),
+                        ("both 16", 0, vec![16, 4, 6, 16], vec![3, 2, 1, 0]),
+                        ("odd fold dim", 0, vec![20, 5, 16], vec![2, 1, 0]),
+                        ("32 x 32 blocks", 0, vec![2, 4, 32, 4, 32], vec![0, 3, 1, 4, 2]),
+                        ("24 x 20 blocks", 0, vec![2, 4, 24, 4, 20], vec![0, 3, 1, 4, 2]),
+                        (
+                            "32 x 32 blocks, one off",
+                            1,
+                            vec![2, 4, 32, 4, 32],
+                            vec![0, 3, 1, 4, 2],
+                        ),
+                    ] {
+                        let mut perm = perm;
+                        perm.push(perm.len() as isize);
+                        v.push((what.to_string(), take(skip, &shape).permute(&perm).unwrap()));
+                    }
+                    v
+                };
+                for ((what, h), (_, g)) in views(&host).into_iter().zip(views(&gpu)) {
+                    let want = h.to_vec::<u8>().unwrap();
+                    assert_copies_as_on_the_host(&g, &want, &format!("e={e}: {what}"));
+                }
+            }
+        }
+
+        #[test]
         fn vector_copies_of_every_element_size() {
             if !ready("vector_copies_of_every_element_size") {
                 return;
