@@ -495,7 +495,7 @@ impl Folding {
             let fold = (n > 0 && runs >= 2)
                 .then(|| {
                     (0..batch.len())
-                        .filter(|k| !taken.contains(k) && batch[*k].0 % runs == 0)
+                        .filter(|k| !taken.contains(k) && batch[*k].0.is_multiple_of(runs))
                         .min_by_key(|&k| near(&batch[k]))
                 })
                 .flatten();
