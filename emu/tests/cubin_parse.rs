@@ -258,7 +258,7 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         assert_eq!(info.arch, arch, "{tag}");
         assert_eq!(
             info.kernels.len(),
-            5 * 3 + 4 + 4 + 2 + 3 + 1,
+            5 * 3 + 4 + 4 + 4 + 2 + 2 + 3 + 1,
             "{tag}: {:?}",
             info.kernels
         );
@@ -266,6 +266,30 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         for (e, rows) in [(1, 128), (2, 64)] {
             let t = info.kernel(&format!("transpose_packed_e{e}")).unwrap();
             assert_eq!(t.shared_bytes, rows * 32 * 4, "{tag}");
+        }
+        // The folded tiles: the plain and packed tiles' shared memory, and
+        // their argument struct with six more 4-byte fields.
+        for e in [1, 2, 4, 8] {
+            let (t, f) = (
+                info.kernel(&format!("transpose_tiled_e{e}")).unwrap(),
+                info.kernel(&format!("transpose_tiled_folded_e{e}")).unwrap(),
+            );
+            assert_eq!(
+                (f.shared_bytes, f.param_bytes),
+                (t.shared_bytes, t.param_bytes + 24),
+                "{tag} e{e}"
+            );
+        }
+        for e in [1, 2] {
+            let (t, f) = (
+                info.kernel(&format!("transpose_packed_e{e}")).unwrap(),
+                info.kernel(&format!("transpose_packed_folded_e{e}")).unwrap(),
+            );
+            assert_eq!(
+                (f.shared_bytes, f.param_bytes),
+                (t.shared_bytes, t.param_bytes + 24),
+                "{tag} e{e}"
+            );
         }
         // transpose_rgb_eE: 32 rows of 136, 132 or 99 elements of e bytes.
         for (e, row) in [(1, 136), (2, 132), (4, 99)] {
