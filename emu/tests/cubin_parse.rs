@@ -269,27 +269,16 @@ fn check_project_kernels(nvrtc: &RealNvrtc) {
         }
         // The folded tiles: the plain and packed tiles' shared memory, and
         // their argument struct with six more 4-byte fields.
-        for e in [1, 2, 4, 8] {
-            let (t, f) = (
-                info.kernel(&format!("transpose_tiled_e{e}")).unwrap(),
-                info.kernel(&format!("transpose_tiled_folded_e{e}")).unwrap(),
-            );
-            assert_eq!(
-                (f.shared_bytes, f.param_bytes),
-                (t.shared_bytes, t.param_bytes + 24),
-                "{tag} e{e}"
-            );
-        }
-        for e in [1, 2] {
-            let (t, f) = (
-                info.kernel(&format!("transpose_packed_e{e}")).unwrap(),
-                info.kernel(&format!("transpose_packed_folded_e{e}")).unwrap(),
-            );
-            assert_eq!(
-                (f.shared_bytes, f.param_bytes),
-                (t.shared_bytes, t.param_bytes + 24),
-                "{tag} e{e}"
-            );
+        for (plain, sizes) in [("transpose_tiled", &[1, 2, 4, 8][..]), ("transpose_packed", &[1, 2])] {
+            for e in sizes {
+                let t = info.kernel(&format!("{plain}_e{e}")).unwrap();
+                let f = info.kernel(&format!("{plain}_folded_e{e}")).unwrap();
+                assert_eq!(
+                    (f.shared_bytes, f.param_bytes),
+                    (t.shared_bytes, t.param_bytes + 24),
+                    "{tag} {plain} e{e}"
+                );
+            }
         }
         // transpose_rgb_eE: 32 rows of 136, 132 or 99 elements of e bytes.
         for (e, row) in [(1, 136), (2, 132), (4, 99)] {
