@@ -471,8 +471,10 @@ const PACKED_COST: f64 = 0.56;
 /// consecutive indices of a fold dim: a batch dim whose extent is a whole
 /// number of runs, the nearest on that side (the smallest stride there).
 struct Folding {
+    /// Slots a side of the tile.
+    edge: usize,
     /// The batch, each fold dim's extent divided by its runs a tile, its
-    /// strides multiplied by them.
+    /// strides multiplied by them (the batch as given where nothing folds).
     batch: Vec<(usize, i64, i64)>,
     /// Per side (source-fast, destination-fast): log2 of its slots a run
     /// (log2 of the edge where it is not folded) and its fold dim's
@@ -490,7 +492,7 @@ impl Folding {
         let mut fill = 1.0;
         for (side, n, on_src) in [(0, sf.0, true), (1, df.0, false)] {
             let w = n.next_power_of_two();
-            let runs = edge / w.max(1);
+            let runs = edge / w;
             let near = |d: &(usize, i64, i64)| if on_src { d.1 } else { d.2 }.unsigned_abs();
             let fold = (n > 0 && runs >= 2)
                 .then(|| {
@@ -510,11 +512,16 @@ impl Folding {
                 None => fill *= n as f64 / (n.div_ceil(edge) * edge) as f64,
             }
         }
-        Folding { batch, sides, fill }
+        Folding {
+            edge,
+            batch,
+            sides,
+            fill,
+        }
     }
 
-    fn folds(&self, edge: usize) -> bool {
-        self.sides.iter().any(|s| s.0 != edge.trailing_zeros())
+    fn folds(&self) -> bool {
+        self.sides.iter().any(|s| s.0 != self.edge.trailing_zeros())
     }
 }
 
@@ -526,14 +533,13 @@ impl Folding {
 fn tiled_call(
     kernel: &str,
     e: usize,
-    edge: usize,
     df: (usize, i64, i64),
     sf: (usize, i64, i64),
     folding: &Folding,
-    batch: &[(usize, i64, i64)],
 ) -> Option<KernelCall> {
-    if !folding.folds(edge) {
-        return transpose_call(kernel, e, edge, df, sf, batch);
+    let edge = folding.edge;
+    if !folding.folds() {
+        return transpose_call(kernel, e, edge, df, sf, &folding.batch);
     }
     let call = transpose_call(&format!("{kernel}_folded"), e, edge, df, sf, &folding.batch)?;
     let KernelArgs::Transpose(t) = call.args else {
@@ -611,10 +617,8 @@ pub fn copy_call(plan: &CopyPlan, dst: u64, src: u64) -> Result<KernelCall> {
         let plain = Folding::new(TILE as usize, df, sf, &batch);
         let wide = packed.then(|| Folding::new(4 / e * TILE as usize, df, sf, &batch));
         let call = match wide {
-            Some(w) if w.fill >= PACKED_COST * plain.fill => {
-                tiled_call("transpose_packed", e, 4 / e * TILE as usize, df, sf, &w, &batch)
-            }
-            _ => tiled_call("transpose_tiled", e, TILE as usize, df, sf, &plain, &batch),
+            Some(w) if w.fill >= PACKED_COST * plain.fill => tiled_call("transpose_packed", e, df, sf, &w),
+            _ => tiled_call("transpose_tiled", e, df, sf, &plain),
         };
         if let Some(call) = call {
             return Ok(call);
