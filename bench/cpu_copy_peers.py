@@ -217,25 +217,42 @@ def compare(timed, moved, args):
     return gb, gb_t, gb["devtensor"] / max(gb["numpy"], gb_t if gb_t == gb_t else 0.0)
 
 
+def pool_delta(before):
+    """What the copy pool did since `before` (a `_pool_stats()` dict), as one short line."""
+    now = devtensor._devtensor._pool_stats()
+    d = {k: now[k] - before[k] for k in now}
+    n = max(1, d["pool_started"])
+    first, last, joins = (d.pop(k) / n for k in ("pool_start_ns", "pool_last_start_ns", "pool_joins"))
+    return ("  pool: " + " ".join(f"{k}={v}" for k, v in d.items() if v)
+            + f" joins={joins:.1f} first_start={first / 1e3:.1f}us last_start={last / 1e3:.1f}us")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/devtensor")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--min-time", type=float, default=0.15, help="seconds per timing, per round")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (best of)")
-    ap.add_argument("--filter", help="only patterns whose name contains this text")
+    ap.add_argument("--filter", help="only patterns whose name contains this text (or one of these, comma-separated)")
     ap.add_argument("--no-matrix", action="store_true", help="only the peer patterns (no CLI run)")
+    ap.add_argument("--pool-stats", action="store_true",
+                    help="after each row, what devtensor's copy pool did while it ran (devtensor._devtensor._pool_stats)")
     args = ap.parse_args()
+    wanted = args.filter.split(",") if args.filter else None
+
+    def picked(name):
+        return wanted is None or any(w in name for w in wanted)
 
     rows = []
     if not args.no_matrix:
         cmd = [args.bin, "bench", "--json"] + (["--quick"] if args.quick else [])
-        cmd += ["--filter", args.filter] if args.filter else []
+        # The CLI takes one filter: run it whole where there are several.
+        cmd += ["--filter", args.filter] if args.filter and len(wanted) == 1 else []
         rows = [json.loads(line) for line in subprocess.check_output(cmd, text=True).splitlines() if line.startswith("{")]
-    rows += [r for r in peer_patterns(args.quick) if not args.filter or args.filter in r["name"]]
+    rows = [r for r in rows + peer_patterns(args.quick) if picked(r["name"])]
     if torch is not None:
         torch.set_num_threads(max(1, torch.get_num_threads()))
-    inplace = [p for p in inplace_patterns(args.quick) if not args.filter or args.filter in p[0]]
+    inplace = [p for p in inplace_patterns(args.quick) if picked(p[0])]
     w = max([34] + [len(r["name"]) for r in rows] + [len(p[0]) for p in inplace])  # the name column fits the longest
     head = f"{'pattern':<{w}} {'cli':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} {'vs best peer':>12}"
     print(head + "\n" + "-" * len(head))
@@ -270,10 +287,11 @@ def main():
             else:
                 tv = torch.as_strided(tb, r["shape"], r["src_strides"], r["src_offset"])
                 timed["torch"] = (lambda tv=tv: tv.clone()) if tv.is_contiguous() else (lambda tv=tv: tv.contiguous())
+        stats = devtensor._devtensor._pool_stats()
         gb, gb_t, ratio = compare(timed, moved, args)
         worst = min(worst, ratio)
-        print(f"{r['name']:<{w}} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x",
-              flush=True)
+        print(f"{r['name']:<{w}} {r['gbps']:7.2f} {gb['devtensor']:9.2f} {gb['numpy']:8.2f} {gb_t:8.2f} {ratio:11.2f}x"
+              + (pool_delta(stats) if args.pool_stats else ""), flush=True)
     if inplace:
         print(f"\n{'copy between views of one buffer':<{w}} {'':>7} {'devtensor':>9} {'numpy':>8} {'torch':>8} "
               f"{'vs best peer':>12}")

@@ -49,6 +49,7 @@ __all__ = [
     "_env_alloc_scopes",
     "_live_exports",
     "_live_cpu_allocations",
+    "_pool_stats",
     "_drain_deleters",
     "_rebuild",
     "Stream",
@@ -225,6 +226,9 @@ def _live_exports() -> int:
 
 def _live_cpu_allocations() -> int:
     """Live CPU allocations made by devtensor."""
+
+def _pool_stats() -> dict[str, int]:
+    """The CPU copy pool's counts since the process started (copies split, kept serial, late pools...)."""
 
 def _drain_deleters() -> int:
     """Runs the deleters of imported tensors still waiting for device work; the number run."""

@@ -22,5 +22,5 @@
 pub mod cpu;
 pub mod plan;
 
-pub use cpu::{copy_strided, fill_strided, set_avx2_allowed, set_avx512_allowed, set_stream_threshold};
+pub use cpu::{copy_strided, fill_strided, pool_stats, set_avx2_allowed, set_avx512_allowed, set_stream_threshold};
 pub use plan::{CopyPlan, PlanDim, PlanKind, PlanOptions, plan_copy, plan_fill};

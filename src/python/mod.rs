@@ -227,6 +227,17 @@ fn _live_cpu_allocations() -> usize {
     crate::alloc::CpuAlloc.stats().live_allocations
 }
 
+/// The CPU copy pool's counts since the process started, as a dict
+/// (`devtensor::copy::pool_stats`; for benchmarks).
+#[pyfunction]
+fn _pool_stats(py: Python<'_>) -> PyResult<Bound<'_, pyo3::types::PyDict>> {
+    let d = pyo3::types::PyDict::new(py);
+    for (k, v) in crate::copy::pool_stats() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
 /// `memory_stats(device="cpu")`: the pool's figures as a dict.
 #[pyfunction]
 #[pyo3(signature = (device = None))]
@@ -297,6 +308,7 @@ fn _devtensor(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_live_exports, m)?)?;
     m.add_function(wrap_pyfunction!(_live_cpu_allocations, m)?)?;
+    m.add_function(wrap_pyfunction!(_pool_stats, m)?)?;
     m.add_function(wrap_pyfunction!(_drain_deleters, m)?)?;
     m.add_function(wrap_pyfunction!(_rebuild, m)?)?;
     kernel_api::register(m)?;

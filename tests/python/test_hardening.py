@@ -13,6 +13,7 @@ import ctypes
 import gc
 import itertools
 import multiprocessing
+import os
 import sys
 import weakref
 
@@ -364,6 +365,22 @@ def _parallel_copies_ok():
     src = devtensor.full(BIG, 1.5)
     out = src.transpose(0, 1).contiguous().clone()
     return bool((arr(out) == 1.5).all())
+
+
+def test_pool_stats_count_the_parallel_copies():
+    names = {"split", "kept_serial", "backed_off", "pool_missed", "share_taken_over", "post_missed",
+             "pool_moved", "pool_started", "pool_start_ns", "pool_last_start_ns", "pool_joins"}
+    before = devtensor._devtensor._pool_stats()
+    assert set(before) == names and all(isinstance(v, int) and v >= 0 for v in before.values())
+    assert _parallel_copies_ok()
+    after = devtensor._devtensor._pool_stats()
+    assert all(after[k] >= before[k] for k in names)
+    # Two large copies: each split across the pool or kept serial by a back-off
+    # (one CPU: neither, the pool is never used).
+    if len(os.sched_getaffinity(0)) > 1:
+        assert (after["split"] + after["kept_serial"]) - (before["split"] + before["kept_serial"]) >= 2
+    # Split copies either had a pool thread join (and its start time counted) or missed the pool.
+    assert after["pool_started"] + after["pool_missed"] <= after["split"]
 
 
 def _child_copies(queue):

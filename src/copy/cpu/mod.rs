@@ -81,6 +81,7 @@ use crate::copy::plan::{
 };
 use crate::error::{Error, Result};
 
+pub use self::parallel::pool_stats;
 pub use self::runs::set_stream_threshold;
 
 /// Allows (the default) or forbids the AVX2 transpose kernels, which run only

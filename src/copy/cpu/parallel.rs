@@ -66,6 +66,82 @@ const FINISH_SPIN: Duration = Duration::from_micros(200);
 /// by call with torch's: 0.93–1.04× the time a pair.
 const HANDOFF_SPIN: Duration = Duration::from_micros(100);
 
+/// What the parallel loop did, counted since the process started
+/// ([`pool_stats`]): how a benchmark on a machine nobody can watch tells why
+/// a copy ran slow (its pool late, backed off, or moved).
+#[derive(Clone, Copy)]
+pub(super) enum Event {
+    /// Copies split across the pool.
+    Split,
+    /// Copies kept on the calling thread by a back-off ([`Backoff`]).
+    KeptSerial,
+    /// Back-offs begun.
+    BackedOff,
+    /// Copies no pool thread joined before they were over.
+    PoolMissed,
+    /// Copies where the caller ran a share its pool thread had not started
+    /// within the grace ([`static_shares`]).
+    ShareTakenOver,
+    /// Copies the handoff could not post (its lock was busy).
+    PostMissed,
+    /// Times the pool's threads were moved off a caller's CPU
+    /// ([`super::placement`]).
+    PoolMoved,
+    /// Split copies one pool thread or more joined, and the nanoseconds from
+    /// the handout to the first one's start and to the last one's, summed
+    /// over them.
+    PoolStarted,
+    PoolStartNs,
+    PoolLastStartNs,
+    /// Pool threads that joined split copies while they were open, summed.
+    PoolJoins,
+}
+
+const EVENTS: [(Event, &str); 11] = [
+    (Event::Split, "split"),
+    (Event::KeptSerial, "kept_serial"),
+    (Event::BackedOff, "backed_off"),
+    (Event::PoolMissed, "pool_missed"),
+    (Event::ShareTakenOver, "share_taken_over"),
+    (Event::PostMissed, "post_missed"),
+    (Event::PoolMoved, "pool_moved"),
+    (Event::PoolStarted, "pool_started"),
+    (Event::PoolStartNs, "pool_start_ns"),
+    (Event::PoolLastStartNs, "pool_last_start_ns"),
+    (Event::PoolJoins, "pool_joins"),
+];
+
+static COUNTS: [AtomicU64; EVENTS.len()] = [const { AtomicU64::new(0) }; EVENTS.len()];
+
+/// Adds `n` to `event`'s count.
+pub(super) fn count(event: Event, n: u64) {
+    COUNTS[event as usize].fetch_add(n, Ordering::Relaxed);
+}
+
+/// The CPU copy pool's counts since the process started, by name: copies
+/// split (`split`), kept on the calling thread by a back-off after late pools
+/// (`kept_serial`, `backed_off`: back-offs begun), that no pool thread joined
+/// (`pool_missed`), whose caller ran a share its thread had not started
+/// (`share_taken_over`), that the handoff to watching threads missed
+/// (`post_missed`); moves of the pool off a caller's CPU (`pool_moved`); the
+/// split copies a pool thread joined with the nanoseconds to the first and
+/// the last one's start, summed (`pool_started`, `pool_start_ns`,
+/// `pool_last_start_ns`); pool threads that joined copies still open
+/// (`pool_joins`). For benchmarks:
+/// differences over a run tell why its copies ran as they did.
+pub fn pool_stats() -> Vec<(&'static str, u64)> {
+    EVENTS
+        .iter()
+        .map(|&(e, name)| (name, COUNTS[e as usize].load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// How long a pool thread done with its part of a copy watches for that
+/// copy to close at most, before its [`HANDOFF_SPIN`] begins anyway
+/// ([`Handoff::watch`]): OpenMP's threads spin at a barrier for
+/// milliseconds.
+const OPEN_WATCH_CAP: Duration = Duration::from_millis(2);
+
 /// Spins until `done()` holds or `cap` has passed.
 fn spin_until(done: impl Fn() -> bool, cap: Duration) {
     let start = Instant::now();
@@ -138,7 +214,12 @@ fn slow_counted(bytes: usize) -> usize {
 /// split one is only calls over parts, so `f` can tell which it is in.
 pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Sync) {
     // No copy touches rayon while the pool is backed off.
-    let split = if total < 2 || SERIAL.get() || COPY_BACKOFF.active(clock_ns) {
+    let split = if total < 2 || SERIAL.get() {
+        None
+    } else if COPY_BACKOFF.active(clock_ns) {
+        if bytes >= PAR_MIN_BYTES {
+            count(Event::KeptSerial, 1);
+        }
         None
     } else {
         split_pool(bytes)
@@ -147,6 +228,7 @@ pub(super) fn par_for(total: usize, bytes: usize, f: impl Fn(usize, usize) + Syn
         f(0, total);
         return;
     };
+    count(Event::Split, 1);
     // Either way the calling thread copies a share itself (as OpenMP's master
     // thread does) instead of sleeping until the pool is done: one thread
     // wake-up fewer before work starts, and no more busy threads than cores
@@ -239,6 +321,7 @@ impl Backoff {
         } else if self.late_streak.fetch_add(1, Ordering::Relaxed) + 1 >= LATE_STREAK_MAX {
             self.late_streak.store(0, Ordering::Relaxed);
             self.until.store(now + BACKOFF.as_nanos() as u64, Ordering::Relaxed);
+            count(Event::BackedOff, 1);
         }
     }
 }
@@ -329,6 +412,10 @@ struct Job {
     /// first pool thread started on it (`u64::MAX`: none yet).
     handed: Instant,
     first: AtomicU64,
+    /// Nanoseconds after the handout until the last pool thread that joined
+    /// the job while open started, and how many did.
+    last: AtomicU64,
+    joins: AtomicUsize,
     closed: AtomicBool,
     /// Pool thread i runs range i + 1 only (`Job::run`'s `preferred`).
     preferred: bool,
@@ -367,6 +454,8 @@ impl Job {
             active: AtomicUsize::new(0),
             handed: Instant::now(),
             first: AtomicU64::new(u64::MAX),
+            last: AtomicU64::new(0),
+            joins: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             preferred,
             panic: std::sync::Mutex::new(None),
@@ -388,7 +477,11 @@ impl Job {
         if preferred {
             spin_until(|| job.done.load(Ordering::Acquire) == n, grace);
         }
+        // With preferred ranges, one the caller claims here is a pool
+        // thread's that had not started within the grace.
+        let mut took_late = false;
         while let Some(k) = job.claim() {
+            took_late |= preferred;
             job.run_range(k);
         }
         // Only ranges running on other threads are left.
@@ -398,8 +491,22 @@ impl Job {
         let first = job.first.load(Ordering::Relaxed);
         let late = if preferred { grace.min(POOL_LATE) } else { POOL_LATE };
         let start = (first != u64::MAX).then(|| Duration::from_nanos(first));
-        if start.is_none() {
-            // Perhaps queued behind this thread on its CPU ([`super::placement`]).
+        match start {
+            Some(t) => {
+                count(Event::PoolStarted, 1);
+                count(Event::PoolStartNs, t.as_nanos() as u64);
+                count(Event::PoolLastStartNs, job.last.load(Ordering::Relaxed));
+                count(Event::PoolJoins, job.joins.load(Ordering::Relaxed) as u64);
+            }
+            None => count(Event::PoolMissed, 1),
+        }
+        if took_late {
+            count(Event::ShareTakenOver, 1);
+        }
+        if start.is_none() || took_late {
+            // Perhaps queued behind this thread on its CPU ([`super::placement`]):
+            // with many pool threads, the others start and only the one that
+            // shares the caller's CPU is late, copy after copy.
             super::placement::keep_pool_off_caller_cpu();
         }
         COPY_BACKOFF.observe(clock_ns(), start, job.handed.elapsed(), late);
@@ -420,6 +527,8 @@ impl Job {
             .compare_exchange(u64::MAX, late, Ordering::Relaxed, Ordering::Relaxed);
         let open = !self.closed.load(Ordering::SeqCst);
         if open {
+            self.last.fetch_max(late, Ordering::Relaxed);
+            self.joins.fetch_add(1, Ordering::Relaxed);
             // With preferred ranges a pool thread runs its own only (another
             // thread's is its cache's); late ones are the caller's to take.
             let (mine, n) = (index + 1, self.claimed.len());
@@ -488,6 +597,8 @@ impl Handoff {
         if let Ok(mut slot) = POSTED.try_lock() {
             *slot = Some((pool_id, job.clone()));
             POSTS.fetch_add(1, Ordering::SeqCst);
+        } else {
+            count(Event::PostMissed, 1);
         }
     }
 
@@ -502,12 +613,27 @@ impl Handoff {
 
     /// Pool thread `index` of pool `pool_id`, done with job `last`, joins
     /// each later job of its pool posted within [`HANDOFF_SPIN`] of the last
-    /// one it joined (the slot only ever moves on to newer jobs).
+    /// one it joined closing (the slot only ever moves on to newer jobs).
+    ///
+    /// The watch counts from the job's close, not from the end of this
+    /// thread's part of it (for [`OPEN_WATCH_CAP`] at most): else one late
+    /// thread, which keeps a copy open past the watch, sends every other
+    /// thread to sleep, the next copy wakes them one by one, one of them is
+    /// late again, and copies stay that slow. 16-core Xeon VM, Python, a
+    /// 4 MiB 2-D flip split in 16 shares: the last pool thread starting
+    /// 216 µs after the handout on average, 38 GB/s (torch 426), for as long
+    /// as that pattern ran.
     fn watch(pool_id: usize, index: usize, mut last: std::sync::Arc<Job>) {
         // Posts looked at (none yet): the slot is locked again only after another.
         let mut looked = None;
-        let mut since = Instant::now();
-        while since.elapsed() < HANDOFF_SPIN {
+        let mut joined = Instant::now();
+        let mut since = joined;
+        loop {
+            if !last.closed.load(Ordering::Relaxed) && joined.elapsed() < OPEN_WATCH_CAP {
+                since = Instant::now();
+            } else if since.elapsed() >= HANDOFF_SPIN {
+                return;
+            }
             for _ in 0..32 {
                 std::hint::spin_loop();
             }
@@ -525,7 +651,8 @@ impl Handoff {
             HANDED_OFF.lock().unwrap_or_else(|e| e.into_inner()).push(pool_id);
             let _ = job.join(index);
             last = job;
-            since = Instant::now();
+            joined = Instant::now();
+            since = joined;
         }
     }
 }
@@ -720,6 +847,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_thread_keeps_watching_while_the_copy_it_joined_is_open() {
+        // The caller's share takes 1 ms, its pool thread's none: the thread,
+        // done long before the copy closes, still joins the next copy through
+        // the handoff (its watch counts from the close). Ten copies of that,
+        // in up to 10 s of copies, should the machine hold the thread off its
+        // core at times (a thread that watched only 100 µs from the end of
+        // its part was handed one in thousands: one woken a ms late).
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let _pinned = PinnedApart::new(&pool);
+        let id = &pool as *const rayon::ThreadPool as usize;
+        let handed_off = || HANDED_OFF.lock().unwrap().iter().filter(|&&q| q == id).count();
+        let slow_caller = |lo: usize, _hi: usize| {
+            if lo == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        let t = Instant::now();
+        while handed_off() < 10 && t.elapsed() < Duration::from_secs(10) {
+            static_shares(&pool, 2, 64, Duration::from_secs(10), &slow_caller);
+        }
+        assert!(
+            handed_off() >= 10,
+            "{} copies after a slow one handed off",
+            handed_off()
+        );
+    }
+
+    #[test]
     fn the_caller_spins_until_the_pool_is_done_and_no_longer_than_its_cap() {
         // Done already: no wait.
         let asked = std::cell::Cell::new(0);
@@ -768,6 +923,38 @@ mod tests {
         // stays usable.
         let by = visits(1000, |f| static_shares(&pool, 2, 1000, Duration::from_secs(10), f));
         assert!(by.iter().any(|&t| t != me));
+    }
+
+    #[test]
+    #[serial_test::serial(copy_backoff)]
+    fn a_share_whose_pool_thread_is_late_moves_the_pool_though_others_started() {
+        // Pool thread 1 is busy (as one queued behind the caller on its CPU),
+        // pool thread 0 free: with many threads, some always start, and only
+        // the one that shares the caller's CPU misses its share.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let (release, blocked) = channel::<()>();
+        let blocked = Mutex::new(blocked);
+        let (started, running) = channel::<()>();
+        let started = Mutex::new(started);
+        pool.spawn_broadcast(move |ctx| {
+            if ctx.index() == 1 {
+                started.lock().unwrap().send(()).unwrap();
+                let _ = blocked.lock().unwrap().recv_timeout(Duration::from_secs(10));
+            }
+        });
+        running.recv().unwrap();
+        let me = std::thread::current().id();
+        let moves = super::super::placement::tests::KEEP_OFF_CALLS.load(Ordering::Relaxed);
+        // A long grace, so that thread 0 starts on its share within it.
+        let by = visits(3000, |f| static_shares(&pool, 3, 3000, Duration::from_millis(500), f));
+        release.send(()).unwrap();
+        assert!(by[1000..2000].iter().all(|&t| t != me), "pool thread 0 ran its share");
+        assert!(
+            by[2000..].iter().all(|&t| t == me),
+            "the caller took the late thread's share"
+        );
+        let moved = super::super::placement::tests::KEEP_OFF_CALLS.load(Ordering::Relaxed) - moves;
+        assert!(moved >= 1, "the late share did not move the pool");
     }
 
     #[test]
@@ -828,14 +1015,19 @@ mod tests {
         // mode ends with it.
         assert_eq!(super::serially(|| calls(total, big)), [(0, total)]);
         assert!(!super::SERIAL.get());
-        // Backed off: large copies run serially too.
+        // Backed off: large copies run serially too, and are counted so.
+        let counted = |name: &str| super::pool_stats().into_iter().find(|&(n, _)| n == name).unwrap().1;
+        let kept = counted("kept_serial");
         COPY_BACKOFF.until.store(u64::MAX, Ordering::SeqCst);
         assert_eq!(calls(total, big), [(0, total)]);
         COPY_BACKOFF.until.store(0, Ordering::SeqCst);
+        assert!(counted("kept_serial") > kept);
         // Split where there is a pool of two or more (unless other tests' copies
         // have just made it back off), and then the parts tile the range.
+        let splits = counted("split");
         let split = calls(total, big);
         if split.len() > 1 {
+            assert!(counted("split") > splits);
             assert!(split.iter().all(|&(lo, hi)| hi - lo < total), "{split:?}");
             assert!(split.windows(2).all(|w| w[0].1 == w[1].0), "{split:?}");
             assert_eq!((split[0].0, split[split.len() - 1].1), (0, total));

@@ -6,9 +6,12 @@
 //! (it takes the pool's shares itself, [`super::parallel`]), so the pool
 //! thread waits behind it until its time slice ends, milliseconds, while
 //! another CPU idles, and copy after copy runs on the caller alone. A copy
-//! that no pool thread joined therefore keeps the pool's threads off the
-//! caller's CPU ([`keep_pool_off_caller_cpu`]), within the CPUs they started
-//! with; a later such copy on another CPU moves them off that one instead.
+//! that no pool thread joined, or whose caller ran a share its pool thread
+//! had not started (with many threads, the others start and only the one
+//! queued behind the caller is late), therefore keeps the pool's threads off
+//! the caller's CPU ([`keep_pool_off_caller_cpu`]), within the CPUs they
+//! started with; a later such copy on another CPU moves them off that one
+//! instead.
 //!
 //! Zen 2 VM (two vCPUs, Linux 6.18), Python, the 16 first columns of an
 //! 8192² f32 matrix copied (512 KiB), 30 blocks of 50 copies, each block
@@ -156,6 +159,7 @@ mod linux {
         };
         if list.generation == crate::fork::generation() && keep_off(&list.threads, cpu) {
             KEPT_OFF.store(cpu, Ordering::Relaxed);
+            super::super::parallel::count(super::super::parallel::Event::PoolMoved, 1);
         }
     }
 
@@ -197,9 +201,9 @@ pub(crate) fn unregister_pool_thread() {
     linux::unregister_pool_thread();
 }
 
-/// After a copy that no pool thread joined: keeps the pool's threads off the
-/// calling thread's CPU, unless they are off it already or moved within the
-/// last 10 ms.
+/// After a copy that missed the pool (or one of its threads): keeps the
+/// pool's threads off the calling thread's CPU, unless they are off it
+/// already or moved within the last 10 ms.
 pub(super) fn keep_pool_off_caller_cpu() {
     #[cfg(test)]
     tests::KEEP_OFF_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
