@@ -127,8 +127,8 @@ pub(super) fn count(event: Event, n: u64) {
 /// split copies a pool thread joined with the nanoseconds to the first and
 /// the last one's start, summed (`pool_started`, `pool_start_ns`,
 /// `pool_last_start_ns`); pool threads that joined copies still open
-/// (`pool_joins`). For benchmarks:
-/// differences over a run tell why its copies ran as they did.
+/// (`pool_joins`). For benchmarks: differences over a run tell why its
+/// copies ran as they did.
 pub fn pool_stats() -> Vec<(&'static str, u64)> {
     EVENTS
         .iter()
