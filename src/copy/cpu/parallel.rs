@@ -111,6 +111,16 @@ const EVENTS: [(Event, &str); 11] = [
     (Event::PoolJoins, "pool_joins"),
 ];
 
+// Every event has its name, at its own index (`count` indexes by the event).
+const _: () = {
+    let mut i = 0;
+    while i < EVENTS.len() {
+        assert!(EVENTS[i].0 as usize == i);
+        i += 1;
+    }
+    assert!(Event::PoolJoins as usize + 1 == EVENTS.len());
+};
+
 static COUNTS: [AtomicU64; EVENTS.len()] = [const { AtomicU64::new(0) }; EVENTS.len()];
 
 /// Adds `n` to `event`'s count.
@@ -629,9 +639,10 @@ impl Handoff {
         let mut joined = Instant::now();
         let mut since = joined;
         loop {
-            if !last.closed.load(Ordering::Relaxed) && joined.elapsed() < OPEN_WATCH_CAP {
-                since = Instant::now();
-            } else if since.elapsed() >= HANDOFF_SPIN {
+            let now = Instant::now();
+            if !last.closed.load(Ordering::Relaxed) && now - joined < OPEN_WATCH_CAP {
+                since = now;
+            } else if now - since >= HANDOFF_SPIN {
                 return;
             }
             for _ in 0..32 {
