@@ -324,9 +324,10 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     // 333 × 16 × 128 1.09×. AVX-512 against AVX2 in cache, one thread,
     // destination order, µs: f16 1 × 197 × 12 × 64 12.9 → 8.9, f32 4 × 77 ×
     // 12 × 64 54.0 → 42.5, 61 × 67 × 59 × 3 u8 1023 43.7 → 35.2; 2 × 333 ×
-    // 16 × 32 f16 (64-byte rows) even. Out of cache its line-splitting loads
-    // and stores lost (61 × 67 × 59 × 3 f32 1023, 708-byte rows: 214 → 241,
-    // 225 → 241 with the stores line-aligned). Streamed copies stream: rows
+    // 16 × 32 f16 (64-byte rows) even. Out of cache it runs on rows of
+    // three to eight lines only ([`AVX512_ROWS_OUT_OF_CACHE`]): longer ones
+    // lost (61 × 67 × 59 × 3 f32 1023, 708-byte rows: 214 → 241 µs, 225 → 241
+    // with the stores line-aligned). Streamed copies stream: rows
     // of whole lines into line-aligned rows in one AVX-512 loop
     // ([`RowKernel::pick`]), others through `copy_run`.
     let dst_lines = (dst as usize).is_multiple_of(LINE)
@@ -368,11 +369,27 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
     });
 }
 
+/// Rows of these many bytes take AVX-512's loop ([`RowKernel::Avx512`]) in
+/// row tiles out of the L2 too, not only in it: in-process A/B, Zen 5 VM,
+/// into a reused output, best of six alternated calls, both orders, AVX2 →
+/// AVX-512, one thread / two: B × S × H × D → B × H × S × D f32, D = 48
+/// (192-byte rows) 1.08–1.16× / 0.97–1.18×, 60 1.04–1.14× / 0.95–1.36×, 64
+/// 1.32–1.41× / 1.06–1.20×, 100 (400 bytes) 0.98–1.18× / 1.01–1.42×, 128 (2 ×
+/// 1000 × 16, 16 MiB) 1.16–1.26× / 0.98–1.10×, 130 and 150 1.00–1.09× /
+/// 1.04–1.11×; f16 D = 96 1.18–1.39× / 1.07–1.16×; 61 × 67 × 59 × 3 u8 1023
+/// (177-byte rows) 1.16–1.20× / 1.13–1.33×, 300 × 200 × 100 f32 102 1.06–1.17×
+/// / 0.97–1.29×. Rows of two lines (f16 D = 64, f32 D = 32: 0.82–0.99× two
+/// threads, 0.90–0.96× one) and long rows lost: 1 KiB 0.92–0.99× on one thread,
+/// 708 bytes 0.92–0.98×, 1416 0.85–0.94× (61 × 67 × 59 × 3 f32 and f64 1023,
+/// lines split on both sides); 768 and 600 bytes even.
+const AVX512_ROWS_OUT_OF_CACHE: std::ops::RangeInclusive<usize> = 2 * LINE + 1..=8 * LINE;
+
 /// How [`rows_tiled`] copies a run of rows.
 #[derive(Clone, Copy)]
 enum RowKernel {
     /// [`super::avx512::copy_runs`]: rows of 32 bytes or more of copies in
-    /// cache, where the CPU has AVX-512.
+    /// cache, and of [`AVX512_ROWS_OUT_OF_CACHE`] bytes of other copies not
+    /// streamed, where the CPU has AVX-512.
     #[cfg(target_arch = "x86_64")]
     Avx512,
     /// [`super::avx2::copy_runs`]: other rows of 32 bytes or more, not
@@ -406,7 +423,7 @@ impl RowKernel {
         }
         #[cfg(target_arch = "x86_64")]
         if !nt && row_bytes >= 32 {
-            if in_cache && super::avx512::enabled() {
+            if (in_cache || AVX512_ROWS_OUT_OF_CACHE.contains(&row_bytes)) && super::avx512::enabled() {
                 return RowKernel::Avx512;
             }
             if super::avx2::enabled() {
@@ -465,5 +482,30 @@ mod tests {
         let far = if l2_has_few_ways() { 0 } else { SHORT_ROW_PREFETCH };
         assert_eq!(short_rows_ahead(8192 * 4), far);
         assert_eq!(short_rows_ahead(-4096), far);
+    }
+
+    /// Out of the L2, row tiles of three to eight lines a row take AVX-512's
+    /// loop; rows of two lines and of more than eight keep AVX2's.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn rows_of_three_to_eight_lines_take_avx512_out_of_cache() {
+        if !super::super::avx512::enabled() || !super::super::avx2::enabled() {
+            println!("SKIP: the CPU has no AVX-512 F and BW");
+            return;
+        }
+        for (row, avx512) in [
+            (128, false),
+            (129, true),
+            (177, true),
+            (512, true),
+            (513, false),
+            (1024, false),
+        ] {
+            let kernel = RowKernel::pick(row, false, false, true);
+            assert_eq!(matches!(kernel, RowKernel::Avx512), avx512, "{row}-byte rows");
+            assert_eq!(matches!(kernel, RowKernel::Avx2), !avx512, "{row}-byte rows");
+        }
+        // In cache every row of 32 bytes or more takes it.
+        assert!(matches!(RowKernel::pick(1024, true, false, true), RowKernel::Avx512));
     }
 }
