@@ -781,6 +781,29 @@ fn with_each_kernel_and_stream(check: impl Fn()) {
     set_avx512_allowed(true);
 }
 
+/// Streamed byte transposes into line-aligned rows on either side of half
+/// the streaming size (here 4 MiB of an 8 MiB threshold): the AVX-512 route
+/// below it where the CPU has AVX-512, above it AVX2's whole-line route from
+/// rows that spread over L1 sets and the prefetched one from rows that crowd
+/// them (rows 2 KiB apart), with every kernel set; operands on and off a line.
+#[test]
+fn byte_transposes_around_half_the_streaming_size() {
+    for (avx2, avx512) in [(true, true), (true, false), (false, false)] {
+        set_avx2_allowed(avx2);
+        set_avx512_allowed(avx512);
+        set_stream_threshold(Some(8 << 20));
+        for (src_at, dst_at) in [(0, 0), (5, 40)] {
+            check_permute_at(&[1088, 1100], &[1, 0], 1, src_at, dst_at);
+            check_permute_at(&[2112, 2100], &[1, 0], 1, src_at, dst_at);
+            check_permute_at(&[2048, 2048], &[1, 0], 1, src_at, dst_at);
+            check_permute_at(&[3, 1024, 1536], &[0, 2, 1], 1, src_at, dst_at);
+        }
+    }
+    set_stream_threshold(None);
+    set_avx2_allowed(true);
+    set_avx512_allowed(true);
+}
+
 /// Transposes past the small-copy size (2 MiB) of 4- and 8-byte elements
 /// with destination runs under 1 KiB (few long source rows): folded tiles
 /// where the CPU has AVX-512, staged ones elsewhere; streamed and not, with

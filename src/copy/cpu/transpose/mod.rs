@@ -19,8 +19,8 @@ use self::extension::{Extension, extended_split, rows_crowd_l2_sets};
 pub(super) use self::prefetches::NextTile;
 use self::prefetches::RunEnds;
 use self::tile_sizes::{
-    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_2, AVX512_TILE_3, SHEARED_MIN_ROW, SMALL_DST_RUN, avx2_line_tile,
-    prefetched_tile, small_runs, small_src_len,
+    AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_2, AVX512_TILE_3, PREFETCHED_1_OFF_AVX512, SHEARED_MIN_ROW,
+    SMALL_DST_RUN, avx2_line_tile, prefetched_tile, small_runs, small_src_len,
 };
 #[cfg(target_arch = "x86_64")]
 use super::avx2::{self, enabled as avx2_enabled};
@@ -383,7 +383,8 @@ enum Route {
     /// transposed into a staging buffer, written out as contiguous runs.
     Staged,
     /// Large streamed ones whose destination rows are line-aligned, where the
-    /// CPU has AVX-512, instead of the prefetched route, or of the others
+    /// CPU has AVX-512 (bytes only below half the last-level cache), instead
+    /// of the prefetched route, or of the others
     /// where destination runs are whole lines: micro tiles whose every store
     /// is a whole line ([`avx512`]), straight from the source to memory,
     /// along bands of source rows that give each destination row two lines a
@@ -400,7 +401,8 @@ enum Route {
     /// 3000 × 5001 37.9 → 47.2, 5000 × 3000 31.2 → 51.7; f64 2049 × 4095 38.1
     /// → 48.9, 1025 × 2047 39.8 → 43.4, 16 × 1025 × 511 021 44.4 → 49.6.
     Avx512Sheared,
-    /// The AVX-512 route's walk where the CPU has AVX2 only, for 1-, 2- and
+    /// The AVX-512 route's walk where the CPU has AVX2 only (and for large
+    /// copies of bytes where it has AVX-512 too), for 1-, 2- and
     /// 4-byte elements with source runs of [`PREFETCHED_MIN_RUN`] or more and
     /// destination runs of [`AVX2_LINES_MIN_DST_LEN`] elements (of bytes, from
     /// source rows whose lines spread over L1 sets, [`rows_crowd_l1_sets`]): micro
@@ -592,14 +594,29 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && a.len >= AVX2_LINES_MIN_DST_LEN
         && b.len * e >= PREFETCHED_MIN_RUN
         && !(e == 1 && rows_crowd_l1_sets(a.src, AVX2_LINE_BYTE_ROWS_IN_L1));
-    let route = if small && !rows_share_sets() {
-        Route::Small
-    } else if nt
+    let avx512_lines = nt
         && (prefetched || whole_line_runs)
         && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
-        && b.len * e >= LINE
-    {
+        && b.len * e >= LINE;
+    // Bytes from half the last-level cache on leave the AVX-512 route for
+    // AVX2's whole-line one where their rows spread over L1 sets, and for the
+    // prefetched one otherwise ([`PREFETCHED_1_OFF_AVX512`]): four lines of
+    // each destination row a tile, written out together, where the AVX-512
+    // route's bands of 128 rows write two (bands of 256 lost there). Zen 5 VM,
+    // in-process A/B, into a reused output, best of six alternated calls in
+    // both orders, speed-up on one core / two: prefetched, 8192² 1.30–1.37× /
+    // 1.21–1.27×, 4096² 1.52–1.59× / 1.30–1.59×, 16384 × 4096 1.37–1.45× /
+    // 1.20–1.25×, 4096 × 16384 1.34–1.36× / 1.23–1.28×, 16 × 4096 × 1024
+    // batched 1.33–1.41× / 1.13–1.23×, 64 × 1024² 021 1.39–1.43× /
+    // 1.08–1.18×; AVX2's, from an 8256-wide matrix 1.35–1.39× / 1.18–1.26×,
+    // 7680 × 4320 2.22–2.36× / 1.64–1.82×; staged, 256² × 512 permuted 210
+    // 1.28–1.37× / 1.25–1.30×. Smaller copies keep it (the prefetched route:
+    // 2048² 0.95–0.96× on one core, 4096 × 2048 0.92–0.95×).
+    let bytes_off_avx512 = avx512_lines && e == 1 && plan.bytes() >= stream_threshold() / 2;
+    let route = if small && !rows_share_sets() {
+        Route::Small
+    } else if avx512_lines && !bytes_off_avx512 {
         Route::Avx512
     } else if nt
         && prefetched
@@ -845,6 +862,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             (dst_run, src_run, STAGE)
         }
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
+        Route::Prefetched if bytes_off_avx512 => PREFETCHED_1_OFF_AVX512,
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
         Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),

@@ -187,6 +187,17 @@ const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
 /// 0.79×, 6016² 1.00×, 16 × 8192 × 512 batched 0.97×).
 const PREFETCHED_1_ALIASED: (usize, usize, usize) = (256, 128, 32 << 10);
 
+/// The prefetched route's tile of large byte transposes that leave the
+/// AVX-512 route ([`Route::Avx512`](super::Route::Avx512)) where AVX2's
+/// whole-line route does not take them: [`PREFETCHED_1_ALIASED`]'s, whatever
+/// the distance of the source rows. Zen 5 VM, two cores, in-process A/B
+/// against [`PREFETCHED_1`]'s tile, which rows not a multiple of 4 KiB apart
+/// took, best of six alternated calls in both orders, speed-up over the
+/// AVX-512 route with this tile against with that one: 16 × 4096 × 1024 u8
+/// batched 1.13–1.23× against 0.75–0.98× (once 1.24×), 64 × 1024² 021
+/// 1.08–1.18× against 0.78–0.95× (once 1.05×). The others' tile is this one.
+pub(super) const PREFETCHED_1_OFF_AVX512: (usize, usize, usize) = PREFETCHED_1_ALIASED;
+
 /// The prefetched route's tile of three-byte elements (RGB pixels) whose
 /// source cannot stay in the last-level cache (from three eighths of it,
 /// [`PIXELS_LARGE`], to its size, [`PREFETCHED_3_HUGE`]): 576-byte
