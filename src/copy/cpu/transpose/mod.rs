@@ -862,7 +862,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             (dst_run, src_run, STAGE)
         }
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
-        Route::Prefetched if bytes_off_avx512 => PREFETCHED_1_OFF_AVX512,
+        Route::Prefetched if bytes_off_avx512 && !l2_has_few_ways() => PREFETCHED_1_OFF_AVX512,
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
         Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),

@@ -196,6 +196,8 @@ const PREFETCHED_1_ALIASED: (usize, usize, usize) = (256, 128, 32 << 10);
 /// AVX-512 route with this tile against with that one: 16 × 4096 × 1024 u8
 /// batched 1.13–1.23× against 0.75–0.98× (once 1.24×), 64 × 1024² 021
 /// 1.08–1.18× against 0.78–0.95× (once 1.05×). The others' tile is this one.
+/// Where the L2 has few ways they keep [`prefetched_tile`]'s
+/// ([`PREFETCHED_1_FEW_WAYS`] from line-aligned rows; not measured there).
 pub(super) const PREFETCHED_1_OFF_AVX512: (usize, usize, usize) = PREFETCHED_1_ALIASED;
 
 /// The prefetched route's tile of three-byte elements (RGB pixels) whose
