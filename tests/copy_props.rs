@@ -781,11 +781,14 @@ fn with_each_kernel_and_stream(check: impl Fn()) {
     set_avx512_allowed(true);
 }
 
-/// Streamed byte transposes into line-aligned rows on either side of half
-/// the streaming size (here 4 MiB of an 8 MiB threshold): the AVX-512 route
-/// below it where the CPU has AVX-512, above it AVX2's whole-line route from
-/// rows that spread over L1 sets and the prefetched one from rows that crowd
-/// them (rows 2 KiB apart), with every kernel set; operands on and off a line.
+/// Byte transposes into line-aligned rows on either side of half the
+/// streaming size (here 4 MiB of an 8 MiB threshold), checked against the
+/// reference with every kernel set, operands on and off a line. Where they
+/// stream (from 1 MiB on most CPUs, later where the L2 has few ways) and the
+/// CPU has AVX-512: its route below that size, above it AVX2's whole-line
+/// route from rows that spread over L1 sets and the prefetched one from rows
+/// that crowd them (rows 2 KiB apart). Other tests set the same switches
+/// meanwhile: any route must copy right.
 #[test]
 fn byte_transposes_around_half_the_streaming_size() {
     for (avx2, avx512) in [(true, true), (true, false), (false, false)] {

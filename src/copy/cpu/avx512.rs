@@ -432,7 +432,9 @@ sheared_micro!(
 /// 8192² u8 51–53 → 56–62, from an 8256-wide matrix 62–64 → 71–73; in
 /// Python from NumPy arrays, against `DEVTENSOR_DISABLE_AVX512=1` (the
 /// median of three processes each, GB/s): 8192² 28.2 → 31.0, 8192 × 4096 from 8256-wide rows 33.0 → 36.6, 16 × 4096 × 1024
-/// 30.7 → 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike. And 3-byte
+/// 30.7 → 36.9, 64⁴ 3021 19.9 → 30.3; 4096², 32⁵ 03142 alike (byte copies
+/// from half the streaming size have since left this route for AVX2's and
+/// the prefetched one: see `bytes_off_avx512` in `transpose`). And 3-byte
 /// pixels where the CPU has VBMI ([`micro3`]): `devtensor bench`, 4096 × 2048
 /// RGB, against the AVX2 kernel's prefetched route, two alternated runs (%
 /// of memcpy): 61–63 → 70–71.

@@ -15,7 +15,7 @@ mod tile_sizes;
 
 use smallvec::SmallVec;
 
-use self::extension::{Extension, extended_split, rows_crowd_l2_sets};
+use self::extension::{Extension, extended_split};
 pub(super) use self::prefetches::NextTile;
 use self::prefetches::RunEnds;
 use self::tile_sizes::{
@@ -383,7 +383,7 @@ enum Route {
     /// transposed into a staging buffer, written out as contiguous runs.
     Staged,
     /// Large streamed ones whose destination rows are line-aligned, where the
-    /// CPU has AVX-512 (bytes only below half the last-level cache), instead
+    /// CPU has AVX-512 (bytes only below half the streaming size), instead
     /// of the prefetched route, or of the others
     /// where destination runs are whole lines: micro tiles whose every store
     /// is a whole line ([`avx512`]), straight from the source to memory,
@@ -564,7 +564,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         PREFETCHED_MIN_RUN
     };
     // Where the CPU has AVX-512, streamed copies with line-aligned destination
-    // rows go straight to memory in whole lines: those that would be staged
+    // rows (of bytes, those under half the streaming size: `bytes_off_avx512`
+    // below) go straight to memory in whole lines: those that would be staged
     // with prefetches, and the others whose destination runs are whole lines
     // (permutes whose runs are a line or two, which the extension staged
     // before: Python, two cores, into a reused output, the median of five
@@ -584,7 +585,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let dst_rows_elem_aligned = b.dst % e as isize == 0 && (dst as usize).is_multiple_of(e);
     let whole_line_runs = a.len * e >= LINE && (a.len * e).is_multiple_of(LINE);
     // Where the CPU has AVX2 and not AVX-512 (whose route above comes first),
-    // streamed copies with long runs on both sides, line-aligned destination
+    // or has it and the copy is of bytes from half the streaming size, streamed
+    // copies with long runs on both sides, line-aligned destination
     // rows and source rows whose lines spread over L1 sets take whole-line
     // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]):
     // those lines of byte rows the kernel reads together ([`AVX2_LINE_BYTE_ROWS_IN_L1`]).
@@ -599,10 +601,11 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
         && b.len * e >= LINE;
-    // Bytes from half the last-level cache on leave the AVX-512 route for
-    // AVX2's whole-line one where their rows spread over L1 sets, and for the
-    // prefetched one otherwise ([`PREFETCHED_1_OFF_AVX512`]): four lines of
-    // each destination row a tile, written out together, where the AVX-512
+    // Bytes from half the streaming size on ([`stream_threshold`], the
+    // last-level cache) leave the AVX-512 route: for AVX2's whole-line one
+    // where their rows spread over L1 sets, else for the prefetched one
+    // (staged where runs are short), whose tile ([`PREFETCHED_1_OFF_AVX512`])
+    // writes four lines of each destination row together, where the AVX-512
     // route's bands of 128 rows write two (bands of 256 lost there). Zen 5 VM,
     // in-process A/B, into a reused output, best of six alternated calls in
     // both orders, speed-up on one core / two: prefetched, 8192² 1.30–1.37× /
@@ -862,7 +865,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
             (dst_run, src_run, STAGE)
         }
         Route::Lines => ((256 * e).min(1024), 128, 32 << 10),
-        Route::Prefetched if bytes_off_avx512 && !l2_has_few_ways() => PREFETCHED_1_OFF_AVX512,
+        Route::Prefetched if bytes_off_avx512 && !l2_has_few_ways() && a.src % LINE as isize == 0 => {
+            PREFETCHED_1_OFF_AVX512
+        }
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
         Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),
@@ -936,10 +941,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let total = per_slice * slices;
     // The AVX-512 routes prefetch each tile's source into L2 while the tile
     // before it is written, a share before each micro tile, where the copy
-    // is larger than the last-level cache (for bytes, where a tile's rows,
-    // twice over, do not crowd L2 sets: [`avx512_prefetches_next`]).
-    let avx512_next =
-        matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes(), bi, a.src);
+    // is larger than the last-level cache ([`avx512_prefetches_next`]).
+    let avx512_next = matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes());
     // The steps a tile's prefetches are spread over: its micro tiles, or the
     // sheared kernel's columns of them.
     let micro_tiles = |ni: usize, nj: usize| {
@@ -1058,16 +1061,16 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 
 /// Whether the AVX-512 routes prefetch the next tile's source into L2
 /// ([`NextTile`], a share before each micro tile, or each column of them on
-/// the sheared route) for a copy of `bytes` of
-/// `e`-byte elements, in tiles of `rows` source rows `sa` bytes apart: from
+/// the sheared route) for a copy of `bytes` of `e`-byte elements: from
 /// copies of the streaming size on ([`stream_threshold`], the last-level
 /// cache), whose rows the hardware prefetchers, following a line of each of
-/// 16 to 64 rows a micro tile, fetch late. Not for bytes whose tile's rows
-/// and the next tile's, `2 · rows` rows, crowd the L2's sets (8192² u8, rows
-/// 8 KiB apart: both tiles' lines would not stay; 0.96–1.04× now), nor for
-/// 3-byte pixels (not measured). In-process A/B on a Zen 5 VM (two cores,
-/// `devtensor bench`'s patterns, best of ten alternated calls, GB/s without
-/// → with): pitched u8 8192² (pitch 8256) 32.6 → 40.3, f16 4096² (pitch
+/// 16 to 64 rows a micro tile, fetch late. Never for bytes, which leave the
+/// AVX-512 route from half that size (`bytes_off_avx512` in [`transpose`];
+/// before, they prefetched where a tile's rows and the next tile's did not
+/// crowd the L2's sets), nor for 3-byte pixels (not measured). In-process
+/// A/B on a Zen 5 VM (two cores, `devtensor bench`'s patterns, best of ten
+/// alternated calls, GB/s without → with): pitched u8 8192² (pitch 8256,
+/// before bytes left the route) 32.6 → 40.3, f16 4096² (pitch
 /// 4128) 35.2 → 57.2, f32 (pitch 4112) 45.9 → 55.0, f16 4096² 46.5 → 51.4,
 /// f32 43.5 → 46.4, f64 2048 × 4096 52.0 → 55.9, 32 × 512² f32 56.0 → 61.0,
 /// NHWC → NCHW f32 16 × 56² × 256 40.5 → 64.3, 256³ f32 201 37.1 → 59.8;
@@ -1088,8 +1091,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// 1.08–1.11×, 1024 × 16384 1.23–1.30× / 1.02–1.13×, f16 4096 × 8192
 /// 1.23–1.38× / 1.15–1.20×, f64 1024 × 8192 1.15–1.38× / 1.02–1.13×; 64⁴
 /// f32 3021 and 3210, 32⁵ × 16 f32 43210 0.96–1.06×.
-fn avx512_prefetches_next(e: usize, bytes: usize, rows: usize, sa: isize) -> bool {
-    e != 3 && bytes >= stream_threshold() && (e > 1 || !rows_crowd_l2_sets(&[(2 * rows, sa)]))
+fn avx512_prefetches_next(e: usize, bytes: usize) -> bool {
+    e != 1 && e != 3 && bytes >= stream_threshold()
 }
 
 /// The blocks of one tile dimension: `lead` elements, then blocks of `size`.
