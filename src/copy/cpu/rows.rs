@@ -374,12 +374,12 @@ unsafe fn rows_tiled(plan: &CopyPlan, k: usize, dst: *mut u8, src: *const u8, nt
 /// into a reused output, best of six alternated calls, both orders, AVX2 →
 /// AVX-512, one thread / two: B × S × H × D → B × H × S × D f32, D = 48
 /// (192-byte rows) 1.08–1.16× / 0.97–1.18×, 60 1.04–1.14× / 0.95–1.36×, 64
-/// 1.32–1.41× / 1.06–1.20×, 100 (400 bytes) 0.98–1.18× / 1.01–1.42×, 128 (2 ×
-/// 1000 × 16, 16 MiB) 1.16–1.26× / 0.98–1.10×, 130 and 150 1.00–1.09× /
-/// 1.04–1.11×; f16 D = 96 1.18–1.39× / 1.07–1.16×; 61 × 67 × 59 × 3 u8 1023
+/// 1.32–1.41× / 1.04–1.20×, 100 (400 bytes) 0.98–1.18× / 0.98–1.42×, 128 (2 ×
+/// 1000 × 16, 16 MiB) 1.16–1.26× / 0.81–1.10× (once under 0.98), 130 and
+/// 150 1.00–1.09× / 1.04–1.11×; f16 D = 96 1.18–1.39× / 1.07–1.16×; 61 × 67 × 59 × 3 u8 1023
 /// (177-byte rows) 1.16–1.20× / 1.13–1.33×, 300 × 200 × 100 f32 102 1.06–1.17×
-/// / 0.97–1.29×. Rows of two lines (f16 D = 64, f32 D = 32: 0.82–0.99× two
-/// threads, 0.90–0.96× one) and long rows lost: 1 KiB 0.92–0.99× on one thread,
+/// / 0.97–1.29×. Rows of two lines (f16 D = 64, f32 D = 32: 0.82–1.05× on two
+/// threads, mostly under 1) and long rows lost: 1 KiB 0.92–0.99× on one thread,
 /// 708 bytes 0.92–0.98×, 1416 0.85–0.94× (61 × 67 × 59 × 3 f32 and f64 1023,
 /// lines split on both sides); 768 and 600 bytes even.
 #[cfg(target_arch = "x86_64")]
