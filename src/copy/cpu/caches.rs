@@ -102,11 +102,13 @@ pub(super) fn l2_sets() -> (usize, usize) {
         .map_or((64 << 10, 16), |c| (c.bytes / c.ways, c.ways))
 }
 
-/// The copies were tuned on two machines: a Zen 5 VM (16-way 1 MiB L2, 12-way
-/// 48 KiB L1) and a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1), both with
-/// a 32 MiB L3. On the Zen 3 VM streamed transposes want other tiles
-/// (`transpose`) and whole runs stream from a smaller size ([`super::runs`]).
-/// Which of the two machines' differences decides is not known; the L2's
+/// The copies were tuned on three machines: a Zen 5 VM (16-way 1 MiB L2,
+/// 12-way 48 KiB L1), a Zen 3 VM (8-way 512 KiB L2, 8-way 32 KiB L1) and a
+/// Zen 4 VM (8-way 1 MiB L2, 8-way 32 KiB L1, AVX-512 run as two 256-bit
+/// halves), all with a 32 MiB L3. On the Zen 3 VM streamed transposes want
+/// other tiles (`transpose`) and whole runs stream from a smaller size
+/// ([`super::runs`]); on the Zen 4 VM most AVX-512 transpose routes lose to
+/// AVX2's. Which of the machines' differences decides is not known; the L2's
 /// ways are the one sysfs shows that separates them.
 const FEW_L2_WAYS: usize = 16;
 

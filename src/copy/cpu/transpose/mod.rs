@@ -596,11 +596,27 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && a.len >= AVX2_LINES_MIN_DST_LEN
         && b.len * e >= PREFETCHED_MIN_RUN
         && !(e == 1 && rows_crowd_l1_sets(a.src, AVX2_LINE_BYTE_ROWS_IN_L1));
+    // Where the L2 has few ways ([`l2_has_few_ways`]; of the CPUs with
+    // AVX-512, a Zen 4 VM: 8-way 32 KiB L1, 8-way 1 MiB L2, its AVX-512 run
+    // as two 256-bit halves) the AVX-512 routes lose: 3-byte pixels and rows
+    // off line boundaries (the sheared route) take the prefetched route, 2-
+    // and 4-byte elements AVX2's whole-line one where it takes them. That
+    // VM, two cores, `devtensor bench`'s patterns, in-process A/B, best of
+    // seven alternated calls, speed-up, two threads / one: 4096 × 2048 RGB
+    // 1.65× / 1.52×, 4097 × 4095 f32 1.57× / 1.58×; f16 4096² 1.16–1.21× /
+    // 1.18×, from a 4128-wide matrix 1.14–1.20× / 1.17×; f32 4096²
+    // 1.05–1.23× / 1.09–1.21×, from a 4112-wide matrix 1.02–1.34× /
+    // 1.22–1.31×, offset by one 1.33–1.70× / 1.44–1.58×, 256³ permuted 210
+    // 1.35–1.40× / 1.39–1.44×, 201 1.05–1.19× / 1.09–1.15×, 32 × 512²
+    // batched 0.94–1.16× / 1.04–1.09×; NCHW ↔ NHWC 16 × 256 × 56² 0.93–1.03×
+    // / 0.87–0.93× (the one loss).
+    let off_avx512_few_ways = l2_has_few_ways() && (e == 3 || (e == 2 || e == 4) && avx2_lines);
     let avx512_lines = nt
         && (prefetched || whole_line_runs)
         && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
-        && b.len * e >= LINE;
+        && b.len * e >= LINE
+        && !off_avx512_few_ways;
     // Bytes from half the streaming size on ([`stream_threshold`], the
     // last-level cache) leave the AVX-512 route: for AVX2's whole-line one
     // where their rows spread over L1 sets, else for the prefetched one
@@ -623,6 +639,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Avx512
     } else if nt
         && prefetched
+        && !l2_has_few_ways()
         && avx512_has_kernel(e, true)
         && dst_rows_elem_aligned
         && b.len * e >= LINE

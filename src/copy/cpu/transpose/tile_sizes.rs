@@ -3,7 +3,7 @@
 //! alignment and cache.
 
 use super::super::blocks::LINE;
-use super::super::caches::l2_has_few_ways;
+use super::super::caches::{l2_bytes, l2_has_few_ways};
 use super::super::runs::stream_threshold;
 use crate::copy::plan::PlanDim;
 
@@ -174,6 +174,18 @@ const PREFETCHED_2_STREAMED: (usize, usize, usize) = (256, 512, 32 << 10);
 ///   (3000 × 5001 0.90×, 5001 × 3000 0.89×, 4097 × 4095 0.95×).
 const PREFETCHED_1_FEW_WAYS: (usize, usize, usize) = (256, 256, 64 << 10);
 
+/// [`PREFETCHED_1_FEW_WAYS`] where the L2 (with few ways) is 1 MiB or more:
+/// 512-byte destination runs × 128 source bytes (two lines of 512 rows), 64
+/// KiB. Zen 4 VM (8-way 1 MiB L2), in-process A/B against
+/// [`PREFETCHED_1_FEW_WAYS`], best of six alternated calls, speed-up on two
+/// threads / one: 8192² 1.14–1.29× / 1.10–1.28×, 4096² 1.06× / 1.23×, 16384
+/// × 4096 1.08× / 1.20×, 4096 × 16384 1.02× / 1.21×, 4320 × 7680 1.03× /
+/// 1.14×. 384 rows × 128 bytes won less (1.02–1.09× / 1.12–1.16×), as did
+/// 512 × 192 (0.97–1.10× / 1.10–1.26×); at 8192², 1024 × 128 lost on two
+/// threads (0.65×), 512 × 64 won less (1.22× / 1.16×). The Zen 3 VM (512
+/// KiB L2) keeps the other, measured there.
+const PREFETCHED_1_FEW_WAYS_LARGE_L2: (usize, usize, usize) = (512, 128, 64 << 10);
+
 /// The byte tile of streamed copies from rows a multiple of 4 KiB apart
 /// where the L2 has many ways: 256-byte destination runs × 128 source bytes
 /// (two lines of 256 rows), 32 KiB. [`PREFETCHED_DEFAULT`]'s 512 rows of
@@ -318,6 +330,7 @@ pub(super) fn prefetched_tile(e: usize, a: PlanDim, nt: bool, bytes: usize) -> (
         2 if nt => Some(PREFETCHED_2_STREAMED),
         2 | 4 => Some(PREFETCHED_2_4),
         1 if misaligned => Some(PREFETCHED_1_MISALIGNED),
+        1 if few_l2_ways && l2_bytes() >= 1 << 20 => Some(PREFETCHED_1_FEW_WAYS_LARGE_L2),
         1 if few_l2_ways => Some(PREFETCHED_1_FEW_WAYS),
         1 if a.src % 4096 != 0 => Some(PREFETCHED_1),
         1 if nt => Some(PREFETCHED_1_ALIASED),
