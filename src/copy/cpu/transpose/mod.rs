@@ -312,6 +312,16 @@ const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 /// 128 f32 5901–6020 → 6368–8876).
 const AVX2_LINES_MIN_DST_LEN: usize = 256;
 
+/// Fewest elements of the runs on both sides of a permute that takes
+/// [`Route::Avx2Lines`] where the L2 has few ways instead of [`Route::Avx512`]
+/// (`few_ways_avx2_lines` in [`transpose`]), however short. Zen 4 VM, f32,
+/// in-process A/B, best of six alternated calls, speed-up, two threads /
+/// one: 64⁴ permuted 3021 1.37–1.60× / 1.52–1.66×, 3210 1.98× / 2.00×, f16
+/// 3021 1.71× / 1.77×, 128 × 256 × 512 210 1.26× / 1.26×; 64 × 2048 × 128
+/// 021 0.95× / 0.99×. Shorter runs, of 32: 32⁵ f32 43210 0.87× / 0.88×,
+/// 03142 0.96× / 1.09×, f16 0.70× / 0.73×.
+const FEW_WAYS_AVX2_LINES_MIN_LEN: usize = 64;
+
 /// Shortest source runs (bytes) whose tiles on [`Route::Avx2Lines`] start
 /// where source lines do, after a narrow first block. Shorter ones start at
 /// the run's first element and load across lines: a narrow first block and
@@ -610,13 +620,17 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // 1.35–1.40× / 1.39–1.44×, 201 1.05–1.19× / 1.09–1.15×, 32 × 512²
     // batched 0.94–1.16× / 1.04–1.09×; NCHW ↔ NHWC 16 × 256 × 56² 0.93–1.03×
     // / 0.87–0.93× (the one loss).
-    let off_avx512_few_ways = l2_has_few_ways() && (e == 3 || (e == 2 || e == 4) && avx2_lines);
-    let avx512_lines = nt
+    // So do permutes whose runs are [`FEW_WAYS_AVX2_LINES_MIN_LEN`] elements
+    // or more on both sides, which AVX2's whole-line route takes there only.
+    let few_ways_avx2_lines = l2_has_few_ways()
+        && (e == 2 || e == 4)
+        && (avx2_lines || a.len >= FEW_WAYS_AVX2_LINES_MIN_LEN && b.len >= FEW_WAYS_AVX2_LINES_MIN_LEN);
+    let avx512_whole_lines = nt
         && (prefetched || whole_line_runs)
         && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
-        && b.len * e >= LINE
-        && !off_avx512_few_ways;
+        && b.len * e >= LINE;
+    let avx512_lines = avx512_whole_lines && !(l2_has_few_ways() && e == 3 || few_ways_avx2_lines);
     // Bytes from half the streaming size on ([`stream_threshold`], the
     // last-level cache) leave the AVX-512 route: for AVX2's whole-line one
     // where their rows spread over L1 sets, else for the prefetched one
@@ -646,7 +660,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && a.len * e >= SHEARED_MIN_ROW
     {
         Route::Avx512Sheared
-    } else if avx2_lines {
+    } else if avx2_lines || avx512_whole_lines && few_ways_avx2_lines {
         Route::Avx2Lines
     } else if prefetched {
         Route::Prefetched
