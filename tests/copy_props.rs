@@ -807,6 +807,26 @@ fn byte_transposes_around_half_the_streaming_size() {
     set_avx512_allowed(true);
 }
 
+/// Streamed 2- and 4-byte permutes whose runs are 64 to 96 elements on both
+/// sides, which take AVX2's whole-line route instead of AVX-512's where the
+/// L2 has few ways (a Zen 4 VM; the AVX-512 route elsewhere), and 3-byte
+/// pixels and rows off line boundaries, which leave the AVX-512 routes there
+/// for the prefetched one: checked against the reference with every kernel
+/// set, operands on and off a line.
+#[test]
+fn streamed_permutes_of_short_whole_line_runs() {
+    with_each_kernel_and_stream(|| {
+        for (src_at, dst_at) in [(0, 0), (16, 0), (0, 8)] {
+            check_permute_at(&[8, 64, 16, 64], &[3, 0, 2, 1], 4, src_at, dst_at);
+            check_permute_at(&[2, 96, 8, 80], &[0, 3, 2, 1], 4, src_at, dst_at);
+            check_permute_at(&[8, 64, 16, 64], &[3, 0, 2, 1], 2, src_at, dst_at);
+            check_permute_at(&[64, 70, 66], &[2, 1, 0], 2, src_at, dst_at);
+            check_permute_at(&[257, 255], &[1, 0], 4, src_at, dst_at);
+            check_permute_at(&[128, 96], &[1, 0], 3, src_at, dst_at);
+        }
+    });
+}
+
 /// Transposes past the small-copy size (2 MiB) of 4- and 8-byte elements
 /// with destination runs under 1 KiB (few long source rows): folded tiles
 /// where the CPU has AVX-512, staged ones elsewhere; streamed and not, with

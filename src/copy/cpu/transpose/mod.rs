@@ -400,6 +400,9 @@ enum Route {
     /// along bands of source rows that give each destination row two lines a
     /// step (4096² f32 on two cores, Xeon VM, GB/s: 30 prefetched, 45 here;
     /// 4096 × 2048 RGB pixels, three lines a row a step: 36–37 → 41–42).
+    /// Where the L2 has few ways, only bytes, 8-byte elements and 2- or
+    /// 4-byte ones with short runs take it (`few_ways_avx2_lines` in
+    /// [`transpose`]).
     Avx512,
     /// The same for destination rows of 8 KiB or more ([`SHEARED_MIN_ROW`])
     /// that do not start on a line, of 4- or 8-byte elements: each row's
@@ -410,6 +413,8 @@ enum Route {
     /// against the prefetched route (GB/s): f32 4097 × 4095 32.5 → 41.2,
     /// 3000 × 5001 37.9 → 47.2, 5000 × 3000 31.2 → 51.7; f64 2049 × 4095 38.1
     /// → 48.9, 1025 × 2047 39.8 → 43.4, 16 × 1025 × 511 021 44.4 → 49.6.
+    /// Not where the L2 has few ways: the prefetched route wins there
+    /// (`few_ways_avx2_lines` in [`transpose`]).
     Avx512Sheared,
     /// The AVX-512 route's walk where the CPU has AVX2 only (and for large
     /// copies of bytes where it has AVX-512 too), for 1-, 2- and
