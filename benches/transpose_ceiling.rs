@@ -1,0 +1,312 @@
+//! How fast can a 2-D transpose be on this machine? Times, side by side in one
+//! process, a memcpy, devtensor's f16 transpose, and line kernels that move
+//! the transpose's bytes without its arithmetic:
+//!
+//! - `copy`: every 64-byte line of the source goes whole to the line the
+//!   transpose puts its elements in (the same reads, the same streamed
+//!   writes, no shuffles), so its time is the memory system's price of a
+//!   transpose's access pattern;
+//! - `reads`, `writes`: the same line reads alone, the same streamed writes
+//!   alone;
+//!
+//! each in two orders: `tile` (a line from each of 32 rows, then the next line
+//! over, as a 32 × 32 transpose kernel reads) and `row` (1 KiB of each row in
+//! turn). Streamed stores are the right choice here: plain stores made the
+//! line copy 2.2× slower on the Zen 4 VM (read-for-ownership traffic).
+//!
+//! The ratio of each copy to memcpy is the figure issue 15 item 6 asks about:
+//! where a shuffle-free `copy` itself sits well under memcpy, no transpose
+//! kernel reaches memcpy either, and the gap between `copy` and `transpose` is
+//! what the kernel's shuffles (and how they overlap with memory) cost.
+//!
+//! `cargo bench --bench transpose_ceiling -- [n] [rounds]` (default 4096 × 4096
+//! f16, 15 rounds; `RAYON_NUM_THREADS` sets the threads).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use devtensor::copy::copy_strided;
+use rayon::prelude::*;
+
+/// Bytes in a cache line, the unit the line kernels move.
+const LINE: usize = 64;
+/// f16 elements in a line: a 32 × 32 tile is 32 lines on each side.
+const ELEMS_PER_LINE: usize = LINE / 2;
+/// Source rows per stripe (a multiple of `ELEMS_PER_LINE`).
+const STRIPE_ROWS: usize = 32;
+/// Lines per source row read side by side in `Order::Rows` (1 KiB, the width
+/// of devtensor's f16 tiles).
+const LINES_ACROSS: usize = 16;
+const _: () = assert!(STRIPE_ROWS.is_multiple_of(ELEMS_PER_LINE));
+/// Rows ahead the row-order kernels prefetch.
+const PREFETCH_ROWS: usize = 2;
+
+/// The two buffers, shared by the stripes: each stripe writes lines no other
+/// stripe writes, and none writes the source.
+#[derive(Clone, Copy)]
+struct Buffers {
+    src: *const u8,
+    dst: *mut u8,
+}
+// SAFETY: the stripes only read `src` and write disjoint lines of `dst` (see
+// `line_target`).
+unsafe impl Send for Buffers {}
+// SAFETY: as above.
+unsafe impl Sync for Buffers {}
+
+/// Where the transpose of an `n × n` f16 matrix puts the 64-byte line that
+/// starts `block` lines into source row `row`: its 32 elements become element
+/// `row` of 32 consecutive destination rows, so line `block` of source rows
+/// `32k..32k + 32` lands in destination rows `32·block..32·block + 32`, at line
+/// `k`. The map is a bijection on lines, so stripes (whole groups of 32 rows)
+/// never collide.
+fn line_target(row: usize, block: usize, row_bytes: usize) -> usize {
+    (block * ELEMS_PER_LINE + row % ELEMS_PER_LINE) * row_bytes + (row / ELEMS_PER_LINE) * LINE
+}
+
+/// What a line kernel does with the line at `src` and its target `dst`.
+#[derive(Clone, Copy, PartialEq)]
+enum LineOp {
+    Copy,
+    Read,
+    Write,
+}
+
+/// The order a stripe's lines are visited in.
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    /// Down the stripe one line column at a time: a line from each of its 32
+    /// rows, then the next line over, as a 32 × 32 transpose kernel reads.
+    Tile,
+    /// Along each row, `LINES_ACROSS` lines at a time, then the next row.
+    Rows,
+}
+
+/// Runs `op` over every line of stripe `stripe` in `order`, and returns a fold
+/// of what it read (so reads cannot be dropped).
+///
+/// # Safety
+/// `src` and `dst` hold `n × row_bytes` bytes each (`n` rows), are 64-byte
+/// aligned and do not overlap; `stripe < n / STRIPE_ROWS`; `row_bytes` is a
+/// multiple of `LINE × LINES_ACROSS`.
+unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, row_bytes: usize, stripe: usize) -> u64 {
+    let rows = stripe * STRIPE_ROWS..(stripe + 1) * STRIPE_ROWS;
+    let lines = row_bytes / LINE;
+    let mut fold = 0u64;
+    // SAFETY: every (row, line) visited is inside the source (`rows` within
+    // `n`, `b < lines`), `line_target` stays inside the destination, and both
+    // lines are aligned as the caller promises; prefetches never fault.
+    let mut visit = |r: usize, b: usize| unsafe {
+        fold ^= move_line(
+            op,
+            src.add(r * row_bytes + b * LINE),
+            dst.add(line_target(r, b, row_bytes)),
+        );
+    };
+    let reads = op != LineOp::Write;
+    match order {
+        Order::Tile => {
+            for b in 0..lines {
+                for r in rows.clone() {
+                    if reads && b + 1 < lines {
+                        prefetch(src.wrapping_add(r * row_bytes + (b + 1) * LINE));
+                    }
+                    visit(r, b);
+                }
+            }
+        }
+        Order::Rows => {
+            for block0 in (0..lines).step_by(LINES_ACROSS) {
+                for r in rows.clone() {
+                    if reads && r + PREFETCH_ROWS < rows.end {
+                        for b in block0..block0 + LINES_ACROSS {
+                            prefetch(src.wrapping_add((r + PREFETCH_ROWS) * row_bytes + b * LINE));
+                        }
+                    }
+                    for b in block0..block0 + LINES_ACROSS {
+                        visit(r, b);
+                    }
+                }
+            }
+        }
+    }
+    fold
+}
+
+/// Asks for the line at `p` in L1; safe for any address (a prefetch never
+/// faults).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE is part of x86-64; a prefetch of any address is harmless.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// Moves (or only reads, or only writes) one line with 16-byte SSE2 loads and
+/// streaming stores, the widths every x86-64 has.
+///
+/// # Safety
+/// `s` and `d` are 64-byte aligned lines inside their buffers.
+#[inline(always)]
+unsafe fn move_line(op: LineOp, s: *const u8, d: *mut u8) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86-64; the four 16-byte lanes are inside the
+        // aligned 64-byte lines the caller names.
+        unsafe {
+            let mut fold = 0u64;
+            for k in 0..4 {
+                let v = if op == LineOp::Write {
+                    _mm_set1_epi8(7)
+                } else {
+                    _mm_load_si128(s.add(16 * k).cast())
+                };
+                if op == LineOp::Read {
+                    fold ^= _mm_cvtsi128_si64(v) as u64;
+                } else {
+                    _mm_stream_si128(d.add(16 * k).cast(), v);
+                }
+            }
+            fold
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: both lines are in bounds and do not overlap.
+    unsafe {
+        match op {
+            LineOp::Copy => std::ptr::copy_nonoverlapping(s, d, LINE),
+            LineOp::Read => return std::ptr::read_volatile(s.cast::<u64>()),
+            LineOp::Write => std::ptr::write_bytes(d, 7, LINE),
+        }
+        0
+    }
+}
+
+/// One cache line; a `Vec<Line>` is a 64-byte aligned buffer.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; LINE]);
+
+/// An `n × n` f16 matrix's worth of lines, filled with a pattern.
+fn matrix_lines(n: usize, seed: usize) -> Vec<Line> {
+    (0..2 * n * n / LINE)
+        .map(|i| Line(std::array::from_fn(|j| (i.wrapping_mul(31) + j + seed) as u8)))
+        .collect()
+}
+
+/// One timed operation.
+#[derive(Clone, Copy)]
+enum Op {
+    Memcpy,
+    Transpose,
+    Lines(LineOp, Order),
+}
+
+const OPS: [(&str, Op); 8] = [
+    ("memcpy", Op::Memcpy),
+    ("transpose", Op::Transpose),
+    ("copy, tile order", Op::Lines(LineOp::Copy, Order::Tile)),
+    ("copy, row order", Op::Lines(LineOp::Copy, Order::Rows)),
+    ("reads, tile order", Op::Lines(LineOp::Read, Order::Tile)),
+    ("reads, row order", Op::Lines(LineOp::Read, Order::Rows)),
+    ("writes, tile order", Op::Lines(LineOp::Write, Order::Tile)),
+    ("writes, row order", Op::Lines(LineOp::Write, Order::Rows)),
+];
+
+/// Runs `op` once on the `n × n` f16 matrices; returns a fold of what a
+/// read-only kernel read.
+fn run(op: Op, n: usize, src: &[Line], dst: &mut [Line]) -> u64 {
+    let row_bytes = 2 * n;
+    let (sp, dp) = (src.as_ptr().cast::<u8>(), dst.as_mut_ptr().cast::<u8>());
+    let ns = n as isize;
+    match op {
+        // SAFETY: both buffers hold n × row_bytes bytes and do not overlap.
+        Op::Memcpy => unsafe { copy_strided(dp, &[1], sp, &[1], &[n * row_bytes], 1) }.expect("memcpy"),
+        // SAFETY: both buffers hold n × n two-byte elements; dst[i][j] = src[j][i]
+        // stays inside them.
+        Op::Transpose => unsafe { copy_strided(dp, &[ns, 1], sp, &[1, ns], &[n, n], 2) }.expect("transpose"),
+        Op::Lines(kind, order) => {
+            let bufs = Buffers { src: sp, dst: dp };
+            return (0..n / STRIPE_ROWS)
+                .into_par_iter()
+                .map(|s| {
+                    // Moves the whole struct in: a closure naming only its
+                    // fields would capture the bare pointers.
+                    let b = bufs;
+                    // SAFETY: the buffers hold n × row_bytes bytes each, are
+                    // 64-byte aligned (`Line`) and do not overlap; `s` is a
+                    // stripe of them; `main` checks `row_bytes`; stripes
+                    // write disjoint lines.
+                    unsafe { stripe_lines(kind, order, b.src, b.dst, row_bytes, s) }
+                })
+                .reduce(|| 0, |a, b| a ^ b);
+        }
+    }
+    0
+}
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let n = args.first().copied().unwrap_or(4096);
+    let rounds = args.get(1).copied().unwrap_or(15).max(1);
+    assert!(
+        n > 0 && n.is_multiple_of(STRIPE_ROWS) && (2 * n / LINE).is_multiple_of(LINES_ACROSS),
+        "n must be a positive multiple of {}, got {n}",
+        STRIPE_ROWS.max(LINE * LINES_ACROSS / 2)
+    );
+    let src = matrix_lines(n, 0);
+    let mut dst = matrix_lines(n, 1);
+
+    // The transpose is checked, so its row measures a correct kernel.
+    run(Op::Transpose, n, &src, &mut dst);
+    let elem = |m: &[Line], i: usize, j: usize| {
+        let b = 2 * (i * n + j);
+        [m[b / LINE].0[b % LINE], m[b / LINE].0[b % LINE + 1]]
+    };
+    for (i, j) in [(0, 1), (1, 0), (n / 3, n - 1), (n - 1, n / 2), (n - 1, n - 1)] {
+        assert_eq!(elem(&dst, i, j), elem(&src, j, i), "transpose at ({i}, {j})");
+    }
+
+    // Alternated rounds, best of each: every op sees the same machine state.
+    let mut best = [Duration::MAX; OPS.len()];
+    let mut fold = 0;
+    for _ in 0..rounds {
+        for ((_, op), b) in OPS.iter().zip(best.iter_mut()) {
+            let t = Instant::now();
+            fold ^= run(*op, n, &src, &mut dst);
+            *b = (*b).min(t.elapsed());
+        }
+    }
+    black_box(fold);
+
+    let bytes = (2 * n * n) as f64;
+    let gbs = |t: Duration| bytes / t.as_secs_f64() / 1e9;
+    let of_memcpy = |t: Duration| 100.0 * best[0].as_secs_f64() / t.as_secs_f64();
+    println!(
+        "transpose_ceiling: {n} x {n} f16 ({} MiB each way), {} threads, best of {rounds} alternated rounds",
+        (2 * n * n) >> 20,
+        rayon::current_num_threads()
+    );
+    println!("{:<20} {:>9} {:>12} {:>10}", "op", "ms", "GB/s 1-way", "% memcpy");
+    for ((name, op), t) in OPS.iter().zip(best) {
+        let pct = match op {
+            Op::Lines(LineOp::Read | LineOp::Write, _) => "-".to_string(),
+            _ => format!("{:.1}", of_memcpy(t)),
+        };
+        println!("{name:<20} {:>9.3} {:>12.1} {pct:>10}", t.as_secs_f64() * 1e3, gbs(t));
+    }
+    // A copy whose reads and writes never overlapped would take the sum of
+    // their times; one that overlapped them fully, the longer of the two.
+    for (order, reads, writes) in [("tile", best[4], best[6]), ("row", best[5], best[7])] {
+        println!(
+            "copy, {order} order, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
+            of_memcpy(reads + writes),
+            of_memcpy(reads.max(writes))
+        );
+    }
+}
