@@ -1,6 +1,9 @@
 //! How fast can a 2-D transpose be on this machine? Times, side by side in one
-//! process, a memcpy, devtensor's f16 transpose, and line kernels that move
-//! the transpose's bytes without its arithmetic:
+//! process, a memcpy, devtensor's f16 transpose (of a dense matrix, and of
+//! one whose rows are a line longer: power-of-two row strides put every row's
+//! lines in the same cache sets and, on the Zen 4 VM, cost the same kernel a
+//! quarter to a half of its speed), and line kernels that move the
+//! transpose's bytes without its arithmetic:
 //!
 //! - `copy`: every 64-byte line of the source goes whole to the line the
 //!   transpose puts its elements in (the same reads, the same streamed
@@ -38,6 +41,8 @@ const STRIPE_ROWS: usize = 32;
 /// of devtensor's f16 tiles).
 const LINES_ACROSS: usize = 16;
 const _: () = assert!(STRIPE_ROWS.is_multiple_of(ELEMS_PER_LINE));
+/// Elements that the pitched source's rows add to `n` (one line of f16).
+const PITCH_PAD: usize = 32;
 /// Rows ahead the row-order kernels prefetch.
 const PREFETCH_ROWS: usize = 2;
 
@@ -86,9 +91,9 @@ enum Order {
 /// of what it read (so reads cannot be dropped).
 ///
 /// # Safety
-/// `src` and `dst` hold `n × row_bytes` bytes each (`n` rows), are 64-byte
-/// aligned and do not overlap; `stripe < n / STRIPE_ROWS`; `row_bytes` is a
-/// multiple of `LINE × LINES_ACROSS`.
+/// `src` and `dst` hold `n × row_bytes` bytes each (`n` rows of `n` f16, `n`
+/// a multiple of `STRIPE_ROWS`), are 64-byte aligned and do not overlap;
+/// `stripe < n / STRIPE_ROWS`.
 unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, row_bytes: usize, stripe: usize) -> u64 {
     let rows = stripe * STRIPE_ROWS..(stripe + 1) * STRIPE_ROWS;
     let lines = row_bytes / LINE;
@@ -117,13 +122,14 @@ unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, r
         }
         Order::Rows => {
             for block0 in (0..lines).step_by(LINES_ACROSS) {
+                let blocks = block0..(block0 + LINES_ACROSS).min(lines);
                 for r in rows.clone() {
                     if reads && r + PREFETCH_ROWS < rows.end {
-                        for b in block0..block0 + LINES_ACROSS {
+                        for b in blocks.clone() {
                             prefetch(src.wrapping_add((r + PREFETCH_ROWS) * row_bytes + b * LINE));
                         }
                     }
-                    for b in block0..block0 + LINES_ACROSS {
+                    for b in blocks.clone() {
                         visit(r, b);
                     }
                 }
@@ -204,12 +210,15 @@ fn matrix_lines(n: usize, seed: usize) -> Vec<Line> {
 enum Op {
     Memcpy,
     Transpose,
+    /// The same transpose from rows `PITCH_PAD` elements longer than `n`.
+    TransposePitched,
     Lines(LineOp, Order),
 }
 
-const OPS: [(&str, Op); 8] = [
+const OPS: [(&str, Op); 9] = [
     ("memcpy", Op::Memcpy),
     ("transpose", Op::Transpose),
+    ("transpose, pitched", Op::TransposePitched),
     ("copy, tile order", Op::Lines(LineOp::Copy, Order::Tile)),
     ("copy, row order", Op::Lines(LineOp::Copy, Order::Rows)),
     ("reads, tile order", Op::Lines(LineOp::Read, Order::Tile)),
@@ -220,7 +229,7 @@ const OPS: [(&str, Op); 8] = [
 
 /// Runs `op` once on the `n × n` f16 matrices; returns a fold of what a
 /// read-only kernel read.
-fn run(op: Op, n: usize, src: &[Line], dst: &mut [Line]) -> u64 {
+fn run(op: Op, n: usize, src: &[Line], pitched: &[Line], dst: &mut [Line]) -> u64 {
     let row_bytes = 2 * n;
     let (sp, dp) = (src.as_ptr().cast::<u8>(), dst.as_mut_ptr().cast::<u8>());
     let ns = n as isize;
@@ -230,6 +239,12 @@ fn run(op: Op, n: usize, src: &[Line], dst: &mut [Line]) -> u64 {
         // SAFETY: both buffers hold n × n two-byte elements; dst[i][j] = src[j][i]
         // stays inside them.
         Op::Transpose => unsafe { copy_strided(dp, &[ns, 1], sp, &[1, ns], &[n, n], 2) }.expect("transpose"),
+        // SAFETY: `pitched` holds n rows of n + PITCH_PAD two-byte elements.
+        Op::TransposePitched => unsafe {
+            let pitch = (n + PITCH_PAD) as isize;
+            copy_strided(dp, &[ns, 1], pitched.as_ptr().cast(), &[1, pitch], &[n, n], 2)
+        }
+        .expect("pitched transpose"),
         Op::Lines(kind, order) => {
             let bufs = Buffers { src: sp, dst: dp };
             return (0..n / STRIPE_ROWS)
@@ -240,8 +255,8 @@ fn run(op: Op, n: usize, src: &[Line], dst: &mut [Line]) -> u64 {
                     let b = bufs;
                     // SAFETY: the buffers hold n × row_bytes bytes each, are
                     // 64-byte aligned (`Line`) and do not overlap; `s` is a
-                    // stripe of them; `main` checks `row_bytes`; stripes
-                    // write disjoint lines.
+                    // stripe of them; `main` checks that `n` is a multiple
+                    // of STRIPE_ROWS; stripes write disjoint lines.
                     unsafe { stripe_lines(kind, order, b.src, b.dst, row_bytes, s) }
                 })
                 .reduce(|| 0, |a, b| a ^ b);
@@ -255,21 +270,31 @@ fn main() {
     let n = args.first().copied().unwrap_or(4096);
     let rounds = args.get(1).copied().unwrap_or(15).max(1);
     assert!(
-        n > 0 && n.is_multiple_of(STRIPE_ROWS) && (2 * n / LINE).is_multiple_of(LINES_ACROSS),
-        "n must be a positive multiple of {}, got {n}",
-        STRIPE_ROWS.max(LINE * LINES_ACROSS / 2)
+        n > 0 && n.is_multiple_of(STRIPE_ROWS),
+        "n must be a positive multiple of {STRIPE_ROWS}, got {n}"
     );
     let src = matrix_lines(n, 0);
+    // n rows of n + PITCH_PAD elements (the pattern continues into the pad).
+    let pitched = matrix_lines(n + PITCH_PAD, 2);
     let mut dst = matrix_lines(n, 1);
 
-    // The transpose is checked, so its row measures a correct kernel.
-    run(Op::Transpose, n, &src, &mut dst);
-    let elem = |m: &[Line], i: usize, j: usize| {
-        let b = 2 * (i * n + j);
+    // Both transposes are checked, so their rows measure correct kernels.
+    let elem = |m: &[Line], row_len: usize, i: usize, j: usize| {
+        let b = 2 * (i * row_len + j);
         [m[b / LINE].0[b % LINE], m[b / LINE].0[b % LINE + 1]]
     };
-    for (i, j) in [(0, 1), (1, 0), (n / 3, n - 1), (n - 1, n / 2), (n - 1, n - 1)] {
-        assert_eq!(elem(&dst, i, j), elem(&src, j, i), "transpose at ({i}, {j})");
+    for (op, from, row_len) in [
+        (Op::Transpose, &src, n),
+        (Op::TransposePitched, &pitched, n + PITCH_PAD),
+    ] {
+        run(op, n, &src, &pitched, &mut dst);
+        for (i, j) in [(0, 1), (1, 0), (n / 3, n - 1), (n - 1, n / 2), (n - 1, n - 1)] {
+            assert_eq!(
+                elem(&dst, n, i, j),
+                elem(from, row_len, j, i),
+                "transpose at ({i}, {j})"
+            );
+        }
     }
 
     // Alternated rounds, best of each: every op sees the same machine state.
@@ -278,7 +303,7 @@ fn main() {
     for _ in 0..rounds {
         for ((_, op), b) in OPS.iter().zip(best.iter_mut()) {
             let t = Instant::now();
-            fold ^= run(*op, n, &src, &mut dst);
+            fold ^= run(*op, n, &src, &pitched, &mut dst);
             *b = (*b).min(t.elapsed());
         }
     }
@@ -302,7 +327,12 @@ fn main() {
     }
     // A copy whose reads and writes never overlapped would take the sum of
     // their times; one that overlapped them fully, the longer of the two.
-    for (order, reads, writes) in [("tile", best[4], best[6]), ("row", best[5], best[7])] {
+    let time_of = |name: &str| best[OPS.iter().position(|(n, _)| *n == name).expect("an op")];
+    for order in ["tile", "row"] {
+        let (reads, writes) = (
+            time_of(&format!("reads, {order} order")),
+            time_of(&format!("writes, {order} order")),
+        );
         println!(
             "copy, {order} order, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
             of_memcpy(reads + writes),
