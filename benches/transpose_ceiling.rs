@@ -12,10 +12,14 @@
 //! - `reads`, `writes`: the same line reads alone, the same streamed writes
 //!   alone;
 //!
-//! each in two orders: `tile` (a line from each of 32 rows, then the next line
-//! over, as a 32 × 32 transpose kernel reads) and `row` (1 KiB of each row in
-//! turn). Streamed stores are the right choice here: plain stores made the
-//! line copy 2.2× slower on the Zen 4 VM (read-for-ownership traffic).
+//! each in three orders: `tile` (a line from each of 32 rows, then the next
+//! line over, as a 32 × 32 transpose kernel reads: each destination row gets
+//! one line), `tile pairs` (the same over 64 rows, rows `r` and `r + 32` in
+//! turn, so that each destination row gets two adjacent lines back to back)
+//! and `row` (1 KiB of each row in turn), and each from dense rows and from
+//! `pitched` ones (source and destination rows a line longer than `n`).
+//! Streamed stores are the right choice here: plain stores made the line copy
+//! 2.2× slower on the Zen 4 VM (read-for-ownership traffic).
 //!
 //! The ratio of each copy to memcpy is the figure issue 15 item 6 asks about:
 //! where a shuffle-free `copy` itself sits well under memcpy, no transpose
@@ -23,7 +27,8 @@
 //! what the kernel's shuffles (and how they overlap with memory) cost.
 //!
 //! `cargo bench --bench transpose_ceiling -- [n] [rounds]` (default 4096 × 4096
-//! f16, 15 rounds; `RAYON_NUM_THREADS` sets the threads).
+//! f16, 15 rounds, `n` a multiple of 64; `RAYON_NUM_THREADS` sets the
+//! threads).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -83,30 +88,49 @@ enum Order {
     /// Down the stripe one line column at a time: a line from each of its 32
     /// rows, then the next line over, as a 32 × 32 transpose kernel reads.
     Tile,
+    /// As `Tile` over two stripes' rows, `r` then `r + 32`: the two lines
+    /// land next to each other in one destination row.
+    TilePairs,
     /// Along each row, `LINES_ACROSS` lines at a time, then the next row.
     Rows,
+}
+
+impl Order {
+    /// Source rows a stripe of this order covers.
+    fn stripe_rows(self) -> usize {
+        match self {
+            Order::TilePairs => 2 * STRIPE_ROWS,
+            _ => STRIPE_ROWS,
+        }
+    }
+}
+
+/// Row strides of the line kernels' buffers: rows of `n` f16, or a line
+/// longer on both sides (`pitched`).
+#[derive(Clone, Copy)]
+struct Pitches {
+    /// Bytes a row of the matrix holds (`2n`).
+    row_bytes: usize,
+    src: usize,
+    dst: usize,
 }
 
 /// Runs `op` over every line of stripe `stripe` in `order`, and returns a fold
 /// of what it read (so reads cannot be dropped).
 ///
 /// # Safety
-/// `src` and `dst` hold `n × row_bytes` bytes each (`n` rows of `n` f16, `n`
-/// a multiple of `STRIPE_ROWS`), are 64-byte aligned and do not overlap;
-/// `stripe < n / STRIPE_ROWS`.
-unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, row_bytes: usize, stripe: usize) -> u64 {
-    let rows = stripe * STRIPE_ROWS..(stripe + 1) * STRIPE_ROWS;
-    let lines = row_bytes / LINE;
+/// `src` and `dst` hold `n` rows of `p.src` and `p.dst` bytes (`n` f16 each,
+/// `n` a multiple of `order.stripe_rows()`), are 64-byte aligned and do not
+/// overlap; `stripe < n / order.stripe_rows()`.
+unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, p: Pitches, stripe: usize) -> u64 {
+    let rows = stripe * order.stripe_rows()..(stripe + 1) * order.stripe_rows();
+    let lines = p.row_bytes / LINE;
     let mut fold = 0u64;
     // SAFETY: every (row, line) visited is inside the source (`rows` within
     // `n`, `b < lines`), `line_target` stays inside the destination, and both
     // lines are aligned as the caller promises; prefetches never fault.
     let mut visit = |r: usize, b: usize| unsafe {
-        fold ^= move_line(
-            op,
-            src.add(r * row_bytes + b * LINE),
-            dst.add(line_target(r, b, row_bytes)),
-        );
+        fold ^= move_line(op, src.add(r * p.src + b * LINE), dst.add(line_target(r, b, p.dst)));
     };
     let reads = op != LineOp::Write;
     match order {
@@ -114,9 +138,21 @@ unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, r
             for b in 0..lines {
                 for r in rows.clone() {
                     if reads && b + 1 < lines {
-                        prefetch(src.wrapping_add(r * row_bytes + (b + 1) * LINE));
+                        prefetch(src.wrapping_add(r * p.src + (b + 1) * LINE));
                     }
                     visit(r, b);
+                }
+            }
+        }
+        Order::TilePairs => {
+            for b in 0..lines {
+                for r in rows.start..rows.start + STRIPE_ROWS {
+                    for r in [r, r + STRIPE_ROWS] {
+                        if reads && b + 1 < lines {
+                            prefetch(src.wrapping_add(r * p.src + (b + 1) * LINE));
+                        }
+                        visit(r, b);
+                    }
                 }
             }
         }
@@ -126,7 +162,7 @@ unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, r
                 for r in rows.clone() {
                     if reads && r + PREFETCH_ROWS < rows.end {
                         for b in blocks.clone() {
-                            prefetch(src.wrapping_add((r + PREFETCH_ROWS) * row_bytes + b * LINE));
+                            prefetch(src.wrapping_add((r + PREFETCH_ROWS) * p.src + b * LINE));
                         }
                     }
                     for b in blocks.clone() {
@@ -194,7 +230,6 @@ unsafe fn move_line(op: LineOp, s: *const u8, d: *mut u8) -> u64 {
 }
 
 /// One cache line; a `Vec<Line>` is a 64-byte aligned buffer.
-#[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; LINE]);
 
@@ -212,26 +247,55 @@ enum Op {
     Transpose,
     /// The same transpose from rows `PITCH_PAD` elements longer than `n`.
     TransposePitched,
-    Lines(LineOp, Order),
+    /// A line kernel, from and to rows a line longer than `n` if `pitched`.
+    Lines {
+        op: LineOp,
+        order: Order,
+        pitched: bool,
+    },
 }
 
-const OPS: [(&str, Op); 9] = [
-    ("memcpy", Op::Memcpy),
-    ("transpose", Op::Transpose),
-    ("transpose, pitched", Op::TransposePitched),
-    ("copy, tile order", Op::Lines(LineOp::Copy, Order::Tile)),
-    ("copy, row order", Op::Lines(LineOp::Copy, Order::Rows)),
-    ("reads, tile order", Op::Lines(LineOp::Read, Order::Tile)),
-    ("reads, row order", Op::Lines(LineOp::Read, Order::Rows)),
-    ("writes, tile order", Op::Lines(LineOp::Write, Order::Tile)),
-    ("writes, row order", Op::Lines(LineOp::Write, Order::Rows)),
-];
+/// The timed operations and their names, in the order printed.
+fn ops() -> Vec<(String, Op)> {
+    let mut v = vec![
+        ("memcpy".to_string(), Op::Memcpy),
+        ("transpose".to_string(), Op::Transpose),
+        ("transpose, pitched".to_string(), Op::TransposePitched),
+    ];
+    for pitched in [false, true] {
+        for (kind, op) in [
+            ("copy", LineOp::Copy),
+            ("reads", LineOp::Read),
+            ("writes", LineOp::Write),
+        ] {
+            for (how, order) in [
+                ("tile order", Order::Tile),
+                ("tile pairs", Order::TilePairs),
+                ("row order", Order::Rows),
+            ] {
+                let layout = if pitched { ", pitched" } else { "" };
+                v.push((format!("{kind}, {how}{layout}"), Op::Lines { op, order, pitched }));
+            }
+        }
+    }
+    v
+}
+
+/// The matrices: `n` rows of `n` f16 (`src`, `dst`), and of `n + PITCH_PAD`
+/// (the pitched ones, of which the transpose and the line kernels use the
+/// first `n` of each row).
+struct Matrices {
+    src: Vec<Line>,
+    dst: Vec<Line>,
+    pitched_src: Vec<Line>,
+    pitched_dst: Vec<Line>,
+}
 
 /// Runs `op` once on the `n × n` f16 matrices; returns a fold of what a
 /// read-only kernel read.
-fn run(op: Op, n: usize, src: &[Line], pitched: &[Line], dst: &mut [Line]) -> u64 {
+fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
     let row_bytes = 2 * n;
-    let (sp, dp) = (src.as_ptr().cast::<u8>(), dst.as_mut_ptr().cast::<u8>());
+    let (sp, dp) = (m.src.as_ptr().cast::<u8>(), m.dst.as_mut_ptr().cast::<u8>());
     let ns = n as isize;
     match op {
         // SAFETY: both buffers hold n × row_bytes bytes and do not overlap.
@@ -239,25 +303,38 @@ fn run(op: Op, n: usize, src: &[Line], pitched: &[Line], dst: &mut [Line]) -> u6
         // SAFETY: both buffers hold n × n two-byte elements; dst[i][j] = src[j][i]
         // stays inside them.
         Op::Transpose => unsafe { copy_strided(dp, &[ns, 1], sp, &[1, ns], &[n, n], 2) }.expect("transpose"),
-        // SAFETY: `pitched` holds n rows of n + PITCH_PAD two-byte elements.
+        // SAFETY: `pitched_src` holds n rows of n + PITCH_PAD two-byte elements.
         Op::TransposePitched => unsafe {
             let pitch = (n + PITCH_PAD) as isize;
-            copy_strided(dp, &[ns, 1], pitched.as_ptr().cast(), &[1, pitch], &[n, n], 2)
+            copy_strided(dp, &[ns, 1], m.pitched_src.as_ptr().cast(), &[1, pitch], &[n, n], 2)
         }
         .expect("pitched transpose"),
-        Op::Lines(kind, order) => {
-            let bufs = Buffers { src: sp, dst: dp };
-            return (0..n / STRIPE_ROWS)
+        Op::Lines { op, order, pitched } => {
+            let (bufs, pitch) = if pitched {
+                let b = Buffers {
+                    src: m.pitched_src.as_ptr().cast(),
+                    dst: m.pitched_dst.as_mut_ptr().cast(),
+                };
+                (b, row_bytes + 2 * PITCH_PAD)
+            } else {
+                (Buffers { src: sp, dst: dp }, row_bytes)
+            };
+            let p = Pitches {
+                row_bytes,
+                src: pitch,
+                dst: pitch,
+            };
+            return (0..n / order.stripe_rows())
                 .into_par_iter()
                 .map(|s| {
                     // Moves the whole struct in: a closure naming only its
                     // fields would capture the bare pointers.
                     let b = bufs;
-                    // SAFETY: the buffers hold n × row_bytes bytes each, are
-                    // 64-byte aligned (`Line`) and do not overlap; `s` is a
-                    // stripe of them; `main` checks that `n` is a multiple
-                    // of STRIPE_ROWS; stripes write disjoint lines.
-                    unsafe { stripe_lines(kind, order, b.src, b.dst, row_bytes, s) }
+                    // SAFETY: the buffers hold n rows of `pitch` bytes each,
+                    // are 64-byte aligned (`Line`) and do not overlap; `s` is
+                    // a stripe of them; `main` checks that `n` is a multiple
+                    // of every order's stripe; stripes write disjoint lines.
+                    unsafe { stripe_lines(op, order, b.src, b.dst, p, s) }
                 })
                 .reduce(|| 0, |a, b| a ^ b);
         }
@@ -269,28 +346,31 @@ fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(4096);
     let rounds = args.get(1).copied().unwrap_or(15).max(1);
+    let multiple = Order::TilePairs.stripe_rows();
     assert!(
-        n > 0 && n.is_multiple_of(STRIPE_ROWS),
-        "n must be a positive multiple of {STRIPE_ROWS}, got {n}"
+        n > 0 && n.is_multiple_of(multiple),
+        "n must be a positive multiple of {multiple}, got {n}"
     );
-    let src = matrix_lines(n, 0);
-    // n rows of n + PITCH_PAD elements (the pattern continues into the pad).
-    let pitched = matrix_lines(n + PITCH_PAD, 2);
-    let mut dst = matrix_lines(n, 1);
+    // The pitched ones: n rows of n + PITCH_PAD elements (the pattern
+    // continues into the pad).
+    let mut m = Matrices {
+        src: matrix_lines(n, 0),
+        dst: matrix_lines(n, 1),
+        pitched_src: matrix_lines(n + PITCH_PAD, 2),
+        pitched_dst: matrix_lines(n + PITCH_PAD, 3),
+    };
 
     // Both transposes are checked, so their rows measure correct kernels.
     let elem = |m: &[Line], row_len: usize, i: usize, j: usize| {
         let b = 2 * (i * row_len + j);
         [m[b / LINE].0[b % LINE], m[b / LINE].0[b % LINE + 1]]
     };
-    for (op, from, row_len) in [
-        (Op::Transpose, &src, n),
-        (Op::TransposePitched, &pitched, n + PITCH_PAD),
-    ] {
-        run(op, n, &src, &pitched, &mut dst);
+    for (op, row_len) in [(Op::Transpose, n), (Op::TransposePitched, n + PITCH_PAD)] {
+        run(op, n, &mut m);
+        let from = if row_len == n { &m.src } else { &m.pitched_src };
         for (i, j) in [(0, 1), (1, 0), (n / 3, n - 1), (n - 1, n / 2), (n - 1, n - 1)] {
             assert_eq!(
-                elem(&dst, n, i, j),
+                elem(&m.dst, n, i, j),
                 elem(from, row_len, j, i),
                 "transpose at ({i}, {j})"
             );
@@ -298,12 +378,13 @@ fn main() {
     }
 
     // Alternated rounds, best of each: every op sees the same machine state.
-    let mut best = [Duration::MAX; OPS.len()];
+    let ops = ops();
+    let mut best = vec![Duration::MAX; ops.len()];
     let mut fold = 0;
     for _ in 0..rounds {
-        for ((_, op), b) in OPS.iter().zip(best.iter_mut()) {
+        for ((_, op), b) in ops.iter().zip(best.iter_mut()) {
             let t = Instant::now();
-            fold ^= run(*op, n, &src, &pitched, &mut dst);
+            fold ^= run(*op, n, &mut m);
             *b = (*b).min(t.elapsed());
         }
     }
@@ -317,26 +398,31 @@ fn main() {
         (2 * n * n) >> 20,
         rayon::current_num_threads()
     );
-    println!("{:<20} {:>9} {:>12} {:>10}", "op", "ms", "GB/s 1-way", "% memcpy");
-    for ((name, op), t) in OPS.iter().zip(best) {
+    println!("{:<30} {:>9} {:>12} {:>10}", "op", "ms", "GB/s 1-way", "% memcpy");
+    for ((name, op), t) in ops.iter().zip(&best) {
         let pct = match op {
-            Op::Lines(LineOp::Read | LineOp::Write, _) => "-".to_string(),
-            _ => format!("{:.1}", of_memcpy(t)),
+            Op::Lines {
+                op: LineOp::Read | LineOp::Write,
+                ..
+            } => "-".to_string(),
+            _ => format!("{:.1}", of_memcpy(*t)),
         };
-        println!("{name:<20} {:>9.3} {:>12.1} {pct:>10}", t.as_secs_f64() * 1e3, gbs(t));
+        println!("{name:<30} {:>9.3} {:>12.1} {pct:>10}", t.as_secs_f64() * 1e3, gbs(*t));
     }
     // A copy whose reads and writes never overlapped would take the sum of
     // their times; one that overlapped them fully, the longer of the two.
-    let time_of = |name: &str| best[OPS.iter().position(|(n, _)| *n == name).expect("an op")];
-    for order in ["tile", "row"] {
-        let (reads, writes) = (
-            time_of(&format!("reads, {order} order")),
-            time_of(&format!("writes, {order} order")),
-        );
-        println!(
-            "copy, {order} order, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
-            of_memcpy(reads + writes),
-            of_memcpy(reads.max(writes))
-        );
+    let time_of = |name: &str| best[ops.iter().position(|(n, _)| n == name).expect("an op")];
+    for layout in ["", ", pitched"] {
+        for how in ["tile order", "tile pairs", "row order"] {
+            let (reads, writes) = (
+                time_of(&format!("reads, {how}{layout}")),
+                time_of(&format!("writes, {how}{layout}")),
+            );
+            println!(
+                "copy, {how}{layout}, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
+                of_memcpy(reads + writes),
+                of_memcpy(reads.max(writes))
+            );
+        }
     }
 }
