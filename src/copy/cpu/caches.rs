@@ -92,6 +92,17 @@ pub(super) fn l2_has_few_ways() -> bool {
     *FEW.get_or_init(|| l2_ways().is_some_and(|w| w < FEW_L2_WAYS))
 }
 
+/// Whether the L2 holds under 1 MiB (false where sysfs does not tell): with
+/// few ways ([`l2_has_few_ways`]), what separates the Zen 3 VM (512 KiB)
+/// from the Zen 4 one (1 MiB), whose clones stream from different sizes
+/// ([`super::runs`]).
+pub(super) fn l2_is_under_1mib() -> bool {
+    caches()
+        .iter()
+        .find(|c| c.level == 2)
+        .is_some_and(|c| c.bytes < 1 << 20)
+}
+
 /// The L2's set span and ways: addresses this many bytes apart share a set
 /// (its bytes over its ways: 64 KiB for a 512 KiB 8-way L2), and a set holds
 /// that many lines. 64 KiB and 16 ways where sysfs does not tell.

@@ -5,7 +5,7 @@
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::caches::{l2_has_few_ways, llc_bytes};
+use super::caches::{l2_has_few_ways, l2_is_under_1mib, llc_bytes};
 use super::elem::{ld, st};
 use super::parallel::{Shared, par_for};
 
@@ -51,24 +51,40 @@ const LLC_STREAM_MAX: usize = 32 << 20;
 
 /// Where copies of whole runs stream: clones (`clone`) from
 /// [`stream_threshold`], row copies from five eighths of it (see
-/// [`rows`](super::rows::rows)); both from three eighths (12 MiB of a 32 MiB
-/// L3) where the L2 has few ways ([`l2_has_few_ways`]). On the Zen 3 VM with
-/// its 32 MiB L3, two cores, into a reused output, median GB/s of six phases
-/// of 20 calls each, ordinary → streaming stores:
+/// [`rows`](super::rows::rows)); where the L2 has few ways
+/// ([`l2_has_few_ways`]), row copies from three eighths (12 MiB of a 32 MiB
+/// L3), and clones too where the L2 is under 1 MiB ([`l2_is_under_1mib`]),
+/// from five eighths (20 MiB) where it is not. On the Zen 3 VM (8-way 512
+/// KiB L2, 32 MiB L3), two cores, into a reused output, median GB/s of six
+/// phases of 20 calls each, ordinary → streaming stores:
 /// - clones: 8 MiB 73.5 → 41.0, 10 MiB 39.0 → 40.1, 12 MiB 32.9 → 37.4, 14
 ///   MiB 26.7 → 34.5, 16 MiB 27.2 → 35.6, 24 MiB 31.5 → 39.9;
 /// - 4 KiB rows of a 2×-wide f32 matrix: 8 MiB 50.0 → 39.0, 10 MiB 31.3 →
 ///   39.8, 12 MiB 28.3 → 34.1, 16 MiB 23.7 → 27.5;
 /// - row flips of 16 KiB rows: 8 MiB 69.8 → 40.9, 10 MiB 49.7 → 40.3, 12 MiB
 ///   34.1 → 38.5, 16 MiB 27.4 → 35.9.
+///
+/// On the Zen 4 VM (8-way 1 MiB L2, 32 MiB L3), two cores, Python, f32
+/// clones against torch's (which never streams), speed ratio:
+/// - `bench/cpu_copy_peers.py`, 16 MiB, best of three rounds: streamed
+///   0.73–0.97× in six runs, ordinary 1.22–1.33× in three;
+/// - the median of seven calls, two runs, streamed → ordinary: 16 MiB into
+///   a reused output 0.85–1.19× → 0.95–1.54×, then read by NumPy 0.51–0.96×
+///   → 1.32–1.37×, from cold caches 1.08–1.27× → 0.95–1.02×, cold and read
+///   0.87–0.91× → 1.02–1.12×; 24 MiB into a reused output 1.27–1.53× →
+///   0.88–0.99× (it streams).
+///
+/// The price is a clone from cold caches that nothing reads soon:
+/// `cargo bench --bench clone_stores` there, 16 MiB, ordinary at 0.72–0.88×
+/// streaming's speed (12 MiB 0.75–0.92×); with the output read after it,
+/// 0.77–1.70×.
 pub(super) fn runs_stream_threshold(clone: bool) -> usize {
     let t = stream_threshold();
-    if l2_has_few_ways() {
-        t / 8 * 3
-    } else if clone {
-        t
-    } else {
-        t / 8 * 5
+    match (l2_has_few_ways(), clone) {
+        (false, true) => t,
+        (true, true) if !l2_is_under_1mib() => t / 8 * 5,
+        (true, _) => t / 8 * 3,
+        (false, false) => t / 8 * 5,
     }
 }
 
@@ -288,7 +304,9 @@ pub(super) unsafe fn memcpy_par(dst: *mut u8, src: *const u8, bytes: usize, nt: 
 
 #[cfg(test)]
 mod tests {
-    use super::{LLC_STREAM_MAX, l2_has_few_ways, llc_bytes, runs_stream_threshold, stream_threshold};
+    use super::{
+        LLC_STREAM_MAX, l2_has_few_ways, l2_is_under_1mib, llc_bytes, runs_stream_threshold, stream_threshold,
+    };
 
     #[test]
     fn the_default_threshold_is_the_last_level_cache_up_to_its_cap() {
@@ -306,10 +324,13 @@ mod tests {
     fn whole_runs_stream_from_their_fraction_of_the_threshold() {
         let t = stream_threshold();
         let got = (runs_stream_threshold(true), runs_stream_threshold(false));
-        if l2_has_few_ways() {
-            assert_eq!(got, (t / 8 * 3, t / 8 * 3));
-        } else {
-            assert_eq!(got, (t, t / 8 * 5));
-        }
+        let want = match (l2_has_few_ways(), l2_is_under_1mib()) {
+            (false, _) => (t, t / 8 * 5),
+            (true, false) => (t / 8 * 5, t / 8 * 3),
+            (true, true) => (t / 8 * 3, t / 8 * 3),
+        };
+        assert_eq!(got, want);
+        // Clones never stream from a smaller size than row copies.
+        assert!(got.0 >= got.1);
     }
 }
