@@ -67,7 +67,7 @@ const LLC_STREAM_MAX: usize = 32 << 20;
 /// On the Zen 4 VM (8-way 1 MiB L2, 32 MiB L3), two cores, Python, f32
 /// clones against torch's (which never streams), speed ratio:
 /// - `bench/cpu_copy_peers.py`, 16 MiB, best of three rounds: streamed
-///   0.73–0.97× in six runs, ordinary 1.22–1.33× in three;
+///   0.73–0.97× in six runs, ordinary 1.22–1.36× in seven;
 /// - the median of seven calls, two runs, streamed → ordinary: 16 MiB into
 ///   a reused output 0.85–1.19× → 0.95–1.54×, then read by NumPy 0.51–0.96×
 ///   → 1.32–1.37×, from cold caches 1.08–1.27× → 0.95–1.02×, cold and read
@@ -76,7 +76,7 @@ const LLC_STREAM_MAX: usize = 32 << 20;
 ///
 /// The price is a clone from cold caches that nothing reads soon:
 /// `cargo bench --bench clone_stores` there, 16 MiB, ordinary at 0.72–0.88×
-/// streaming's speed (12 MiB 0.75–0.92×); with the output read after it,
+/// streaming's speed (12 MiB 0.75–0.97×); with the output read after it,
 /// 0.77–1.70×.
 pub(super) fn runs_stream_threshold(clone: bool) -> usize {
     let t = stream_threshold();
