@@ -4,7 +4,7 @@
 //!
 //! - `hot`: clone into the same output again and again (the loop a peer
 //!   benchmark runs; both buffers may stay in the last-level cache), timed
-//!   after a few untimed ones;
+//!   after a few untimed clones in the same mode, each read after;
 //! - `cold`: the caches filled with other data first (96 MiB written);
 //! - `read`, `cold read`: as above, then one thread reads the whole output
 //!   (a consumer using the clone, as NumPy or torch would next), timed
@@ -29,7 +29,7 @@ const EVICT_BYTES: usize = 96 << 20;
 /// Untimed clones (and reads) before a timed `hot` or `read` one.
 const WARM_UPS: usize = 3;
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Setting {
     Hot,
     Cold,
