@@ -101,95 +101,75 @@ enum Order {
 }
 
 impl Order {
-    /// Source rows a stripe of this order covers.
-    fn stripe_rows(self) -> usize {
+    /// Stripes visited a line at a time together (rows `r`, `r + 32`, …): the
+    /// lines each destination row gets back to back.
+    fn stripes_together(self) -> usize {
         match self {
-            Order::TilePairs | Order::RowPairs => 2 * STRIPE_ROWS,
-            _ => STRIPE_ROWS,
+            Order::TilePairs | Order::RowPairs => 2,
+            Order::Tile | Order::Rows => 1,
         }
     }
-}
 
-/// Row strides of the line kernels' buffers: rows of `n` f16, or a line
-/// longer on both sides (`pitched`).
-#[derive(Clone, Copy)]
-struct Pitches {
-    /// Bytes a row of the matrix holds (`2n`).
-    row_bytes: usize,
-    src: usize,
-    dst: usize,
+    /// Source rows a stripe of this order covers.
+    fn stripe_rows(self) -> usize {
+        self.stripes_together() * STRIPE_ROWS
+    }
 }
 
 /// Runs `op` over every line of stripe `stripe` in `order`, and returns a fold
 /// of what it read (so reads cannot be dropped).
 ///
 /// # Safety
-/// `src` and `dst` hold `n` rows of `p.src` and `p.dst` bytes (`n` f16 each,
+/// `src` and `dst` hold `n` rows `pitch` bytes apart (`n` f16 each, `row_bytes`,
 /// `n` a multiple of `order.stripe_rows()`), are 64-byte aligned and do not
 /// overlap; `stripe < n / order.stripe_rows()`.
-unsafe fn stripe_lines(op: LineOp, order: Order, src: *const u8, dst: *mut u8, p: Pitches, stripe: usize) -> u64 {
-    let rows = stripe * order.stripe_rows()..(stripe + 1) * order.stripe_rows();
-    let lines = p.row_bytes / LINE;
+unsafe fn stripe_lines(
+    op: LineOp,
+    order: Order,
+    src: *const u8,
+    dst: *mut u8,
+    row_bytes: usize,
+    pitch: usize,
+    stripe: usize,
+) -> u64 {
+    let start = stripe * order.stripe_rows();
+    // The rows a visit of row `r` of the first stripe takes in turn.
+    let together = move |r: usize| (0..order.stripes_together()).map(move |k| r + k * STRIPE_ROWS);
+    let lines = row_bytes / LINE;
     let mut fold = 0u64;
     // SAFETY: every (row, line) visited is inside the source (`rows` within
     // `n`, `b < lines`), `line_target` stays inside the destination, and both
     // lines are aligned as the caller promises; prefetches never fault.
     let mut visit = |r: usize, b: usize| unsafe {
-        fold ^= move_line(op, src.add(r * p.src + b * LINE), dst.add(line_target(r, b, p.dst)));
+        fold ^= move_line(op, src.add(r * pitch + b * LINE), dst.add(line_target(r, b, pitch)));
     };
     let reads = op != LineOp::Write;
     match order {
-        Order::Tile => {
+        Order::Tile | Order::TilePairs => {
             for b in 0..lines {
-                for r in rows.clone() {
+                for r in (start..start + STRIPE_ROWS).flat_map(together) {
                     if reads && b + 1 < lines {
-                        prefetch(src.wrapping_add(r * p.src + (b + 1) * LINE));
+                        prefetch(src.wrapping_add(r * pitch + (b + 1) * LINE));
                     }
                     visit(r, b);
                 }
             }
         }
-        Order::TilePairs => {
-            for b in 0..lines {
-                for r in rows.start..rows.start + STRIPE_ROWS {
-                    for r in [r, r + STRIPE_ROWS] {
-                        if reads && b + 1 < lines {
-                            prefetch(src.wrapping_add(r * p.src + (b + 1) * LINE));
-                        }
-                        visit(r, b);
-                    }
-                }
-            }
-        }
-        Order::Rows => {
+        Order::Rows | Order::RowPairs => {
             for block0 in (0..lines).step_by(LINES_ACROSS) {
                 let blocks = block0..(block0 + LINES_ACROSS).min(lines);
-                for r in rows.clone() {
-                    if reads && r + PREFETCH_ROWS < rows.end {
+                for r0 in start..start + STRIPE_ROWS {
+                    if reads && r0 + PREFETCH_ROWS < start + STRIPE_ROWS {
                         for b in blocks.clone() {
-                            prefetch(src.wrapping_add((r + PREFETCH_ROWS) * p.src + b * LINE));
-                        }
-                    }
-                    for b in blocks.clone() {
-                        visit(r, b);
-                    }
-                }
-            }
-        }
-        Order::RowPairs => {
-            for block0 in (0..lines).step_by(LINES_ACROSS) {
-                let blocks = block0..(block0 + LINES_ACROSS).min(lines);
-                for r in rows.start..rows.start + STRIPE_ROWS {
-                    if reads && r + PREFETCH_ROWS < rows.start + STRIPE_ROWS {
-                        for b in blocks.clone() {
-                            for r in [r, r + STRIPE_ROWS] {
-                                prefetch(src.wrapping_add((r + PREFETCH_ROWS) * p.src + b * LINE));
+                            for r in together(r0) {
+                                prefetch(src.wrapping_add((r + PREFETCH_ROWS) * pitch + b * LINE));
                             }
                         }
                     }
                     for b in blocks.clone() {
-                        visit(r, b);
-                        visit(r + STRIPE_ROWS, b);
+                        for r in together(r0) {
+                            visit(r, b);
+                        }
                     }
                 }
             }
@@ -343,11 +323,6 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
             } else {
                 (Buffers { src: sp, dst: dp }, row_bytes)
             };
-            let p = Pitches {
-                row_bytes,
-                src: pitch,
-                dst: pitch,
-            };
             return (0..n / order.stripe_rows())
                 .into_par_iter()
                 .map(|s| {
@@ -358,7 +333,7 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
                     // are 64-byte aligned (`Line`) and do not overlap; `s` is
                     // a stripe of them; `main` checks that `n` is a multiple
                     // of every order's stripe; stripes write disjoint lines.
-                    unsafe { stripe_lines(op, order, b.src, b.dst, p, s) }
+                    unsafe { stripe_lines(op, order, b.src, b.dst, row_bytes, pitch, s) }
                 })
                 .reduce(|| 0, |a, b| a ^ b);
         }

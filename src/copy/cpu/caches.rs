@@ -95,12 +95,15 @@ pub(super) fn l2_has_few_ways() -> bool {
 /// Whether the L2 holds under 1 MiB (false where sysfs does not tell): with
 /// few ways ([`l2_has_few_ways`]), what separates the Zen 3 VM (512 KiB)
 /// from the Zen 4 one (1 MiB), whose clones stream from different sizes
-/// ([`super::runs`]).
+/// ([`super::runs`]). Read once, as [`l2_has_few_ways`] is.
 pub(super) fn l2_is_under_1mib() -> bool {
-    caches()
-        .iter()
-        .find(|c| c.level == 2)
-        .is_some_and(|c| c.bytes < 1 << 20)
+    static SMALL: OnceLock<bool> = OnceLock::new();
+    *SMALL.get_or_init(|| {
+        caches()
+            .iter()
+            .find(|c| c.level == 2)
+            .is_some_and(|c| c.bytes < 1 << 20)
+    })
 }
 
 /// The L2's set span and ways: addresses this many bytes apart share a set
