@@ -1,9 +1,10 @@
 //! How fast can a 2-D transpose be on this machine? Times, side by side in one
-//! process, a memcpy, devtensor's f16 transpose (of a dense matrix, and of
-//! one whose rows are a line longer: power-of-two row strides put every row's
-//! lines in the same cache sets and, on the Zen 4 VM, cost the same kernel a
-//! quarter to a half of its speed), and line kernels that move the
-//! transpose's bytes without its arithmetic:
+//! process, a memcpy, devtensor's f16 transpose (of a dense matrix, from one
+//! whose rows are a line longer, and into one: power-of-two row strides put
+//! every row's lines in the same cache sets and, on the Zen 4 VM, cost the
+//! same kernel a quarter to a half of its speed; the two pitched rows tell
+//! whether the source's stride or the destination's costs it), and line
+//! kernels that move the transpose's bytes without its arithmetic:
 //!
 //! - `copy`: every 64-byte line of the source goes whole to the line the
 //!   transpose puts its elements in (the same reads, the same streamed
@@ -250,6 +251,10 @@ enum Op {
     Transpose,
     /// The same transpose from rows `PITCH_PAD` elements longer than `n`.
     TransposePitched,
+    /// The same transpose from dense rows into rows `PITCH_PAD` elements
+    /// longer than `n`: with `TransposePitched`, tells a cost of the source's
+    /// power-of-two row stride from one of the destination's.
+    TransposeIntoPitched,
     /// A line kernel, from and to rows a line longer than `n` if `pitched`.
     Lines {
         op: LineOp,
@@ -264,6 +269,7 @@ fn ops() -> Vec<(String, Op)> {
         ("memcpy".to_string(), Op::Memcpy),
         ("transpose".to_string(), Op::Transpose),
         ("transpose, pitched".to_string(), Op::TransposePitched),
+        ("transpose, into pitched".to_string(), Op::TransposeIntoPitched),
     ];
     for pitched in [false, true] {
         for (kind, op) in [
@@ -313,6 +319,12 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
             copy_strided(dp, &[ns, 1], m.pitched_src.as_ptr().cast(), &[1, pitch], &[n, n], 2)
         }
         .expect("pitched transpose"),
+        // SAFETY: `pitched_dst` holds n rows of n + PITCH_PAD two-byte elements.
+        Op::TransposeIntoPitched => unsafe {
+            let pitch = (n + PITCH_PAD) as isize;
+            copy_strided(m.pitched_dst.as_mut_ptr().cast(), &[pitch, 1], sp, &[1, ns], &[n, n], 2)
+        }
+        .expect("transpose into pitched rows"),
         Op::Lines { op, order, pitched } => {
             let (bufs, pitch) = if pitched {
                 let b = Buffers {
@@ -364,13 +376,19 @@ fn main() {
         let b = 2 * (i * row_len + j);
         [m[b / LINE].0[b % LINE], m[b / LINE].0[b % LINE + 1]]
     };
-    for (op, row_len) in [(Op::Transpose, n), (Op::TransposePitched, n + PITCH_PAD)] {
+    // (op, source row length, destination row length)
+    for (op, from_len, to_len) in [
+        (Op::Transpose, n, n),
+        (Op::TransposePitched, n + PITCH_PAD, n),
+        (Op::TransposeIntoPitched, n, n + PITCH_PAD),
+    ] {
         run(op, n, &mut m);
-        let from = if row_len == n { &m.src } else { &m.pitched_src };
+        let from = if from_len == n { &m.src } else { &m.pitched_src };
+        let to = if to_len == n { &m.dst } else { &m.pitched_dst };
         for (i, j) in [(0, 1), (1, 0), (n / 3, n - 1), (n - 1, n / 2), (n - 1, n - 1)] {
             assert_eq!(
-                elem(&m.dst, n, i, j),
-                elem(from, row_len, j, i),
+                elem(to, to_len, i, j),
+                elem(from, from_len, j, i),
                 "transpose at ({i}, {j})"
             );
         }
