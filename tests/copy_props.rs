@@ -1225,15 +1225,17 @@ fn broadcast_and_fill_large() {
 }
 
 /// Reversed rows (`x[:, ::-1]`) of every element size and length around the
-/// vector widths, at odd addresses, with the AVX2 reversal (where the CPU has
-/// it) and without.
+/// vector widths, at odd addresses and at element-aligned ones off a line,
+/// with the AVX2 reversals (where the CPU has them) and without, streamed
+/// (whole destination lines straight from the shuffles) and not.
 #[test]
 fn reversals_every_element_size_and_kernel() {
-    for avx2 in [true, false] {
+    for (avx2, stream) in [(true, Some(1)), (true, Some(usize::MAX)), (false, Some(1))] {
         set_avx2_allowed(avx2);
+        set_stream_threshold(stream);
         for e in [1usize, 2, 3, 4, 8, 16] {
             for n in [1usize, 7, 31, 32, 33, 63, 64, 65, 100, 1000] {
-                for shift in [0usize, 1] {
+                for shift in [0usize, 1, 3 * e] {
                     let m = 3;
                     let src = pattern(m * n * e + shift, (n * e) as u64);
                     let mut got = vec![0u8; m * n * e + shift];
@@ -1254,12 +1256,13 @@ fn reversals_every_element_size_and_kernel() {
                     };
                     assert!(
                         got == want,
-                        "reversed rows of {n}, e = {e}, shift = {shift}, avx2 = {avx2}"
+                        "reversed rows of {n}, e = {e}, shift = {shift}, avx2 = {avx2}, stream = {stream:?}"
                     );
                 }
             }
         }
     }
+    set_stream_threshold(None);
     set_avx2_allowed(true);
 }
 

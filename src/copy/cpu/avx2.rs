@@ -308,11 +308,37 @@ impl Kernel for E3 {
     }
 }
 
+/// The byte shuffle that reverses the `E`-byte elements of each 16-byte lane
+/// (lane byte k is byte k % E of element k / E; it takes that byte of element
+/// 16/E − 1 − k/E), in both lanes of a register.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lane_reversal<const E: usize>() -> __m256i {
+    let idx: [i8; 16] = std::array::from_fn(|k| ((16 / E - 1 - k / E) * E + k % E) as i8);
+    // SAFETY: `idx` is 16 readable bytes.
+    let lane = unsafe { _mm_loadu_si128(idx.as_ptr().cast()) };
+    _mm256_broadcastsi128_si256(lane)
+}
+
+/// The 32 bytes that end at `end` (exclusive), their `E`-byte elements in
+/// reverse order: reversed in each lane by a byte shuffle, then lanes swapped.
+///
+/// # Safety
+///
+/// The CPU has AVX2; the 32 bytes below `end` are readable.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn reversed_block(end: *const u8, mask: __m256i) -> __m256i {
+    // SAFETY: the caller's contract.
+    let v = unsafe { _mm256_loadu_si256(end.sub(32).cast()) };
+    _mm256_permute4x64_epi64::<0x4E>(_mm256_shuffle_epi8(v, mask))
+}
+
 /// `dst[i] = src[-i]` (element offsets) for `i` below the largest multiple of
-/// `32 / E` in `n`, elements of `E` (1, 2, 4 or 8) bytes: 32 bytes at a time,
-/// reversed in each 16-byte lane by a byte shuffle, then lanes swapped. Twice
-/// the bytes per instruction of the SSE2 loop LLVM makes (256² f32 column
-/// flips ran at 0.8× torch's AVX2 ones). Returns the elements copied.
+/// `32 / E` in `n`, elements of `E` (1, 2, 4 or 8) bytes: 32 bytes at a time
+/// ([`reversed_block`]). Twice the bytes per instruction of the SSE2 loop LLVM
+/// makes (256² f32 column flips ran at 0.8× torch's AVX2 ones). Returns the
+/// elements copied.
 ///
 /// # Safety
 ///
@@ -321,21 +347,53 @@ impl Kernel for E3 {
 pub(super) unsafe fn reverse<const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
     const { assert!(E == 1 || E == 2 || E == 4 || E == 8) };
     let per = 32 / E;
-    // Lane byte k is byte k % E of element k / E; it takes that byte of
-    // element 16/E − 1 − k/E.
-    let idx: [i8; 16] = std::array::from_fn(|k| ((16 / E - 1 - k / E) * E + k % E) as i8);
-    // SAFETY: `idx` is 16 readable bytes.
-    let lane = unsafe { _mm_loadu_si128(idx.as_ptr().cast()) };
-    let mask = _mm256_broadcastsi128_si256(lane);
+    let mask = lane_reversal::<E>();
     let full = n / per * per;
     let mut i = 0;
     while i < full {
         // SAFETY: elements `i .. i + per` of both operands (the caller's
-        // contract); the source block starts `per − 1` elements below `src − i`.
+        // contract); the source block ends just above element `−i`.
+        unsafe { _mm256_storeu_si256(dst.add(i * E).cast(), reversed_block(src.add(E).sub(i * E), mask)) };
+        i += per;
+    }
+    full
+}
+
+/// Bytes below the one being read that [`reverse_streamed`] prefetches into
+/// L2: a reversed row is read downwards, which the hardware prefetchers
+/// follow less well than a rising one. Zen 4 VM, `devtensor bench`'s 4096²
+/// f32 row flip, % of memcpy, three alternated runs each: one thread, none
+/// 60–63, 1 KiB 65–67, 2 KiB 70–73, 4 KiB 65–67.5 (an experiment that
+/// fetched into L1 instead: 50–53); two threads, in the slow memory mode,
+/// none 89–90, 1 KiB 92–93, 2 KiB 92–98, 4 KiB 92.5–93.
+const REVERSE_PREFETCH_AHEAD: usize = 2048;
+
+/// As [`reverse`], in whole destination lines written with streaming stores,
+/// for `i` below the largest multiple of `64 / E` in `n`, the source prefetched
+/// [`REVERSE_PREFETCH_AHEAD`] bytes ahead. Returns the elements copied.
+///
+/// # Safety
+///
+/// As [`reverse`]; `dst` is 64-byte aligned; the caller fences the streamed
+/// stores before the copy returns.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn reverse_streamed<const E: usize>(dst: *mut u8, src: *const u8, n: usize) -> usize {
+    const { assert!(E == 1 || E == 2 || E == 4 || E == 8) };
+    let per = blocks::LINE / E;
+    let mask = lane_reversal::<E>();
+    let full = n / per * per;
+    let mut i = 0;
+    while i < full {
+        // The end of the line's source: element −i, and the 64 bytes below.
+        let end = src.wrapping_add(E).wrapping_sub(i * E);
+        prefetch(end.wrapping_sub(REVERSE_PREFETCH_AHEAD), Cache::L2);
+        // SAFETY: elements `i .. i + per` of both operands (the caller's
+        // contract), the source's 64 bytes below `end`; `dst + i·E` starts a
+        // line (`dst` is aligned, `i·E` a multiple of 64).
         unsafe {
-            let v = _mm256_loadu_si256(src.sub((i + per - 1) * E).cast());
-            let r = _mm256_permute4x64_epi64::<0x4E>(_mm256_shuffle_epi8(v, mask));
-            _mm256_storeu_si256(dst.add(i * E).cast(), r);
+            let d = dst.add(i * E);
+            _mm256_stream_si256(d.cast(), reversed_block(end, mask));
+            _mm256_stream_si256(d.add(32).cast(), reversed_block(end.sub(32), mask));
         }
         i += per;
     }
