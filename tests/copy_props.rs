@@ -1230,7 +1230,8 @@ fn broadcast_and_fill_large() {
 /// (whole destination lines straight from the shuffles) and not.
 #[test]
 fn reversals_every_element_size_and_kernel() {
-    for (avx2, stream) in [(true, Some(1)), (true, Some(usize::MAX)), (false, Some(1))] {
+    let (streamed, cached) = (Some(1), Some(usize::MAX));
+    for (avx2, stream) in [(true, streamed), (true, cached), (false, streamed), (false, cached)] {
         set_avx2_allowed(avx2);
         set_stream_threshold(stream);
         for e in [1usize, 2, 3, 4, 8, 16] {
