@@ -291,7 +291,7 @@ unsafe fn general_k<T: Elem, const K: u8>(dims: &[PlanDim], bytes: usize, dst: *
                         }
                         // A reversed row (`x[:, ::-1]`): streamed whole
                         // lines straight from the shuffles where it can.
-                        GATHER if nt && ss == -(e as isize) && reverse_streamed::<T>(dp, sp, n) => {}
+                        GATHER if nt && ss == -(e as isize) && streamed_reversal::<T>(dp, sp, n) => {}
                         GATHER if nt => {
                             let mut i = 0;
                             while i < n {
@@ -588,29 +588,32 @@ unsafe fn reverse_avx2(dst: *mut u8, src: *const u8, n: usize, e: usize) -> usiz
 ///
 /// As [`gather`] with `ss == -e`; the caller fences streamed stores.
 #[inline(always)]
-unsafe fn reverse_streamed<T: Elem>(dst: *mut u8, src: *const u8, n: usize) -> bool {
+unsafe fn streamed_reversal<T: Elem>(dst: *mut u8, src: *const u8, n: usize) -> bool {
     let e = size_of::<T>();
     #[cfg(target_arch = "x86_64")]
     if matches!(e, 1 | 2 | 4 | 8) && (dst as usize).is_multiple_of(e) && super::avx2::enabled() {
         use super::avx2::reverse_streamed;
-        let head = ((LINE - dst as usize % LINE) % LINE / e).min(n);
-        // SAFETY: elements `0..n` of both operands (the caller's contract),
-        // in three pieces; `dst + head·e` starts a line; the CPU has AVX2.
-        unsafe {
-            for i in 0..head {
-                st(dst.add(i * e), ld::<T>(src.sub(i * e)));
+        // Elements before the first whole line and after the last.
+        let one_by_one = |range: std::ops::Range<usize>| {
+            for i in range {
+                // SAFETY: element `i < n` of both operands, the caller's contract.
+                unsafe { st(dst.add(i * e), ld::<T>(src.sub(i * e))) };
             }
+        };
+        let head = ((LINE - dst as usize % LINE) % LINE / e).min(n);
+        one_by_one(0..head);
+        // SAFETY: elements `head..n` of both operands; `dst + head·e` starts
+        // a line; the CPU has AVX2.
+        let lines = unsafe {
             let (d, s, m) = (dst.add(head * e), src.sub(head * e), n - head);
-            let lines = match e {
+            match e {
                 1 => reverse_streamed::<1>(d, s, m),
                 2 => reverse_streamed::<2>(d, s, m),
                 4 => reverse_streamed::<4>(d, s, m),
                 _ => reverse_streamed::<8>(d, s, m),
-            };
-            for i in head + lines..n {
-                st(dst.add(i * e), ld::<T>(src.sub(i * e)));
             }
-        }
+        };
+        one_by_one(head + lines..n);
         return true;
     }
     let _ = (dst, src, n, e);
