@@ -568,7 +568,8 @@ fn large_transposes() {
 /// while writing one: 2-D and batched, from and to addresses off a line,
 /// with every kernel set; destination rows of 1280 bytes, which start on
 /// lines, and of 4- and 8-byte elements 8 KiB and one element long, which
-/// do not (the sheared kernel).
+/// do not (the sheared kernels: AVX-512's, or AVX2's for 4-byte elements
+/// where the L2 has few ways).
 #[test]
 fn streamed_transposes_prefetching_the_next_tile() {
     with_each_kernel_and_stream(|| {

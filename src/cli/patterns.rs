@@ -433,6 +433,10 @@ fn matrix(q: usize) -> Vec<Pattern> {
         &[n4k + 1, n4k - 1],
         &[1, 0],
     ));
+    // Odd widths whose rows do not come back to the same cache sets every
+    // few rows as 4095's (16380 bytes apart) do.
+    let (m, n) = (3000 / q, (5001 / q) | 1);
+    v.push(p(format!("transpose2d_f32_{m}x{n}"), 4, &[m, n], &[1, 0]));
     // The same, read from a wider matrix (`x[:, :n].T`, an image with a row
     // pitch): rows no longer a multiple of 4 KiB apart, so they spread over the
     // cache sets. Beside the power-of-two ones above, they show what that

@@ -1,7 +1,8 @@
 //! AVX2 register transposes for 1-, 2-, 4- and 8-byte elements (32×32,
 //! 16×16, 8×8, 4×4 blocks of 32-byte rows), used when the CPU has AVX2 (detected at run
 //! time; the x86-64 baseline is SSE2), and whole-line tiles of 1-, 2- and
-//! 4-byte elements for streamed transposes ([`line_tiles`]). Twice the bytes per instruction of the
+//! 4-byte elements for streamed transposes ([`line_tiles`], and
+//! [`sheared_tiles`] into rows that do not start on a line). Twice the bytes per instruction of the
 //! SSE2 kernels: a large transpose is bound by instructions as much as by
 //! memory on two cores (4096² f32, one run: 16×16 SSE2 blocks 27 GB/s, AVX2
 //! 53 GB/s, streaming memcpy 79 GB/s).
@@ -590,5 +591,178 @@ pub(super) unsafe fn line_tiles<const E: usize>(
             i += rows;
         }
         j += 16;
+    }
+}
+
+/// Steps of [`sheared_column`]'s ring of each destination row's transposed
+/// lines, and the slot after them that repeats the first, so that any two
+/// consecutive steps lie side by side.
+const RING_STEPS: usize = 4;
+
+/// One destination row's ring in [`sheared_column`]: [`RING_STEPS`] lines and
+/// the copy of the first.
+#[repr(C, align(64))]
+struct RingRow([u8; (RING_STEPS + 1) * blocks::LINE]);
+
+/// [`line_tiles`] for destination rows that need not start on a line:
+/// `dst[i·E + j·db] = src[i·sa + j·E]` for `j < fj` (a multiple of 16) and,
+/// in row `j`, the `lines` whole lines from the first line boundary at or
+/// after `dst + j·db` (`s_j < 64 / E` elements in: `i` from `s_j` to `s_j +
+/// lines · 64 / E`), streamed. Reads source rows below `(lines + 1) · 64 /
+/// E`. AVX2's counterpart of [`super::avx512::sheared_tiles`], a column of
+/// micro tiles after another (`j` outer) as [`line_tiles`] walks them.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `E` is 1, 2 or 4; every address formed is an element of
+/// its operand; `dst` and `db` are multiples of `E`.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn sheared_tiles<const E: usize>(
+    dst: *mut u8,
+    src: *const u8,
+    lines: usize,
+    fj: usize,
+    sa: isize,
+    db: isize,
+) {
+    debug_assert!(fj.is_multiple_of(16) && (dst as usize).is_multiple_of(E) && db % E as isize == 0);
+    for j in (0..fj).step_by(16) {
+        // SAFETY: destination rows j .. j + 16 and source columns j .. j + 16
+        // lie inside the block (the caller's contract).
+        unsafe { sheared_column::<E>(dst.offset(j as isize * db), src.add(j * E), lines, sa, db) };
+    }
+}
+
+/// 16 destination rows of [`sheared_tiles`]: a step transposes the next `64 /
+/// E` source rows into a line for each destination row ([`half_lines`]) and
+/// puts it in that row's ring; the row's line that starts `s` bytes into a
+/// step's is then the ring's 64 bytes from there, loaded (two unaligned
+/// loads) and streamed two steps later, when the stores that wrote them have
+/// left the core (a load that spans two stores in flight waits for both).
+///
+/// # Safety
+///
+/// As [`sheared_tiles`], for `fj = 16`.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn sheared_column<const E: usize>(dst: *mut u8, src: *const u8, lines: usize, sa: isize, db: isize) {
+    const LINE: usize = blocks::LINE;
+    let rows = LINE / E;
+    let mut ring = std::mem::MaybeUninit::<[RingRow; 16]>::uninit();
+    let ring = ring.as_mut_ptr().cast::<RingRow>();
+    // Each row's first whole line, and its shift (bytes) into a step's line.
+    let mut line = [dst; 16];
+    let mut shift = [0usize; 16];
+    for (q, (l, s)) in line.iter_mut().zip(&mut shift).enumerate() {
+        let at = dst.wrapping_offset(q as isize * db);
+        *s = (LINE - at as usize % LINE) % LINE;
+        *l = at.wrapping_add(*s);
+    }
+    // SAFETY: the ring's bytes read below were written first (slot `k` of
+    // step `k`, the slot after it of step `k + 1`); the source and
+    // destination accesses are the caller's contract.
+    unsafe {
+        let emit = |k: usize| {
+            for q in 0..16 {
+                let from = ring.add(q).cast::<u8>().add(k % RING_STEPS * LINE + shift[q]);
+                let to = line[q].add(k * LINE);
+                _mm256_stream_si256(to.cast(), _mm256_loadu_si256(from.cast()));
+                _mm256_stream_si256(to.add(32).cast(), _mm256_loadu_si256(from.add(32).cast()));
+            }
+        };
+        for k in 0..=lines {
+            let at = src.offset((k * rows) as isize * sa);
+            let ahead = at.wrapping_add(LINES_AHEAD as usize * LINE);
+            for r in 0..rows {
+                prefetch(ahead.wrapping_offset(r as isize * sa), Cache::L2);
+            }
+            let slot = k % RING_STEPS * LINE;
+            for (half, first) in [(0, true), (32, false)] {
+                let x = half_lines::<E>(at.offset(if first { 0 } else { (32 / E) as isize * sa }), sa);
+                for (q, v) in x.iter().enumerate() {
+                    let row = ring.add(q).cast::<u8>();
+                    _mm256_storeu_si256(row.add(slot + half).cast(), *v);
+                    if slot == 0 {
+                        _mm256_storeu_si256(row.add(RING_STEPS * LINE + half).cast(), *v);
+                    }
+                }
+            }
+            if k >= 2 {
+                emit(k - 2);
+            }
+        }
+        if lines >= 1 {
+            emit(lines - 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sheared_tiles;
+    use crate::copy::cpu::blocks::LINE;
+
+    /// A 4 KiB block, line-aligned, to build destinations from.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Lines([u8; 64 * 64]);
+
+    /// [`sheared_tiles`] against the definition for each element size: rows at
+    /// every distance from a line (rows an element longer than whole lines,
+    /// from a first row 0, 1 or 5 elements past one), runs of 1 to 9 lines
+    /// (past the ring's four steps), source rows at odd strides; exactly the
+    /// rows' whole lines written.
+    #[test]
+    fn sheared_tiles_write_each_rows_whole_lines() {
+        if !std::is_x86_feature_detected!("avx2") {
+            println!("SKIP: the CPU has no AVX2");
+            return;
+        }
+        fn check<const E: usize>(lines: usize, off: usize, sa: usize) {
+            let m = LINE / E;
+            let fj = 32;
+            let db = (m * (lines + 1) + 1) * E; // a row: one element more than whole lines
+            let src: Vec<u8> = (0..m * (lines + 1) * sa + fj * E)
+                .map(|k| (k * 7 + k / 251) as u8)
+                .collect();
+            let mut buf = vec![Lines([0xA5; 64 * 64]); (fj * db + 2 * LINE).div_ceil(64 * 64)];
+            // SAFETY: `buf` is a run of 4 KiB blocks without padding.
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64 * 64) };
+            let base = LINE + off * E;
+            let before = dst.to_vec();
+            // SAFETY: the CPU has AVX2; source rows k < m·(lines + 1) and
+            // destination rows j < fj from `base` lie inside the buffers, each
+            // row's lines within its `db` bytes.
+            unsafe {
+                sheared_tiles::<E>(
+                    dst.as_mut_ptr().add(base),
+                    src.as_ptr(),
+                    lines,
+                    fj,
+                    sa as isize,
+                    db as isize,
+                )
+            };
+            let mut written = vec![false; dst.len()];
+            for j in 0..fj {
+                let row = base + j * db;
+                let s = (row.next_multiple_of(LINE) - row) / E; // `buf` starts on a line
+                for i in s..s + m * lines {
+                    let (d, at) = (row + i * E, i * sa + j * E);
+                    assert_eq!(dst[d..d + E], src[at..at + E], "E = {E}, lines = {lines}, ({i}, {j})");
+                    written[d..d + E].fill(true);
+                }
+            }
+            for (k, w) in written.iter().enumerate() {
+                assert!(*w || dst[k] == before[k], "E = {E}, lines = {lines}: byte {k} written");
+            }
+        }
+        for (lines, off) in [(1usize, 0usize), (2, 1), (3, 5), (4, 1), (5, 0), (9, 5)] {
+            for sa in [64usize, 64 * 3 + 8, 200] {
+                check::<1>(lines, off, sa);
+                check::<2>(lines, off, sa);
+                check::<4>(lines, off, sa);
+            }
+        }
     }
 }

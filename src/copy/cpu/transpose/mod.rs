@@ -455,6 +455,22 @@ enum Route {
     /// three processes each); with a 64 MiB copy between calls, as in the
     /// bench, 5.9 → 5.2–5.5.
     Avx2Lines,
+    /// The sheared route's walk with AVX2's kernel ([`avx2::sheared_tiles`]:
+    /// each row's lines joined from two steps' in a ring in L1) where the L2
+    /// has few ways, which the sheared AVX-512 route leaves to the prefetched
+    /// one: streamed copies of 4-byte elements into destination rows of 8 KiB
+    /// or more ([`SHEARED_MIN_ROW`]) that do not start on a line, from source
+    /// rows whose lines spread over L1 sets ([`rows_crowd_l1_sets`]), in
+    /// [`avx2_line_tile`]'s tiles. Zen 4 VM, `devtensor bench` with these
+    /// shapes added, alternated runs, prefetched → here: one thread (% of
+    /// memcpy), f32 3000 × 5001 53–54 → 76–77, 5001 × 3000 56–59 → 77–82,
+    /// 2000 × 6001 52–62 → 64–65; two threads (GB/s) 40.2–41.9 → 47.6–49.4,
+    /// 40.9–41.4 → 48.3–48.5, 44.3–47.7 → 45.6–54.0. Not from crowding rows
+    /// (4097 × 4095, rows 16380 bytes apart: one thread 46–49 → 42–47 in
+    /// tiles of 64 to 1024 rows, two 35.8–36.0 → 34.6–34.9 GB/s), nor for 2-
+    /// and 1-byte elements (one thread: f16 4097 × 4095 40–41 → 25–26, 3000 ×
+    /// 5001 55–57 → 56–57; u8 3000 × 5001 45–53 → 42–43, 8193 × 8191 35 → 14).
+    Avx2Sheared,
 }
 
 /// Which micro tiles a transpose's tiles are made of (one choice a copy).
@@ -665,6 +681,18 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && a.len * e >= SHEARED_MIN_ROW
     {
         Route::Avx512Sheared
+    } else if nt
+        && prefetched
+        && l2_has_few_ways()
+        && e == 4
+        && has_avx2_line_kernel(e)
+        && dst_rows_elem_aligned
+        && !dst_rows_line_aligned
+        && b.len * e >= LINE
+        && a.len * e >= SHEARED_MIN_ROW
+        && !rows_crowd_l1_sets(a.src, LINE / e)
+    {
+        Route::Avx2Sheared
     } else if avx2_lines || avx512_whole_lines && few_ways_avx2_lines {
         Route::Avx2Lines
     } else if prefetched {
@@ -873,7 +901,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let kernels = if route == Route::Avx2Lines {
+    let kernels = if matches!(route, Route::Avx2Lines | Route::Avx2Sheared) {
         Kernels::Avx2Lines
     } else if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         Kernels::Avx512
@@ -911,6 +939,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Route::Avx512 if e == 2 => AVX512_TILE_2,
         Route::Avx512 => AVX512_TILE,
         Route::Avx512Sheared => AVX512_SHEARED_TILE,
+        Route::Avx2Sheared => avx2_line_tile(e, false),
     };
     let base_i = (tile_dst / e / m).max(1) * m;
     let base_j = (tile_src / e / m).max(1) * m;
@@ -948,7 +977,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // a line), without the lead block against with: 32⁵ f16 03142 4.2×, 16 ×
     // 4096 × 128 f16 1.21×, 2-D transposes 0.99–1.00×. Nor on AVX2's
     // whole-line route from source runs under [`AVX2_LINES_LEAD_MIN_SRC_RUN`].
-    let src_lead = if matches!(route, Route::Avx512 | Route::Avx512Sheared)
+    let src_lead = if matches!(route, Route::Avx512 | Route::Avx512Sheared | Route::Avx2Sheared)
         || (route == Route::Avx2Lines && b.len * e < AVX2_LINES_LEAD_MIN_SRC_RUN)
     {
         0
@@ -1053,9 +1082,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                                 let next = next.as_mut().map(|(next, _)| next);
                                 tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true, next)
                             }
-                            Route::Avx512Sheared => {
+                            Route::Avx512Sheared | Route::Avx2Sheared => {
                                 let next = next.as_mut().map(|(next, _)| next);
-                                sheared_tile::<T>(dt, st, ni, nj, sa, db, i0 == 0, a.len - i0, next)
+                                let avx2 = route == Route::Avx2Sheared;
+                                sheared_tile::<T>(avx2, dt, st, ni, nj, sa, db, i0 == 0, a.len - i0, next)
                             }
                             Route::Prefetched | Route::Staged => {
                                 tile::<T>(kernels, buf, st, ni, nj, sa, tb as isize, false, false, None);
@@ -1298,22 +1328,26 @@ unsafe fn tile<T: Elem>(
     }
 }
 
-/// One `ni × nj` tile of [`Route::Avx512Sheared`] (`ni` a multiple of the
+/// One `ni × nj` tile of [`Route::Avx512Sheared`], or with `avx2` of
+/// [`Route::Avx2Sheared`] (`ni` a multiple of the
 /// micro tile unless it is the last, `avail` elements of `a` from the tile's
 /// first on): in destination row `j`, whose first whole line starts `s_j`
 /// elements in, the elements from `s_j` (from 0 in the first tile) to `ni +
 /// s_j` (to the end in the last): whole lines, streamed, but for the
 /// partial lines at the ends of the copy, and the lines whose second micro
 /// tile would lie past the end, element by element. `next`: the next tile's
-/// source, a share of it prefetched before each column of micro tiles.
+/// source, a share of it prefetched before each column of micro tiles (the
+/// AVX-512 kernels only).
 ///
 /// # Safety
 ///
 /// Every address formed for `i < avail`, `j < nj` is an element of its
 /// operand; the CPU has the AVX-512 kernels for `T`
-/// (`avx512_has_kernel(e, true)`); `dst` and `db` are multiples of `size_of::<T>()`.
+/// (`avx512_has_kernel(e, true)`), or with `avx2` AVX2 and `T` is 4 bytes;
+/// `dst` and `db` are multiples of `size_of::<T>()`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn sheared_tile<T: Elem>(
+    avx2: bool,
     dst: *mut u8,
     src: *const u8,
     ni: usize,
@@ -1334,7 +1368,12 @@ unsafe fn sheared_tile<T: Elem>(
     unsafe {
         #[cfg(target_arch = "x86_64")]
         if fj > 0 {
-            avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || step(&mut next));
+            if avx2 {
+                debug_assert_eq!(e, 4);
+                avx2::sheared_tiles::<4>(dst, src, lines, fj, sa, db);
+            } else {
+                avx512::sheared_tiles(e, dst, src, lines, fj, sa, db, || step(&mut next));
+            }
         }
         // Between the first and the last tiles, the lines cover each row's
         // share but for the rows past the micro tiles (a loop over every
