@@ -551,13 +551,34 @@ unsafe fn line_micro<const E: usize>(dst: *mut u8, src: *const u8, sa: isize, db
 /// 49.6, four 47.6.
 const LINES_AHEAD: isize = 2;
 
+/// Longest source runs (bytes of each of a tile's rows) for which
+/// [`line_tiles`] prefetches down the tile ([`MICRO_TILES_AHEAD`]) instead of
+/// along its rows: there the lines [`LINES_AHEAD`] along half the rows' are
+/// the next rows' first, read already, and each line column's first micro
+/// tiles went unfetched. Zen 4 VM, `devtensor bench` (and permutes of its
+/// kind added), GB/s, alternated runs, along the rows → down: one thread, 16
+/// × 4096 × 128 f16 batched 17.9–20.5 → 23.2–23.8, 64 × 1024 × 128 18.4–19.3 →
+/// 25.6–27.6, 32 × 4096 × 64 19.4–19.6 → 22.9–23.0, 16 × 4096 × 96 12.6–12.9
+/// → 15.3–15.5, f32 32 × 4096 × 64 27.4–30.7 → 33.6–34.0; two threads 38.3–45.1
+/// → 56.0–57.5, 38.0–54.6 → 68.4–70.2, 39.4–45.7 → 45.4–58.2, 26.2–30.7 →
+/// 34.4–34.5, f32 52.3–64.8 → 52.0–63.0. From 512-byte runs down lost (16 ×
+/// 4096 × 128 f32 one thread 33.9–35.4 → 32.1–33.4; 4096² f32 from a
+/// 4112-wide matrix, 512-byte tiles, 35.0 → 27.1).
+const SHORT_RUN_MAX: usize = 256;
+
+/// Micro tiles ahead in [`line_tiles`]' walk whose lines are prefetched where
+/// the source runs are short ([`SHORT_RUN_MAX`]): one, two, four and eight
+/// did alike (16 × 4096 × 128 f16 batched, one thread, 23.1–26.8 GB/s).
+const MICRO_TILES_AHEAD: usize = 2;
+
 /// `dst[i·E + j·db] = src[i·sa + j·E]` for `i < fi`, `j < fj` (multiples of
 /// `64 / E` and 16) in whole streamed lines ([`line_micro`]), a column of
 /// micro tiles after another (`j` outer), as [`super::avx512::line_tiles`]
 /// walks them; at the first micro tile of each source line, the line
-/// [`LINES_AHEAD`] further along its rows is prefetched: a tile reads a line
+/// [`LINES_AHEAD`] further along its rows is prefetched (a tile reads a line
 /// of each of hundreds of rows a step, more streams than the hardware
-/// prefetchers follow.
+/// prefetchers follow), or for short runs the lines of the micro tile
+/// [`MICRO_TILES_AHEAD`] on in the walk ([`SHORT_RUN_MAX`]).
 ///
 /// # Safety
 ///
@@ -580,7 +601,20 @@ pub(super) unsafe fn line_tiles<const E: usize>(
         while i < fi {
             let at = src.wrapping_offset(i as isize * sa).wrapping_add(j * E);
             if (j * E).is_multiple_of(LINE) {
-                let ahead = at.wrapping_offset(LINES_AHEAD * LINE as isize);
+                let ahead = if fj * E <= SHORT_RUN_MAX {
+                    // The micro tile MICRO_TILES_AHEAD on in the walk: down
+                    // the column, or past its foot at the top of the next
+                    // line's column.
+                    let down = i + MICRO_TILES_AHEAD * rows;
+                    let (row, col) = if down < fi {
+                        (down, j * E)
+                    } else {
+                        (down - fi, j * E + LINE)
+                    };
+                    src.wrapping_offset(row as isize * sa).wrapping_add(col)
+                } else {
+                    at.wrapping_offset(LINES_AHEAD * LINE as isize)
+                };
                 for k in 0..rows {
                     prefetch(ahead.wrapping_offset(k as isize * sa), Cache::L2);
                 }
