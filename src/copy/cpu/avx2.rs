@@ -732,7 +732,7 @@ unsafe fn sheared_column<const E: usize>(dst: *mut u8, src: *const u8, lines: us
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::sheared_tiles;
     use crate::copy::cpu::blocks::LINE;
 
@@ -741,61 +741,75 @@ mod tests {
     #[repr(C, align(64))]
     struct Lines([u8; 64 * 64]);
 
-    /// [`sheared_tiles`] against the definition for each element size: rows at
-    /// every distance from a line (rows an element longer than whole lines,
-    /// from a first row 0, 1 or 5 elements past one), runs of 1 to 9 lines
-    /// (past the ring's four steps), source rows at odd strides; exactly the
-    /// rows' whole lines written.
+    /// A sheared kernel (`dst`, `src`, `lines`, `fj`, `sa`, `db`, as
+    /// [`sheared_tiles`] and `avx512::sheared_tiles`) of `e`-byte elements
+    /// against the definition, for 32 destination rows an element longer than
+    /// whole lines, from a first row `off` elements past a line, source rows
+    /// `sa` bytes apart: exactly the rows' `lines` whole lines written.
+    pub(in crate::copy::cpu) fn check_sheared(
+        e: usize,
+        lines: usize,
+        off: usize,
+        sa: usize,
+        kernel: impl Fn(*mut u8, *const u8, usize, usize, isize, isize),
+    ) {
+        let m = LINE / e;
+        let fj = 32;
+        let db = (m * (lines + 1) + 1) * e; // a row: one element more than whole lines
+        let src: Vec<u8> = (0..m * (lines + 1) * sa + fj * e)
+            .map(|k| (k * 7 + k / 251) as u8)
+            .collect();
+        let mut buf = vec![Lines([0xA5; 64 * 64]); (fj * db + 2 * LINE).div_ceil(64 * 64)];
+        // SAFETY: `buf` is a run of 4 KiB blocks without padding.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64 * 64) };
+        let base = LINE + off * e;
+        let before = dst.to_vec();
+        // Source rows k < m·(lines + 1) and destination rows j < fj from
+        // `base` lie inside the buffers, each row's lines within its `db` bytes.
+        kernel(
+            dst[base..].as_mut_ptr(),
+            src.as_ptr(),
+            lines,
+            fj,
+            sa as isize,
+            db as isize,
+        );
+        let mut written = vec![false; dst.len()];
+        for j in 0..fj {
+            let row = base + j * db;
+            let s = (row.next_multiple_of(LINE) - row) / e; // `buf` starts on a line
+            for i in s..s + m * lines {
+                let (d, at) = (row + i * e, i * sa + j * e);
+                assert_eq!(dst[d..d + e], src[at..at + e], "e = {e}, lines = {lines}, ({i}, {j})");
+                written[d..d + e].fill(true);
+            }
+        }
+        for (k, w) in written.iter().enumerate() {
+            assert!(*w || dst[k] == before[k], "e = {e}, lines = {lines}: byte {k} written");
+        }
+    }
+
+    /// [`sheared_tiles`] for each element size: rows at every distance from a
+    /// line (from a first row 0, 1 or 5 elements past one), runs of 1 to 9
+    /// lines (past the ring's four steps), source rows at odd strides.
     #[test]
     fn sheared_tiles_write_each_rows_whole_lines() {
         if !std::is_x86_feature_detected!("avx2") {
             println!("SKIP: the CPU has no AVX2");
             return;
         }
-        fn check<const E: usize>(lines: usize, off: usize, sa: usize) {
-            let m = LINE / E;
-            let fj = 32;
-            let db = (m * (lines + 1) + 1) * E; // a row: one element more than whole lines
-            let src: Vec<u8> = (0..m * (lines + 1) * sa + fj * E)
-                .map(|k| (k * 7 + k / 251) as u8)
-                .collect();
-            let mut buf = vec![Lines([0xA5; 64 * 64]); (fj * db + 2 * LINE).div_ceil(64 * 64)];
-            // SAFETY: `buf` is a run of 4 KiB blocks without padding.
-            let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64 * 64) };
-            let base = LINE + off * E;
-            let before = dst.to_vec();
-            // SAFETY: the CPU has AVX2; source rows k < m·(lines + 1) and
-            // destination rows j < fj from `base` lie inside the buffers, each
-            // row's lines within its `db` bytes.
-            unsafe {
-                sheared_tiles::<E>(
-                    dst.as_mut_ptr().add(base),
-                    src.as_ptr(),
-                    lines,
-                    fj,
-                    sa as isize,
-                    db as isize,
-                )
-            };
-            let mut written = vec![false; dst.len()];
-            for j in 0..fj {
-                let row = base + j * db;
-                let s = (row.next_multiple_of(LINE) - row) / E; // `buf` starts on a line
-                for i in s..s + m * lines {
-                    let (d, at) = (row + i * E, i * sa + j * E);
-                    assert_eq!(dst[d..d + E], src[at..at + E], "E = {E}, lines = {lines}, ({i}, {j})");
-                    written[d..d + E].fill(true);
-                }
-            }
-            for (k, w) in written.iter().enumerate() {
-                assert!(*w || dst[k] == before[k], "E = {E}, lines = {lines}: byte {k} written");
-            }
-        }
         for (lines, off) in [(1usize, 0usize), (2, 1), (3, 5), (4, 1), (5, 0), (9, 5)] {
             for sa in [64usize, 64 * 3 + 8, 200] {
-                check::<1>(lines, off, sa);
-                check::<2>(lines, off, sa);
-                check::<4>(lines, off, sa);
+                // SAFETY: the CPU has AVX2; `check_sheared` hands each kernel
+                // buffers that hold what it reads and writes.
+                let one = |d, s, l, fj, sa, db| unsafe { sheared_tiles::<1>(d, s, l, fj, sa, db) };
+                // SAFETY: as above.
+                let two = |d, s, l, fj, sa, db| unsafe { sheared_tiles::<2>(d, s, l, fj, sa, db) };
+                // SAFETY: as above.
+                let four = |d, s, l, fj, sa, db| unsafe { sheared_tiles::<4>(d, s, l, fj, sa, db) };
+                check_sheared(1, lines, off, sa, one);
+                check_sheared(2, lines, off, sa, two);
+                check_sheared(4, lines, off, sa, four);
             }
         }
     }

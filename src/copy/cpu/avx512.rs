@@ -707,46 +707,12 @@ mod tests {
             return;
         }
         for e in [4usize, 8] {
-            let m = 64 / e;
-            for (lines, off, sa) in [(1usize, 0usize, 64isize), (3, 1, 64 * 3 + 2 * e as isize), (2, 5, 200)] {
-                let fj = 2 * m;
-                let db = (m * (lines + 1) + 1) * e; // a row: one element more than whole lines
-                let src: Vec<u8> = (0..m * (lines + 1) * sa as usize + fj * e)
-                    .map(|k| (k * 7 + k / 251) as u8)
-                    .collect();
-                let mut buf = vec![Lines([0xA5; 64 * 64]); (fj * db + 2 * LINE).div_ceil(64 * 64)];
-                // SAFETY: `buf` is a run of 4 KiB blocks without padding.
-                let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64 * 64) };
-                let base = LINE + off * e;
-                let before = dst.to_vec();
-                // SAFETY: the CPU has the kernels' instructions; source rows
-                // k < m·(lines + 1) and destination rows j < fj from `base` lie
-                // inside the buffers, each row's lines within its `db` bytes.
-                unsafe {
-                    sheared_tiles(
-                        e,
-                        dst.as_mut_ptr().add(base),
-                        src.as_ptr(),
-                        lines,
-                        fj,
-                        sa,
-                        db as isize,
-                        || {},
-                    )
-                };
-                let mut written = vec![false; dst.len()];
-                for j in 0..fj {
-                    let row = base + j * db;
-                    let s = (row.next_multiple_of(LINE) - row) / e; // `buf` starts on a line
-                    for i in s..s + m * lines {
-                        let (d, at) = (row + i * e, i * sa as usize + j * e);
-                        assert_eq!(dst[d..d + e], src[at..at + e], "e = {e}, lines = {lines}, ({i}, {j})");
-                        written[d..d + e].fill(true);
-                    }
-                }
-                for (k, w) in written.iter().enumerate() {
-                    assert!(*w || dst[k] == before[k], "e = {e}, lines = {lines}: byte {k} written");
-                }
+            for (lines, off, sa) in [(1usize, 0usize, 64usize), (3, 1, 64 * 3 + 2 * e), (2, 5, 200)] {
+                // SAFETY: the CPU has the kernels' instructions; `check_sheared`
+                // hands the kernel buffers that hold what it reads and writes.
+                super::super::avx2::tests::check_sheared(e, lines, off, sa, |d, s, l, fj, sa, db| unsafe {
+                    sheared_tiles(e, d, s, l, fj, sa, db, || {})
+                });
             }
         }
     }
