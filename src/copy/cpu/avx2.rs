@@ -595,13 +595,14 @@ pub(super) unsafe fn line_tiles<const E: usize>(
 ) {
     const LINE: usize = blocks::LINE;
     let rows = LINE / E;
+    let short_runs = fj * E <= SHORT_RUN_MAX;
     let mut j = 0;
     while j < fj {
         let mut i = 0;
         while i < fi {
             let at = src.wrapping_offset(i as isize * sa).wrapping_add(j * E);
             if (j * E).is_multiple_of(LINE) {
-                let ahead = if fj * E <= SHORT_RUN_MAX {
+                let ahead = if short_runs {
                     // The micro tile MICRO_TILES_AHEAD on in the walk: down
                     // the column, or past its foot at the top of the next
                     // line's column.
@@ -615,9 +616,7 @@ pub(super) unsafe fn line_tiles<const E: usize>(
                 } else {
                     at.wrapping_offset(LINES_AHEAD * LINE as isize)
                 };
-                for k in 0..rows {
-                    prefetch(ahead.wrapping_offset(k as isize * sa), Cache::L2);
-                }
+                prefetch_rows(ahead, rows, sa);
             }
             // SAFETY: micro tile (i, j) lies inside the block (the caller's
             // contract); its destination rows start on lines.
@@ -625,6 +624,14 @@ pub(super) unsafe fn line_tiles<const E: usize>(
             i += rows;
         }
         j += 16;
+    }
+}
+
+/// Asks L2 for the line at `at` in each of `rows` rows `sa` bytes apart.
+#[inline(always)]
+fn prefetch_rows(at: *const u8, rows: usize, sa: isize) {
+    for r in 0..rows {
+        prefetch(at.wrapping_offset(r as isize * sa), Cache::L2);
     }
 }
 
@@ -706,10 +713,7 @@ unsafe fn sheared_column<const E: usize>(dst: *mut u8, src: *const u8, lines: us
         };
         for k in 0..=lines {
             let at = src.offset((k * rows) as isize * sa);
-            let ahead = at.wrapping_add(LINES_AHEAD as usize * LINE);
-            for r in 0..rows {
-                prefetch(ahead.wrapping_offset(r as isize * sa), Cache::L2);
-            }
+            prefetch_rows(at.wrapping_add(LINES_AHEAD as usize * LINE), rows, sa);
             let slot = k % RING_STEPS * LINE;
             for (half, first) in [(0, true), (32, false)] {
                 let x = half_lines::<E>(at.offset(if first { 0 } else { (32 / E) as isize * sa }), sa);

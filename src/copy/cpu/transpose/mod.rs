@@ -685,7 +685,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         && prefetched
         && l2_has_few_ways()
         && e == 4
-        && has_avx2_line_kernel(e)
+        && avx2_enabled()
         && dst_rows_elem_aligned
         && !dst_rows_line_aligned
         && b.len * e >= LINE
