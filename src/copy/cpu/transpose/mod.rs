@@ -312,6 +312,26 @@ const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 /// 128 f32 5901–6020 → 6368–8876).
 const AVX2_LINES_MIN_DST_LEN: usize = 256;
 
+/// The L2 a core from which 2-byte transposes with long source runs
+/// ([`BIG_L2_AVX2_LINES_MIN_SRC_RUN`]) take [`Route::Avx2Lines`] instead of
+/// [`Route::Avx512`] (`big_l2_avx2_lines` in [`transpose`]). On an Emerald
+/// Rapids VM (2 MiB 16-way L2, 48 KiB 12-way L1, 512-bit AVX-512 units), f16
+/// from NumPy arrays, Python, into a reused output, in-process A/B, best of
+/// seven alternated calls, speed-up, one thread / two: 4096² transposed
+/// 1.13–1.17× / 1.13–1.26×, 8192 × 4096 1.14× / 1.12–1.17×, 4096² of a
+/// 4128-wide matrix 1.24–1.25× / 1.06–1.23×, 4096 × 2048 0.95× / 1.00×.
+/// Not f32 there (4096² 0.75× / 0.71×, 32 × 512² batched 0.90× / 0.80×), nor
+/// f16 with short source runs (64 × 2048 × 128 permuted 021 0.89× / 0.92×;
+/// 16 × 4096 × 128 1.05–1.06× / 1.06–1.07×, 64⁴ 3021 1.16× / 1.02×, 32⁵
+/// 03142 1.01× / 0.97–0.99×). The Zen 5 VM the AVX-512 route was tuned on
+/// (1 MiB 16-way L2) keeps it: which difference decides is not known, and
+/// the L2's size is the one sysfs shows between the two.
+const BIG_L2: usize = 2 << 20;
+
+/// Fewest bytes of each source run of a 2-byte transpose that takes
+/// [`Route::Avx2Lines`] where the L2 is big ([`BIG_L2`]).
+const BIG_L2_AVX2_LINES_MIN_SRC_RUN: usize = 4096;
+
 /// Fewest elements of the runs on both sides of a permute that takes
 /// [`Route::Avx2Lines`] where the L2 has few ways instead of [`Route::Avx512`]
 /// (`few_ways_avx2_lines` in [`transpose`]), however short. Zen 4 VM, f32,
@@ -646,12 +666,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let few_ways_avx2_lines = l2_has_few_ways()
         && (e == 2 || e == 4)
         && (avx2_lines || a.len >= FEW_WAYS_AVX2_LINES_MIN_LEN && b.len >= FEW_WAYS_AVX2_LINES_MIN_LEN);
+    // Where a core's L2 is big ([`BIG_L2`]), 2-byte elements from long
+    // source rows take AVX2's whole-line route too.
+    let big_l2_avx2_lines = e == 2 && avx2_lines && b.len * e >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_bytes() >= BIG_L2;
     let avx512_whole_lines = nt
         && (prefetched || whole_line_runs)
         && avx512_has_kernel(e, false)
         && dst_rows_line_aligned
         && b.len * e >= LINE;
-    let avx512_lines = avx512_whole_lines && !(l2_has_few_ways() && e == 3 || few_ways_avx2_lines);
+    let avx512_lines = avx512_whole_lines && !(l2_has_few_ways() && e == 3 || few_ways_avx2_lines || big_l2_avx2_lines);
     // Bytes from half the streaming size on ([`stream_threshold`], the
     // last-level cache) leave the AVX-512 route: for AVX2's whole-line one
     // where their rows spread over L1 sets, else for the prefetched one
