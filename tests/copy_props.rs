@@ -441,6 +441,10 @@ fn transposes_every_alignment_and_kernel() {
                         if e <= 2 && src_at == dst_at {
                             // Staged from source rows 4 KiB apart: through the scratch.
                             check_permute_at(&[run + 40, 4096 / e], &[1, 0], e, src_at, dst_at);
+                            // The same rows into destination rows of whole lines:
+                            // for 2-byte elements AVX2's whole-line route where a
+                            // core's L2 is 2 MiB or more, else AVX-512's.
+                            check_permute_at(&[run + 64, 4096 / e], &[1, 0], e, src_at, dst_at);
                         }
                         // Destination rows of two runs or more: 768-byte runs
                         // for 4-byte elements (512-byte ones where the L2 has
