@@ -42,7 +42,7 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         let far = ss.unsigned_abs() >= 4096;
         let touched = if far { 256 } else { 64 };
         let work = rows.saturating_mul((row as usize).max(touched));
-        let ahead = short_rows_ahead(ss);
+        let ahead = short_rows_ahead(ss, row);
         // SAFETY: the runs are rows `j0..j0 + n` of one slice of the plan, in
         // bounds on both sides.
         row_runs(d, s, o, batch, rows, work, |dp, sp, n| unsafe {
@@ -193,19 +193,31 @@ const SHORT_ROW_MAX: isize = 256;
 /// Rows ahead that [`short_rows`] prefetches when rows are far apart.
 const SHORT_ROW_PREFETCH: usize = 4;
 
-/// Rows ahead that [`short_rows`] prefetches for rows `ss` bytes apart.
-/// Rows a page or more apart are each a demand miss the hardware
-/// prefetchers do not follow: fetch a few rows ahead (64 columns of
-/// an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at 2/3/4/6
-/// rows ahead; 16 columns 34 → 45 at 4). Not where the L2 has few
+/// Rows ahead that [`short_rows`] prefetches for rows of `row` bytes, `ss`
+/// bytes apart. Rows a page or more apart are each a demand miss the
+/// hardware prefetchers do not follow: fetch a few rows ahead (Zen 3 VM, 64
+/// columns of an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at
+/// 2/3/4/6 rows ahead; 16 columns 34 → 45 at 4). Not where the L2 has few
 /// ways: there the prefetches only slowed the misses the loads keep in
-/// flight themselves (Zen 2 VM, two cores, Python, into a reused
-/// output, the best of three alternated processes, µs, columns of an
-/// 8192² f32 matrix, 4 rows ahead → none: 8 columns 90.6 → 58.2, 16
-/// 108.8 → 82.8, 32 150.9 → 152.1, 64 253.2 → 232.1; torch 131.5, 75.1,
-/// 121.4, 197.0; one thread, 16 columns 195 → 143, torch 136).
-fn short_rows_ahead(ss: isize) -> usize {
-    if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() {
+/// flight themselves (Zen 2 VM, two cores, Python, into a reused output,
+/// the best of three alternated processes, µs, columns of an 8192² f32
+/// matrix, 4 rows ahead → none: 8 columns 90.6 → 58.2, 16 108.8 → 82.8, 32
+/// 150.9 → 152.1, 64 253.2 → 232.1; torch 131.5, 75.1, 121.4, 197.0; one
+/// thread, 16 columns 195 → 143, torch 136). Nor rows of a line or less,
+/// nor those AVX2's whole-row loop takes ([`SHORT_ROWS_AVX2`]), which
+/// lost to the prefetches on the Emerald Rapids VM too (two cores, Python,
+/// into a reused output, in-process A/B, best of 45 alternated calls,
+/// prefetched → not, µs, `x[:, 5:5 + k]` of an 8192² f32 matrix: k = 8
+/// 49.8–58.3 → 31.9–42.6, 16 41.5–42.0 → 35.4–37.3, 32 50.5–68.0 →
+/// 47.0–54.1, 64 77.8–81.7 → 77.8–82.7; 16384² u8, k = 64 68.2–86.2 →
+/// 58.2–71.2; 32768 × 1024 f32, k = 16 119.6–128.2 → 103.4–113.3; rows of
+/// 96 bytes kept them, 53.8–62.9 against 61.0–69.0).
+fn short_rows_ahead(ss: isize, row: isize) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    let whole_row_loop = SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled();
+    #[cfg(not(target_arch = "x86_64"))]
+    let whole_row_loop = false;
+    if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() && row > LINE as isize && !whole_row_loop {
         SHORT_ROW_PREFETCH
     } else {
         0
@@ -475,14 +487,26 @@ mod tests {
     use super::*;
 
     /// Rows near each other are never prefetched; rows a page or more apart
-    /// are, but not where the L2 has few ways.
+    /// are, but not where the L2 has few ways, nor rows of a line or less,
+    /// nor rows that AVX2's whole-row loop takes.
     #[test]
     fn far_rows_are_prefetched_unless_the_l2_has_few_ways() {
-        assert_eq!(short_rows_ahead(64), 0);
-        assert_eq!(short_rows_ahead(-4095), 0);
+        assert_eq!(short_rows_ahead(64, 96), 0);
+        assert_eq!(short_rows_ahead(-4095, 96), 0);
         let far = if l2_has_few_ways() { 0 } else { SHORT_ROW_PREFETCH };
-        assert_eq!(short_rows_ahead(8192 * 4), far);
-        assert_eq!(short_rows_ahead(-4096), far);
+        assert_eq!(short_rows_ahead(8192 * 4, 96), far);
+        assert_eq!(short_rows_ahead(-4096, 200), far);
+        for row in [4, 16, 64] {
+            assert_eq!(short_rows_ahead(8192 * 4, row), 0, "{row}-byte rows");
+        }
+        #[cfg(target_arch = "x86_64")]
+        let looped = super::super::avx2::enabled();
+        #[cfg(not(target_arch = "x86_64"))]
+        let looped = false;
+        for row in [128, 256] {
+            let ahead = if looped { 0 } else { far };
+            assert_eq!(short_rows_ahead(8192 * 4, row), ahead, "{row}-byte rows");
+        }
     }
 
     /// Out of the L2, row tiles of three to eight lines a row take AVX-512's
