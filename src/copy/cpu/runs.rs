@@ -159,6 +159,9 @@ pub(super) enum Cache {
     L1,
     /// For the next tile (L1 holds the current one).
     L2,
+    /// For stores within a few steps: fetched for ownership (`prefetchw`),
+    /// so the stores that reach the line find it writable in L1.
+    L1Write,
 }
 
 /// Asks for the cache line holding `p` in `cache`; a hint that never faults,
@@ -168,10 +171,11 @@ pub(super) fn prefetch(p: *const u8, cache: Cache) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: SSE is part of the x86-64 baseline; a prefetch never faults.
     unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
+        use std::arch::x86_64::{_MM_HINT_ET0, _MM_HINT_T0, _MM_HINT_T1, _mm_prefetch};
         match cache {
             Cache::L1 => _mm_prefetch::<_MM_HINT_T0>(p.cast()),
             Cache::L2 => _mm_prefetch::<_MM_HINT_T1>(p.cast()),
+            Cache::L1Write => _mm_prefetch::<_MM_HINT_ET0>(p.cast()),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
