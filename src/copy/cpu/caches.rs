@@ -85,6 +85,18 @@ pub(super) fn l2_bytes() -> usize {
         .map_or(1 << 20, |c| c.bytes / c.cpus.max(1))
 }
 
+/// A logical CPU's part of the L2 from which it counts as big
+/// ([`l2_is_big`]): what sysfs shows between the Emerald Rapids VM (2 MiB a
+/// core) and the Zen 5 one (1 MiB), both 16-way, where some kernels' best
+/// choices differ (2-byte transposes in `transpose`, far short rows in
+/// `rows`); which of their differences decides is not known.
+const BIG_L2: usize = 2 << 20;
+
+/// Whether a logical CPU's part of the L2 is [`BIG_L2`] or more.
+pub(super) fn l2_is_big() -> bool {
+    l2_bytes() >= BIG_L2
+}
+
 /// Whether the L2 has fewer than [`FEW_L2_WAYS`] ways (false where sysfs
 /// does not tell); read once, as every clone past the tiny ones asks.
 pub(super) fn l2_has_few_ways() -> bool {

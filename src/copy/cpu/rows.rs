@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::blocks::LINE;
-use super::caches::{l2_bytes, l2_has_few_ways};
+use super::caches::{l2_bytes, l2_has_few_ways, l2_is_big};
 use super::parallel::{Shared, for_each_segment, par_for};
 use super::runs::{Cache, copy_run, prefetch, runs_stream_threshold, store_fence};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
@@ -195,7 +195,7 @@ const SHORT_ROW_PREFETCH: usize = 4;
 
 /// Rows ahead that [`short_rows`] prefetches for rows of `row` bytes, `ss`
 /// bytes apart. Rows a page or more apart are each a demand miss the
-/// hardware prefetchers do not follow: fetch a few rows ahead (Zen 3 VM, 64
+/// hardware prefetchers do not follow: fetch a few rows ahead (Zen 5 VM, 64
 /// columns of an 8192² f32 matrix, one run: 83 GB/s without, 84/88/93/92 at
 /// 2/3/4/6 rows ahead; 16 columns 34 → 45 at 4). Not where the L2 has few
 /// ways: there the prefetches only slowed the misses the loads keep in
@@ -203,21 +203,23 @@ const SHORT_ROW_PREFETCH: usize = 4;
 /// the best of three alternated processes, µs, columns of an 8192² f32
 /// matrix, 4 rows ahead → none: 8 columns 90.6 → 58.2, 16 108.8 → 82.8, 32
 /// 150.9 → 152.1, 64 253.2 → 232.1; torch 131.5, 75.1, 121.4, 197.0; one
-/// thread, 16 columns 195 → 143, torch 136). Nor rows of a line or less,
-/// nor those AVX2's whole-row loop takes ([`SHORT_ROWS_AVX2`]), which
-/// lost to the prefetches on the Emerald Rapids VM too (two cores, Python,
-/// into a reused output, in-process A/B, best of 45 alternated calls,
-/// prefetched → not, µs, `x[:, 5:5 + k]` of an 8192² f32 matrix: k = 8
-/// 49.8–58.3 → 31.9–42.6, 16 41.5–42.0 → 35.4–37.3, 32 50.5–68.0 →
-/// 47.0–54.1, 64 77.8–81.7 → 77.8–82.7; 16384² u8, k = 64 68.2–86.2 →
-/// 58.2–71.2; 32768 × 1024 f32, k = 16 119.6–128.2 → 103.4–113.3; rows of
-/// 96 bytes kept them, 53.8–62.9 against 61.0–69.0).
+/// thread, 16 columns 195 → 143, torch 136). Where the L2 is big
+/// ([`l2_is_big`]), not rows of a line or less, nor those AVX2's whole-row
+/// loop takes ([`SHORT_ROWS_AVX2`]): they lost to the prefetches on the
+/// Emerald Rapids VM (two cores, Python, into a reused output, in-process
+/// A/B, best of 35–45 alternated calls, prefetched → not, µs, `x[:, 5:5 +
+/// k]` of an 8192² f32 matrix: k = 8 44.0–58.3 → 32.1–42.6, 16 38.1–42.0 →
+/// 32.5–36.4, 32 56.4–68.0 → 50.3–54.1, 64 77.8–81.7 → 77.8–86.2; 16384²
+/// u8, k = 64 64.5–69.7 → 56.6–61.4; from a cold source, 16384² f32, k = 16
+/// 247–250 → 222–225; rows of 96 bytes kept them, 53.8–62.9 against
+/// 61.0–69.0).
 fn short_rows_ahead(ss: isize, row: isize) -> usize {
     #[cfg(target_arch = "x86_64")]
     let whole_row_loop = SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled();
     #[cfg(not(target_arch = "x86_64"))]
     let whole_row_loop = false;
-    if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() && row > LINE as isize && !whole_row_loop {
+    let unhelped = l2_is_big() && (row <= LINE as isize || whole_row_loop);
+    if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() && !unhelped {
         SHORT_ROW_PREFETCH
     } else {
         0
@@ -487,8 +489,8 @@ mod tests {
     use super::*;
 
     /// Rows near each other are never prefetched; rows a page or more apart
-    /// are, but not where the L2 has few ways, nor rows of a line or less,
-    /// nor rows that AVX2's whole-row loop takes.
+    /// are, but not where the L2 has few ways, nor, where it is big, rows of
+    /// a line or less and rows that AVX2's whole-row loop takes.
     #[test]
     fn far_rows_are_prefetched_unless_the_l2_has_few_ways() {
         assert_eq!(short_rows_ahead(64, 96), 0);
@@ -496,15 +498,17 @@ mod tests {
         let far = if l2_has_few_ways() { 0 } else { SHORT_ROW_PREFETCH };
         assert_eq!(short_rows_ahead(8192 * 4, 96), far);
         assert_eq!(short_rows_ahead(-4096, 200), far);
+        let big = l2_is_big();
         for row in [4, 16, 64] {
-            assert_eq!(short_rows_ahead(8192 * 4, row), 0, "{row}-byte rows");
+            let ahead = if big { 0 } else { far };
+            assert_eq!(short_rows_ahead(8192 * 4, row), ahead, "{row}-byte rows");
         }
         #[cfg(target_arch = "x86_64")]
         let looped = super::super::avx2::enabled();
         #[cfg(not(target_arch = "x86_64"))]
         let looped = false;
         for row in [128, 256] {
-            let ahead = if looped { 0 } else { far };
+            let ahead = if big && looped { 0 } else { far };
             assert_eq!(short_rows_ahead(8192 * 4, row), ahead, "{row}-byte rows");
         }
     }

@@ -27,7 +27,7 @@ use super::avx2::{self, enabled as avx2_enabled};
 #[cfg(target_arch = "x86_64")]
 use super::avx512;
 use super::blocks::{LINE, rows_crowd_l1_sets};
-use super::caches::{l2_bytes, l2_has_few_ways};
+use super::caches::{l2_bytes, l2_has_few_ways, l2_is_big};
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
 use super::elem::Elem;
@@ -312,9 +312,9 @@ const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 /// 128 f32 5901–6020 → 6368–8876).
 const AVX2_LINES_MIN_DST_LEN: usize = 256;
 
-/// The L2 a core from which 2-byte transposes with long source runs
-/// ([`BIG_L2_AVX2_LINES_MIN_SRC_RUN`]) take [`Route::Avx2Lines`] instead of
-/// [`Route::Avx512`] (`big_l2_avx2_lines` in [`transpose`]). On an Emerald
+/// Fewest bytes of each source run of a 2-byte transpose that takes
+/// [`Route::Avx2Lines`] instead of [`Route::Avx512`] where a core's L2 is
+/// big ([`l2_is_big`]; `big_l2_avx2_lines` in [`transpose`]). On an Emerald
 /// Rapids VM (2 MiB 16-way L2, 48 KiB 12-way L1, 512-bit AVX-512 units), f16
 /// from NumPy arrays, Python, into a reused output, in-process A/B, best of
 /// seven alternated calls, speed-up, one thread / two: 4096² transposed
@@ -324,12 +324,7 @@ const AVX2_LINES_MIN_DST_LEN: usize = 256;
 /// f16 with short source runs (64 × 2048 × 128 permuted 021 0.89× / 0.92×;
 /// 16 × 4096 × 128 1.05–1.06× / 1.06–1.07×, 64⁴ 3021 1.16× / 1.02×, 32⁵
 /// 03142 1.01× / 0.97–0.99×). The Zen 5 VM the AVX-512 route was tuned on
-/// (1 MiB 16-way L2) keeps it: which difference decides is not known, and
-/// the L2's size is the one sysfs shows between the two.
-const BIG_L2: usize = 2 << 20;
-
-/// Fewest bytes of each source run of a 2-byte transpose that takes
-/// [`Route::Avx2Lines`] where the L2 is big ([`BIG_L2`]).
+/// (1 MiB 16-way L2) keeps it.
 const BIG_L2_AVX2_LINES_MIN_SRC_RUN: usize = 4096;
 
 /// Fewest elements of the runs on both sides of a permute that takes
@@ -666,9 +661,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     let few_ways_avx2_lines = l2_has_few_ways()
         && (e == 2 || e == 4)
         && (avx2_lines || a.len >= FEW_WAYS_AVX2_LINES_MIN_LEN && b.len >= FEW_WAYS_AVX2_LINES_MIN_LEN);
-    // Where a core's L2 is big ([`BIG_L2`]), 2-byte elements from long
+    // Where a core's L2 is big ([`l2_is_big`]), 2-byte elements from long
     // source rows take AVX2's whole-line route too.
-    let big_l2_avx2_lines = e == 2 && avx2_lines && b.len * e >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_bytes() >= BIG_L2;
+    let big_l2_avx2_lines = e == 2 && avx2_lines && b.len * e >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_is_big();
     let avx512_whole_lines = nt
         && (prefetched || whole_line_runs)
         && avx512_has_kernel(e, false)
