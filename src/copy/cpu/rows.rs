@@ -42,14 +42,15 @@ pub(super) unsafe fn rows(plan: &CopyPlan, dst: *mut u8, src: *const u8, nt: boo
         let far = ss.unsigned_abs() >= 4096;
         let touched = if far { 256 } else { 64 };
         let work = rows.saturating_mul((row as usize).max(touched));
-        let ahead = short_rows_ahead(ss, row);
+        let looped = whole_row_loop(row);
+        let ahead = short_rows_ahead(ss, row, looped);
         // SAFETY: the runs are rows `j0..j0 + n` of one slice of the plan, in
         // bounds on both sides.
         row_runs(d, s, o, batch, rows, work, |dp, sp, n| unsafe {
             // Rows of 128 and 256 bytes that are not prefetched: AVX2's
             // whole-row loop ([`SHORT_ROWS_AVX2`]).
             #[cfg(target_arch = "x86_64")]
-            if ahead == 0 && SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled() {
+            if ahead == 0 && looped {
                 // SAFETY: as above; the CPU has AVX2 (checked), `row` is 128 or 256.
                 return if row == 128 {
                     super::avx2::copy_rows::<128>(dp, sp, n, ds, ss)
@@ -193,6 +194,18 @@ const SHORT_ROW_MAX: isize = 256;
 /// Rows ahead that [`short_rows`] prefetches when rows are far apart.
 const SHORT_ROW_PREFETCH: usize = 4;
 
+/// Whether rows of `row` bytes take AVX2's whole-row loop when not
+/// prefetched ([`SHORT_ROWS_AVX2`]: the CPU has AVX2 and allows it).
+fn whole_row_loop(row: isize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = row;
+        false
+    }
+}
+
 /// Rows ahead that [`short_rows`] prefetches for rows of `row` bytes, `ss`
 /// bytes apart. Rows a page or more apart are each a demand miss the
 /// hardware prefetchers do not follow: fetch a few rows ahead (Zen 5 VM, 64
@@ -213,12 +226,9 @@ const SHORT_ROW_PREFETCH: usize = 4;
 /// u8, k = 64 64.5–69.7 → 56.6–61.4; from a cold source, 16384² f32, k = 16
 /// 247–250 → 222–225; rows of 96 bytes kept them, 53.8–62.9 against
 /// 61.0–69.0).
-fn short_rows_ahead(ss: isize, row: isize) -> usize {
-    #[cfg(target_arch = "x86_64")]
-    let whole_row_loop = SHORT_ROWS_AVX2.contains(&row) && super::avx2::enabled();
-    #[cfg(not(target_arch = "x86_64"))]
-    let whole_row_loop = false;
-    let unhelped = l2_is_big() && (row <= LINE as isize || whole_row_loop);
+/// `looped`: [`whole_row_loop`] for `row`.
+fn short_rows_ahead(ss: isize, row: isize, looped: bool) -> usize {
+    let unhelped = l2_is_big() && (row <= LINE as isize || looped);
     if ss.unsigned_abs() >= 4096 && !l2_has_few_ways() && !unhelped {
         SHORT_ROW_PREFETCH
     } else {
@@ -493,6 +503,7 @@ mod tests {
     /// a line or less and rows that AVX2's whole-row loop takes.
     #[test]
     fn far_rows_are_prefetched_unless_the_l2_has_few_ways() {
+        let short_rows_ahead = |ss, row| short_rows_ahead(ss, row, whole_row_loop(row));
         assert_eq!(short_rows_ahead(64, 96), 0);
         assert_eq!(short_rows_ahead(-4095, 96), 0);
         let far = if l2_has_few_ways() { 0 } else { SHORT_ROW_PREFETCH };
