@@ -1025,7 +1025,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // The AVX-512 routes prefetch each tile's source into L2 while the tile
     // before it is written, a share before each micro tile, where the copy
     // is larger than the last-level cache ([`avx512_prefetches_next`]).
-    let avx512_next = matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes());
+    let avx512_next =
+        matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes(), b.len * e);
     // The steps a tile's prefetches are spread over: its micro tiles, or the
     // sheared kernel's columns of them.
     let micro_tiles = |ni: usize, nj: usize| {
@@ -1175,9 +1176,36 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// 1.08–1.11×, 1024 × 16384 1.23–1.30× / 1.02–1.13×, f16 4096 × 8192
 /// 1.23–1.38× / 1.15–1.20×, f64 1024 × 8192 1.15–1.38× / 1.02–1.13×; 64⁴
 /// f32 3021 and 3210, 32⁵ × 16 f32 43210 0.96–1.06×.
-fn avx512_prefetches_next(e: usize, bytes: usize) -> bool {
-    e != 1 && e != 3 && bytes >= stream_threshold()
+///
+/// Where a core's L2 is big ([`l2_is_big`]), not from source runs of
+/// [`BIG_L2_UNFETCHED_MIN_SRC_RUN`] on.
+fn avx512_prefetches_next(e: usize, bytes: usize, src_run: usize) -> bool {
+    e != 1 && e != 3 && bytes >= stream_threshold() && !(l2_is_big() && src_run >= BIG_L2_UNFETCHED_MIN_SRC_RUN)
 }
+
+/// Shortest source runs (bytes) whose next tiles the AVX-512 routes leave
+/// unfetched where a core's L2 is big ([`avx512_prefetches_next`]): a tile
+/// reads 16 to 128 rows at a time along runs this long, streams that the
+/// hardware prefetchers there follow on their own. Probably (the VM shows
+/// no PMU to count it) each software prefetch held one of the core's few
+/// line-fill buffers until its line arrived, which the tile's own misses
+/// and streamed stores then waited for.
+/// Emerald Rapids VM (2 MiB 16-way L2 a core), Python, from NumPy arrays
+/// into a reused output, in-process A/B, best of twelve to sixteen
+/// alternated calls, speed-up without the prefetches on two threads / one:
+/// f32 4096² transposed 1.19× / 1.08×, from a 4112-wide matrix 1.26× /
+/// 1.10×, 2048 × 8192 1.12× / 1.14×, f64 2048 × 4096 1.21× / 1.25×, 1024 ×
+/// 8192 1.15× / 1.12×; 32 × 512² f32 batched 1.18× / 1.13×; the sheared
+/// route, f32 4097 × 4095 1.12× / 1.16×, 3000 × 5001 1.20× / 1.16×; NCHW →
+/// NHWC 16 × 256 × 56² f32 1.26× / 1.18×, NHWC → NCHW 1.12× / 1.00×; 256³
+/// f32 permuted 210 1.24× / 1.31×, 120 1.31×, 201 0.85–1.08× / 0.97×, f16
+/// 201 1.16×, f64 128 × 256² 201 1.05×; 512-byte runs: 16 × 128 × 64 × 128
+/// f32 3021 1.37×, 64 × 2048 × 128 021 1.04×, f16 16 × 128 × 64 × 256 3021
+/// 1.43×. Shorter runs keep them (two threads): 256 bytes, 64⁴ f32 3021
+/// 0.98×, 3210 0.86×, 16 × 4096 × 128 f16 021 0.99×, but 32 × 4096 × 64 f32
+/// 021 1.11×; 128 bytes, 64⁴ f16 3021 0.89–0.99×; 64 bytes, 32⁵ f16 03142
+/// 0.96–0.99×, 32⁴ × 16 f32 43210 0.96–1.00×.
+const BIG_L2_UNFETCHED_MIN_SRC_RUN: usize = 512;
 
 /// The blocks of one tile dimension: `lead` elements, then blocks of `size`.
 #[derive(Clone, Copy)]
