@@ -370,10 +370,11 @@ pub(super) fn avx2_line_tile(e: usize, rows_crowd_sets: bool) -> (usize, usize, 
 
 /// AVX2's whole-line tiles (source rows, bytes of each) where a core's L2 is
 /// big ([`l2_is_big`]) and the rows do not crowd L1 sets: a byte micro
-/// tile's 64 rows (two of 2-byte elements) along 2 KiB. The hardware
-/// prefetchers there follow that many rows (as they do the AVX-512 route's
-/// bands, [`avx512_prefetches_next`](super::avx512_prefetches_next)), not
-/// 512. Emerald Rapids VM (2 MiB 16-way L2 a core), Python, from NumPy
+/// tile's 64 rows (two of 2-byte elements) along 2 KiB: fewer streams at a
+/// time, each longer, which the hardware prefetchers there follow (as they
+/// do the AVX-512 route's bands,
+/// [`avx512_prefetches_next`](super::avx512_prefetches_next)), with the
+/// lines two ahead still prefetched as well. Emerald Rapids VM (2 MiB 16-way L2 a core), Python, from NumPy
 /// arrays into a reused output, in-process A/B, best of twelve alternated
 /// calls, speed-up against 512 rows × 512 bytes, two threads / one: u8
 /// 8192² from an 8256-wide matrix 1.39–1.41× / 1.11×, 6144 × 6000 1.27–1.42×
