@@ -369,21 +369,20 @@ pub(super) fn avx2_line_tile(e: usize, rows_crowd_sets: bool) -> (usize, usize, 
 }
 
 /// AVX2's whole-line tiles (source rows, bytes of each) where a core's L2 is
-/// big ([`l2_is_big`]) and the rows do not crowd L1 sets: a byte micro
-/// tile's 64 rows (two of 2-byte elements) along 2 KiB: fewer streams at a
-/// time, each longer, which the hardware prefetchers there follow (as they
-/// do the AVX-512 route's bands,
-/// [`avx512_prefetches_next`](super::avx512_prefetches_next)), with the
-/// lines two ahead still prefetched as well. Emerald Rapids VM (2 MiB 16-way L2 a core), Python, from NumPy
-/// arrays into a reused output, in-process A/B, best of twelve alternated
-/// calls, speed-up against 512 rows × 512 bytes, two threads / one: u8
-/// 8192² from an 8256-wide matrix 1.39–1.41× / 1.11×, 6144 × 6000 1.27–1.42×
-/// / 1.17×, 16 × 512 × 56² NCHW → NHWC 1.19× / 0.95×; f16 4096² from a
-/// 4128-wide matrix 1.19–1.24× / 1.35×, 3072 × 5000 1.24× / 1.37×, 8 × 1024
-/// × 4000 permuted 021 1.20× / 1.46×. Along 1 or 4 KiB alike (0.85–1.09×),
-/// 128 or 192 rows slower (0.64–0.93×), without the lines prefetched ahead
-/// ([`super::super::avx2::line_tiles`]) slower (u8 0.80–0.90×, f16
-/// 0.91–1.00×); 32 rows of f16 alike (0.90–1.07×).
+/// big ([`l2_is_big`]) and the rows do not crowd L1 sets: a byte micro tile's
+/// 64 rows (two of 2-byte elements) along 2 KiB: fewer streams at a time, each
+/// longer, which the hardware prefetchers there follow (as they do the AVX-512
+/// route's bands, [`avx512_prefetches_next`](super::avx512_prefetches_next)),
+/// with the lines two ahead still prefetched as well. Emerald Rapids VM (2 MiB
+/// 16-way L2 a core), Python, from NumPy arrays into a reused output,
+/// in-process A/B, best of twelve alternated calls, speed-up against 512 rows ×
+/// 512 bytes, two threads / one: u8 8192² from an 8256-wide matrix 1.39–1.41× /
+/// 1.11×, 6144 × 6000 1.27–1.42× / 1.17×, 16 × 512 × 56² NCHW → NHWC 1.19× /
+/// 0.95×; f16 4096² from a 4128-wide matrix 1.19–1.24× / 1.35×, 3072 × 5000
+/// 1.24× / 1.37×, 8 × 1024 × 4000 permuted 021 1.20× / 1.46×. Along 1 or 4 KiB
+/// alike (0.85–1.09×), 128 or 192 rows slower (0.64–0.93×), without the lines
+/// prefetched ahead ([`super::super::avx2::line_tiles`]) slower (u8 0.80–0.90×,
+/// f16 0.91–1.00×); 32 rows of f16 alike (0.90–1.07×).
 const BIG_L2_AVX2_LINE_TILE: (usize, usize) = (64, 2048);
 
 /// AVX2's whole-line tiles (source rows, bytes of each) from source rows whose
