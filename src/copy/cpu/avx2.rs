@@ -14,6 +14,7 @@ use std::arch::x86_64::{
     _mm256_storeu_si256, _mm256_stream_si256, _mm256_unpackhi_epi8, _mm256_unpackhi_epi16, _mm256_unpackhi_epi32,
     _mm256_unpackhi_epi64, _mm256_unpacklo_epi8, _mm256_unpacklo_epi16, _mm256_unpacklo_epi32, _mm256_unpacklo_epi64,
 };
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::blocks::{self, Kernel};
@@ -578,7 +579,11 @@ const MICRO_TILES_AHEAD: usize = 2;
 /// [`LINES_AHEAD`] further along its rows is prefetched (a tile reads a line
 /// of each of hundreds of rows a step, more streams than the hardware
 /// prefetchers follow), or for short runs the lines of the micro tile
-/// [`MICRO_TILES_AHEAD`] on in the walk ([`SHORT_RUN_MAX`]).
+/// [`MICRO_TILES_AHEAD`] on in the walk ([`SHORT_RUN_MAX`]). With `copied`
+/// (and at most [`COPIED_ROWS_MAX`] rows), each line column of the rows is
+/// first copied into an L1 buffer and transposed from there: rows whose lines
+/// crowd L1 sets evict each other before the micro tiles beside the first come
+/// back to them (`through_l1` in `transpose`).
 ///
 /// # Safety
 ///
@@ -592,12 +597,34 @@ pub(super) unsafe fn line_tiles<const E: usize>(
     fj: usize,
     sa: isize,
     db: isize,
+    copied: bool,
 ) {
     const LINE: usize = blocks::LINE;
     let rows = LINE / E;
     let short_runs = fj * E <= SHORT_RUN_MAX;
+    let copied = copied && fi <= COPIED_ROWS_MAX;
+    let mut column = MaybeUninit::<LineColumn>::uninit();
+    let column = column.as_mut_ptr().cast::<u8>();
     let mut j = 0;
     while j < fj {
+        if copied && (j * E).is_multiple_of(LINE) {
+            // The line column of every row from element j (less where the
+            // block ends inside a line), each row's line once.
+            let bytes = ((fj - j) * E).min(LINE);
+            for r in 0..fi {
+                // SAFETY: row r's `bytes` from element j lie in the block (the
+                // caller's contract); the column holds COPIED_ROWS_MAX ≥ fi
+                // lines, one a row.
+                unsafe {
+                    let from = src.offset(r as isize * sa).add(j * E);
+                    if bytes == LINE {
+                        std::ptr::copy_nonoverlapping(from, column.add(r * LINE), LINE);
+                    } else {
+                        std::ptr::copy_nonoverlapping(from, column.add(r * LINE), bytes);
+                    }
+                }
+            }
+        }
         let mut i = 0;
         while i < fi {
             let at = src.wrapping_offset(i as isize * sa).wrapping_add(j * E);
@@ -620,12 +647,27 @@ pub(super) unsafe fn line_tiles<const E: usize>(
             }
             // SAFETY: micro tile (i, j) lies inside the block (the caller's
             // contract); its destination rows start on lines.
-            unsafe { line_micro::<E>(dst.add(i * E).offset(j as isize * db), at, sa, db) };
+            unsafe {
+                let d = dst.add(i * E).offset(j as isize * db);
+                if copied {
+                    line_micro::<E>(d, column.add(i * LINE + j * E % LINE), LINE as isize, db);
+                } else {
+                    line_micro::<E>(d, at, sa, db);
+                }
+            }
             i += rows;
         }
         j += 16;
     }
 }
+
+/// Most rows whose line columns [`line_tiles`] copies (with `copied`): a
+/// tile's 64 (`BIG_L2_AVX2_LINE_TILE` in `transpose::tile_sizes`).
+const COPIED_ROWS_MAX: usize = 64;
+
+/// A line of each of up to [`COPIED_ROWS_MAX`] source rows, one after another.
+#[repr(C, align(64))]
+struct LineColumn([u8; COPIED_ROWS_MAX * blocks::LINE]);
 
 /// Asks L2 for the line at `at` in each of `rows` rows `sa` bytes apart.
 #[inline(always)]
@@ -737,7 +779,7 @@ unsafe fn sheared_column<const E: usize>(dst: *mut u8, src: *const u8, lines: us
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::sheared_tiles;
+    use super::{line_tiles, sheared_tiles};
     use crate::copy::cpu::blocks::LINE;
 
     /// A 4 KiB block, line-aligned, to build destinations from.
@@ -814,6 +856,69 @@ pub(super) mod tests {
                 check_sheared(1, lines, off, sa, one);
                 check_sheared(2, lines, off, sa, two);
                 check_sheared(4, lines, off, sa, four);
+            }
+        }
+    }
+
+    /// [`line_tiles`] of `e`-byte elements, read in place and through the L1
+    /// copy of each line column (`copied`), against the definition: 64 source
+    /// rows `sa` bytes apart (a multiple of 4 KiB: every row's lines in one L1
+    /// set) × `fj` elements, whose last line column may be partial; nothing
+    /// outside the `fi × fj` block written.
+    fn check_line_tiles(e: usize, fj: usize, sa: usize, copied: bool) {
+        let fi = 64;
+        let db = (fi * e).next_multiple_of(LINE) + LINE;
+        let src: Vec<u8> = (0..fi * sa).map(|k| (k * 7 + k / 251) as u8).collect();
+        let mut buf = vec![Lines([0xA5; 64 * 64]); (fj * db).div_ceil(64 * 64)];
+        // SAFETY: `buf` is a run of 4 KiB blocks without padding.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 64 * 64) };
+        let before = dst.to_vec();
+        // SAFETY: the caller checked AVX2; rows `k < fi` hold `fj` elements
+        // (`fj·e < sa`), destination rows `j < fj` start on lines and hold `fi`.
+        unsafe {
+            let (d, s, sa, db) = (dst.as_mut_ptr(), src.as_ptr(), sa as isize, db as isize);
+            match e {
+                1 => line_tiles::<1>(d, s, fi, fj, sa, db, copied),
+                2 => line_tiles::<2>(d, s, fi, fj, sa, db, copied),
+                _ => line_tiles::<4>(d, s, fi, fj, sa, db, copied),
+            }
+        }
+        let mut written = vec![false; dst.len()];
+        for j in 0..fj {
+            for i in 0..fi {
+                let (d, at) = (i * e + j * db, i * sa + j * e);
+                assert_eq!(
+                    dst[d..d + e],
+                    src[at..at + e],
+                    "e = {e}, fj = {fj}, copied = {copied}: ({i}, {j})"
+                );
+                written[d..d + e].fill(true);
+            }
+        }
+        for (k, w) in written.iter().enumerate() {
+            assert!(
+                *w || dst[k] == before[k],
+                "e = {e}, fj = {fj}, copied = {copied}: byte {k} written"
+            );
+        }
+    }
+
+    /// [`line_tiles`] in place and copied alike, for each element size, from
+    /// rows that crowd L1 sets and rows that do not, along whole and partial
+    /// line columns.
+    #[test]
+    fn line_tiles_move_each_element_in_place_and_copied() {
+        if !std::is_x86_feature_detected!("avx2") {
+            println!("SKIP: the CPU has no AVX2");
+            return;
+        }
+        for e in [1usize, 2, 4] {
+            for fj in [16usize, 80, 128] {
+                for sa in [8192usize, 8192 + 3 * LINE] {
+                    for copied in [false, true] {
+                        check_line_tiles(e, fj, sa, copied);
+                    }
+                }
             }
         }
     }

@@ -497,8 +497,9 @@ enum Kernels {
     Avx2,
     /// The whole-line AVX-512 kernels ([`avx512::line_tiles`]), streamed only.
     Avx512,
-    /// AVX2's whole-line kernels ([`super::avx2::line_tiles`]), streamed only.
-    Avx2Lines,
+    /// AVX2's whole-line kernels ([`super::avx2::line_tiles`]), streamed only;
+    /// `copied`: through an L1 copy of each line column ([`through_l1`]).
+    Avx2Lines { copied: bool },
 }
 
 impl Kernels {
@@ -510,7 +511,7 @@ impl Kernels {
         match self {
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512 => avx512::micro_dims(size_of::<T>()),
-            Kernels::Avx2Lines => (LINE / size_of::<T>(), 16),
+            Kernels::Avx2Lines { .. } => (LINE / size_of::<T>(), 16),
             k => {
                 let m = T::micro_len(k == Kernels::Avx2);
                 (m, m)
@@ -919,8 +920,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let kernels = if matches!(route, Route::Avx2Lines | Route::Avx2Sheared) {
-        Kernels::Avx2Lines
+    let line_rows_crowd = rows_crowd_l1_sets(a.src, LINE / e);
+    let kernels = if route == Route::Avx2Lines {
+        Kernels::Avx2Lines {
+            copied: through_l1(e, line_rows_crowd, b.len * e),
+        }
+    } else if route == Route::Avx2Sheared {
+        Kernels::Avx2Lines { copied: false }
     } else if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         Kernels::Avx512
     } else if (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled() {
@@ -952,7 +958,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         }
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
-        Route::Avx2Lines => avx2_line_tile(e, rows_crowd_l1_sets(a.src, LINE / e)),
+        Route::Avx2Lines => avx2_line_tile(e, line_rows_crowd && !through_l1(e, line_rows_crowd, b.len * e)),
         Route::Avx512 if e == 3 => AVX512_TILE_3,
         Route::Avx512 if e == 2 => AVX512_TILE_2,
         Route::Avx512 => AVX512_TILE,
@@ -1144,6 +1150,25 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     });
 }
 
+/// Whether AVX2's whole-line route moves its tiles of `e`-byte elements
+/// through an L1 copy of each line column (`copied` in [`avx2::line_tiles`])
+/// and in the tiles of rows that do not crowd ([`avx2_line_tile`], 64 rows):
+/// 2-byte elements from rows whose lines crowd L1 sets (`rows_crowd`: rows a
+/// multiple of 4 KiB apart) along source runs of `src_run` bytes from
+/// [`BIG_L2_AVX2_LINES_MIN_SRC_RUN`] on, where a core's L2 is big
+/// ([`l2_is_big`]): what takes that route on the CPU measured. Emerald Rapids
+/// VM, Python, from NumPy arrays into a reused output, in-process A/B, best
+/// of twelve alternated calls, speed-up over tiles of 32 rows × 1 KiB read in
+/// place ([`avx2_line_tile`]'s for crowded rows), two threads: f16 4096²
+/// transposed 1.05–1.09×, 4096 × 2048 1.04×, 2048 × 8192 1.07×, 8192 × 4096
+/// 1.05–1.09×, 1024 × 16384 1.00×, 8 × 2048² permuted 021 1.05–1.09×, 4 ×
+/// 4096² 1.10×; one thread 0.97–1.18×. Bytes gained nothing there (8192² u8,
+/// 4096 × 16384, 16384 × 4096, 16 × 4096 × 1024 021: 0.90–1.06× against the
+/// prefetched route) and keep their routes.
+fn through_l1(e: usize, rows_crowd: bool, src_run: usize) -> bool {
+    e == 2 && rows_crowd && src_run >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_is_big()
+}
+
 /// Whether the AVX-512 routes prefetch the next tile's source into L2
 /// ([`NextTile`], a share before each micro tile, or each column of them on
 /// the sheared route) for a copy of `bytes` of `e`-byte elements: from
@@ -1308,7 +1333,12 @@ unsafe fn tile<T: Elem>(
     // 300 u8 transposed 4.5–4.7 → 4.3–4.6. Not for wider elements, whose
     // micro tiles leave at most 3 (SSE2) or 7 (AVX2) behind: f32 100 × 100
     // 1.73 → 1.81, 20 × 30 × 40 3.54 → 3.72.
-    if size_of::<T>() <= 2 && !nt && !matches!(kernels, Kernels::Avx512 | Kernels::Avx2Lines) && ni >= mi && nj >= m {
+    if size_of::<T>() <= 2
+        && !nt
+        && !matches!(kernels, Kernels::Avx512 | Kernels::Avx2Lines { .. })
+        && ni >= mi
+        && nj >= m
+    {
         let avx2 = kernels == Kernels::Avx2;
         // SAFETY: every block below lies within the `ni × nj` tile.
         let block = |i: usize, j: usize, fi: usize, fj: usize| unsafe {
@@ -1344,10 +1374,10 @@ unsafe fn tile<T: Elem>(
             #[cfg(target_arch = "x86_64")]
             Kernels::Avx512 => avx512::line_tiles(e, dst_body, src_body, body, fj, sa, db, || step(&mut next)),
             #[cfg(target_arch = "x86_64")]
-            Kernels::Avx2Lines => match e {
-                1 => avx2::line_tiles::<1>(dst_body, src_body, body, fj, sa, db),
-                2 => avx2::line_tiles::<2>(dst_body, src_body, body, fj, sa, db),
-                _ => avx2::line_tiles::<4>(dst_body, src_body, body, fj, sa, db),
+            Kernels::Avx2Lines { copied } => match e {
+                1 => avx2::line_tiles::<1>(dst_body, src_body, body, fj, sa, db, copied),
+                2 => avx2::line_tiles::<2>(dst_body, src_body, body, fj, sa, db, copied),
+                _ => avx2::line_tiles::<4>(dst_body, src_body, body, fj, sa, db, copied),
             },
             k => T::micro_tiles(k == Kernels::Avx2, dst_body, src_body, body, fj, sa, db, nt, lines),
         }

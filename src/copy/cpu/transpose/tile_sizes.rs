@@ -397,5 +397,7 @@ const BIG_L2_AVX2_LINE_TILE: (usize, usize) = (64, 2048);
 /// 4096² 512 × 512 bytes 79, 64 rows × 4 KiB 79–81, 32 × 1, 2, 4 or 8 KiB
 /// 83–86, 16 × 8 KiB 63–65; one thread, two runs each, 32 rows × 1 KiB
 /// against 32 × 2 KiB (64 rows of 210's 1 KiB source rows): 4096² 65–67
-/// against 67–71, 210 56–60 against 39–40.
+/// against 67–71, 210 56–60 against 39–40. Where the transpose copies each
+/// line column into L1 first (`through_l1` in `transpose`), crowded rows take
+/// the others' tiles.
 const AVX2_LINE_TILE_CROWDED: (usize, usize) = (32, 1024);
