@@ -618,6 +618,7 @@ pub(super) unsafe fn line_tiles<const E: usize>(
                 unsafe {
                     let from = src.offset(r as isize * sa).add(j * E);
                     if bytes == LINE {
+                        // A literal size: two 32-byte moves, no call.
                         std::ptr::copy_nonoverlapping(from, column.add(r * LINE), LINE);
                     } else {
                         std::ptr::copy_nonoverlapping(from, column.add(r * LINE), bytes);
@@ -862,9 +863,8 @@ pub(super) mod tests {
 
     /// [`line_tiles`] of `e`-byte elements, read in place and through the L1
     /// copy of each line column (`copied`), against the definition: 64 source
-    /// rows `sa` bytes apart (a multiple of 4 KiB: every row's lines in one L1
-    /// set) × `fj` elements, whose last line column may be partial; nothing
-    /// outside the `fi × fj` block written.
+    /// rows `sa` bytes apart × `fj` elements, whose last line column may be
+    /// partial; nothing outside the `fi × fj` block written.
     fn check_line_tiles(e: usize, fj: usize, sa: usize, copied: bool) {
         let fi = 64;
         let db = (fi * e).next_multiple_of(LINE) + LINE;
@@ -904,8 +904,8 @@ pub(super) mod tests {
     }
 
     /// [`line_tiles`] in place and copied alike, for each element size, from
-    /// rows that crowd L1 sets and rows that do not, along whole and partial
-    /// line columns.
+    /// rows that crowd L1 sets (8 KiB apart: every line of a column in one
+    /// set) and rows that do not, along whole and partial line columns.
     #[test]
     fn line_tiles_move_each_element_in_place_and_copied() {
         if !std::is_x86_feature_detected!("avx2") {
