@@ -920,13 +920,9 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // (128² f32 from and to 16-byte aligned buffers, one run: 63 GB/s with
     // SSE2, 39 with AVX2). Three-byte elements on every route: their only
     // vector kernel is AVX2's, and their rows straddle lines anyway.
-    let line_rows_crowd = rows_crowd_l1_sets(a.src, LINE / e);
-    let kernels = if route == Route::Avx2Lines {
-        Kernels::Avx2Lines {
-            copied: through_l1(e, line_rows_crowd, b.len * e),
-        }
-    } else if route == Route::Avx2Sheared {
-        Kernels::Avx2Lines { copied: false }
+    let copied = route == Route::Avx2Lines && through_l1(e, a.src, b.len * e);
+    let kernels = if matches!(route, Route::Avx2Lines | Route::Avx2Sheared) {
+        Kernels::Avx2Lines { copied }
     } else if matches!(route, Route::Avx512 | Route::Avx512Sheared) {
         Kernels::Avx512
     } else if (matches!(route, Route::Lines | Route::Prefetched) || e == 3) && avx2_enabled() {
@@ -958,7 +954,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         }
         Route::Prefetched => prefetched_tile(e, a, nt, plan.bytes()),
         Route::Staged => (512, 2048, 256 << 10),
-        Route::Avx2Lines => avx2_line_tile(e, line_rows_crowd && !through_l1(e, line_rows_crowd, b.len * e)),
+        Route::Avx2Lines => avx2_line_tile(e, !copied && rows_crowd_l1_sets(a.src, LINE / e)),
         Route::Avx512 if e == 3 => AVX512_TILE_3,
         Route::Avx512 if e == 2 => AVX512_TILE_2,
         Route::Avx512 => AVX512_TILE,
@@ -1153,8 +1149,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// Whether AVX2's whole-line route moves its tiles of `e`-byte elements
 /// through an L1 copy of each line column (`copied` in [`avx2::line_tiles`])
 /// and in the tiles of rows that do not crowd ([`avx2_line_tile`], 64 rows):
-/// 2-byte elements from rows whose lines crowd L1 sets (`rows_crowd`: rows a
-/// multiple of 4 KiB apart) along source runs of `src_run` bytes from
+/// 2-byte elements from rows `sa` bytes apart whose lines crowd L1 sets
+/// ([`rows_crowd_l1_sets`]: rows a multiple of 4 KiB apart) along source runs of `src_run` bytes from
 /// [`BIG_L2_AVX2_LINES_MIN_SRC_RUN`] on, where a core's L2 is big
 /// ([`l2_is_big`]): what takes that route on the CPU measured. Emerald Rapids
 /// VM, Python, from NumPy arrays into a reused output, in-process A/B, best
@@ -1165,8 +1161,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
 /// 4096² 1.10×; one thread 0.97–1.18×. Bytes gained nothing there (8192² u8,
 /// 4096 × 16384, 16384 × 4096, 16 × 4096 × 1024 021: 0.90–1.06× against the
 /// prefetched route) and keep their routes.
-fn through_l1(e: usize, rows_crowd: bool, src_run: usize) -> bool {
-    e == 2 && rows_crowd && src_run >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_is_big()
+fn through_l1(e: usize, sa: isize, src_run: usize) -> bool {
+    e == 2 && src_run >= BIG_L2_AVX2_LINES_MIN_SRC_RUN && l2_is_big() && rows_crowd_l1_sets(sa, LINE / e)
 }
 
 /// Whether the AVX-512 routes prefetch the next tile's source into L2
