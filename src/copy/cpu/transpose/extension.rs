@@ -509,7 +509,7 @@ unsafe fn extended<T: Elem>(
 /// each `(len, stride)` (the first 1024 of them), start in one L2 set more
 /// often than it has ways ([`l2_sets`]), so that the rows' lines at one
 /// offset cannot all be in the L2 at once.
-fn rows_crowd_l2_sets(dims: &[(usize, isize)]) -> bool {
+pub(super) fn rows_crowd_l2_sets(dims: &[(usize, isize)]) -> bool {
     let (span, ways) = l2_sets();
     let mut sets: SmallVec<[usize; 256]> = smallvec::smallvec![0];
     for &(len, stride) in dims {

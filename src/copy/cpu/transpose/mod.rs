@@ -6,11 +6,13 @@
 //!
 //! This file picks a copy's route and walks its tiles; the tiles' sizes
 //! ([`tile_sizes`]), the prefetches made while a tile is written out
-//! ([`prefetches`]) and the tiles that batch dims extend ([`extension`]) have
-//! files of their own.
+//! ([`prefetches`]), the tiles that batch dims extend ([`extension`]) and
+//! the AVX-512 tiles staged a page of each crowded row at a time
+//! ([`staged_rows`]) have files of their own.
 
 mod extension;
 mod prefetches;
+mod staged_rows;
 mod tile_sizes;
 
 use smallvec::SmallVec;
@@ -18,6 +20,7 @@ use smallvec::SmallVec;
 use self::extension::{Extension, extended_split};
 pub(super) use self::prefetches::NextTile;
 use self::prefetches::RunEnds;
+use self::staged_rows::StagedRows;
 use self::tile_sizes::{
     AVX512_SHEARED_TILE, AVX512_TILE, AVX512_TILE_2, AVX512_TILE_3, PREFETCHED_1_OFF_AVX512, SHEARED_MIN_ROW,
     SMALL_DST_RUN, avx2_line_tile, prefetched_tile, small_runs, small_src_len,
@@ -417,7 +420,8 @@ enum Route {
     /// 4096 × 2048 RGB pixels, three lines a row a step: 36–37 → 41–42).
     /// Where the L2 has few ways, only bytes, 8-byte elements and 2- or
     /// 4-byte ones with short runs take it (`few_ways_avx2_lines` in
-    /// [`transpose`]).
+    /// [`transpose`]). Tiles whose source rows crowd the L2's sets are
+    /// copied a page of each row at a time first ([`StagedRows`]).
     Avx512,
     /// The same for destination rows of 8 KiB or more ([`SHEARED_MIN_ROW`])
     /// that do not start on a line, of 4- or 8-byte elements: each row's
@@ -973,7 +977,15 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         let cap = (tile_max / (bi * e) / m).max(1) * m;
         (bi, b.len.min(base_j).min(cap))
     };
-    let stage_bytes = if matches!(route, Route::Staged | Route::Prefetched) {
+    // The AVX-512 route's tiles whose source rows crowd the L2's sets and go
+    // on along the batch: copied a page of each row at a time before their
+    // transposes ([`StagedRows`], which regroups the batch's fastest dim).
+    let staged = (route == Route::Avx512)
+        .then(|| StagedRows::find(a, b, &mut batch, bi, bj, e))
+        .flatten();
+    let stage_bytes = if let Some(rows) = &staged {
+        rows.stage_bytes(bi, bj, e)
+    } else if matches!(route, Route::Staged | Route::Prefetched) {
         bi * bj * e
     } else {
         0
@@ -1027,8 +1039,10 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // The AVX-512 routes prefetch each tile's source into L2 while the tile
     // before it is written, a share before each micro tile, where the copy
     // is larger than the last-level cache ([`avx512_prefetches_next`]).
-    let avx512_next =
-        matches!(route, Route::Avx512 | Route::Avx512Sheared) && avx512_prefetches_next(e, plan.bytes(), b.len * e);
+    // Not staged tiles: their rows' lines would evict each other in the L2.
+    let avx512_next = matches!(route, Route::Avx512 | Route::Avx512Sheared)
+        && staged.is_none()
+        && avx512_prefetches_next(e, plan.bytes(), b.len * e);
     // The steps a tile's prefetches are spread over: its micro tiles, or the
     // sheared kernel's columns of them.
     let micro_tiles = |ni: usize, nj: usize| {
@@ -1090,7 +1104,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                             )
                         });
                     // SAFETY: the tile's elements are elements of the plan; the
-                    // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes; on
+                    // staging buffer holds `ni * nj * e ≤ stage_bytes` bytes (a
+                    // staged-rows tile's, `StagedRows::stage_bytes`); on
                     // the Lines route every destination row of the tile has the
                     // alignment of its first (`db` is a multiple of a line).
                     unsafe {
@@ -1099,10 +1114,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
                         match route {
                             Route::Small => tile::<T>(kernels, dt, st, ni, nj, sa, db, false, false, None),
                             Route::Lines => tile::<T>(kernels, dt, st, ni, nj, sa, db, nt, true, None),
-                            Route::Avx512 | Route::Avx2Lines => {
-                                let next = next.as_mut().map(|(next, _)| next);
-                                tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true, next)
-                            }
+                            Route::Avx512 | Route::Avx2Lines => match &staged {
+                                Some(rows) => rows.tile::<T>(kernels, dt, st, ni, nj, sa, db, buf),
+                                None => {
+                                    let next = next.as_mut().map(|(next, _)| next);
+                                    tile::<T>(kernels, dt, st, ni, nj, sa, db, true, true, next)
+                                }
+                            },
                             Route::Avx512Sheared | Route::Avx2Sheared => {
                                 let next = next.as_mut().map(|(next, _)| next);
                                 let avx2 = route == Route::Avx2Sheared;
