@@ -41,7 +41,11 @@ const STAGED_ROW_MAX: usize = 4096;
 /// → 35.3–36.6, from rows 2 MiB + 128 KiB apart 27.8 → 35.8; 32⁴ × 8 f64
 /// 33.3 → 42.0–42.1; 32⁴ × 32 f16 20.9–22.3 → 30.7–31.6; 32⁵ f32 33.2–35.4
 /// → 38.9–41.0; 64⁴ f32 3210 28.8–30.3 → 37.9–40.5; 256³ f32 210 36.4 →
-/// 42.3. The same from rows that do not crowd (2 MiB plus a line, or plus 4
+/// 42.3; with the next batch dim grouped too, 2-byte elements and bytes,
+/// whose tiles are 128 rows (512 KiB staged): f16 256³ 210 18.1 → 29.6, 128
+/// × 256² 21.3 → 30.9, 64 × 32⁴ 43210 16.0 → 26.7, u8 256 × 128 × 256 210
+/// 19.9 → 27.8 (capped at 128 KiB a tile: 0.89–0.98× of that). The same
+/// from rows that do not crowd (2 MiB plus a line, or plus 4
 /// or 8 KiB apart) 37.2–50.3 either way: those are not staged; the first
 /// try, which staged them, lost there (0.88–0.92×). Nor are tiles of rows
 /// that do not go on along a batch dim (2-D transposes): f32 1024 × 32768
