@@ -45,8 +45,8 @@ const STAGED_ROW_MAX: usize = 4096;
 /// whose tiles are 128 rows (512 KiB staged): f16 256³ 210 18.1 → 29.6, 128
 /// × 256² 21.3 → 30.9, 64 × 32⁴ 43210 16.0 → 26.7, u8 256 × 128 × 256 210
 /// 19.9 → 27.8 (capped at 128 KiB a tile: 0.89–0.98× of that). The same
-/// from rows that do not crowd (2 MiB plus a line, or plus 4
-/// or 8 KiB apart) 37.2–50.3 either way: those are not staged; the first
+/// from rows that do not crowd (2 MiB plus a line, or plus 4 or 8 KiB
+/// apart) 37.2–50.3 either way: those are not staged; the first
 /// try, which staged them, lost there (0.88–0.92×). Nor are tiles of rows
 /// that do not go on along a batch dim (2-D transposes): f32 1024 × 32768
 /// staged a tile's 1 KiB of each row 0.93×. Prefetching the next tile's
@@ -84,10 +84,11 @@ impl StagedRows {
         };
         let g0 = divisor_within(first.len, STAGED_ROW_MAX / run);
         let whole = first.len * run;
-        let (g1, second) = match batch.get(1) {
-            Some(d) if g0 == first.len && continues(d, whole) => (divisor_within(d.len, STAGED_ROW_MAX / whole), *d),
-            _ => (1, first),
+        let outer = match batch.get(1) {
+            Some(d) if g0 == first.len && continues(d, whole) => (divisor_within(d.len, STAGED_ROW_MAX / whole), d.dst),
+            _ => (1, 0),
         };
+        let g1 = outer.0;
         if g0 * g1 == 1 {
             return None;
         }
@@ -104,7 +105,7 @@ impl StagedRows {
         }
         Some(StagedRows {
             inner: (g0, first.dst),
-            outer: (g1, if g1 > 1 { second.dst } else { 0 }),
+            outer: if g1 > 1 { outer } else { (1, 0) },
         })
     }
 
