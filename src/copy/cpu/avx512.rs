@@ -517,13 +517,15 @@ pub(super) unsafe fn line_tiles(
 /// its lines evicted by the last. Taken by 3-byte pixels (`line_tiles`).
 /// Emerald Rapids VM (48 KiB 12-way L1D), two threads, Python, from NumPy
 /// arrays into a reused output, in-process A/B, best of 8 alternated calls,
-/// speed-up: RGB images transposed, 4096 × 2048 (rows 6 KiB apart)
-/// 1.22–1.44×, 2048 × 4096 1.21–1.43×, 4096 × 8192 1.06–1.10×; rows that do
-/// not crowd keep the kernel's own reads (copied, 4096 × 2048 from 2064- and
-/// 2049-pixel rows ran 0.82–0.91×). `devtensor bench`'s 4096 × 2048 RGB,
-/// alternated runs: 59.5 and 62.3 % of memcpy → 85.0 and 84.2 %. Not 4-
-/// and 8-byte elements: f32 4096² 0.64×, 2048 × 8192 0.68×, f64 2048 × 4096
-/// 0.91×, the kernels' 16 rows (8 for f64) crowding one set less.
+/// speed-up: RGB images (height × width) transposed, 4096 × 2048 (rows 6
+/// KiB apart) 1.22–1.44×, 2048 × 4096 1.21–1.43×, 8192 × 4096 1.06–1.10×;
+/// rows that do not crowd keep the kernel's own reads (copied, 4096 × 2048
+/// from 2064- and 2049-pixel rows and 2048 × 4096 from 4112-pixel ones ran
+/// 0.81–0.91×). `devtensor bench`'s 4096 × 2048 RGB, alternated runs: 59.5
+/// and 62.3 % of memcpy → 85.0 and 84.2 %. Not other elements (their
+/// crowded rows lost: f32 4096² 0.64×, 2048 × 8192 0.68×, f64 2048 × 4096
+/// 0.91×; u8 4096² 0.82×; u8 8192² and f16 4096² moved onto this route
+/// 0.76× and 0.66×).
 ///
 /// # Safety
 ///
@@ -732,8 +734,6 @@ mod tests {
     #[repr(C, align(64))]
     struct Lines([u8; 64 * 64]);
 
-    /// Each kernel against the definition (3-byte pixels too), from source
-    /// rows at odd offsets and strides.
     /// Pixels from rows 4 KiB and 6 KiB apart (every row's lines in one L1
     /// set, or in two) take the L1 copy: a whole block of four micro tiles
     /// and a last one of one, from a line and off it, rows checked pixel by
@@ -774,6 +774,8 @@ mod tests {
         }
     }
 
+    /// Each kernel against the definition (3-byte pixels too), from source
+    /// rows at odd offsets and strides.
     #[test]
     fn line_micro_tiles_transpose() {
         if !detected() {
