@@ -483,8 +483,9 @@ pub(super) unsafe fn line_tiles(
         _ => micro8,
     };
     if e == 3 && rows_crowd_l1_sets(sa, mi) {
-        // SAFETY: forwarded.
-        return unsafe { copied_line_tiles(e, micro, dst, src, fi, fj, sa, db, each) };
+        // SAFETY: forwarded; `has_kernel(3)` (the caller's contract) means
+        // the CPU has VBMI.
+        return unsafe { copied_line_tiles(dst, src, fi, fj, sa, db, each) };
     }
     let mut j = 0;
     while j < fj {
@@ -529,12 +530,9 @@ pub(super) unsafe fn line_tiles(
 ///
 /// # Safety
 ///
-/// As [`line_tiles`]'s, `micro` its kernel for `e`-byte elements.
-#[target_feature(enable = "avx512f,avx512bw")]
-#[allow(clippy::too_many_arguments)]
+/// As [`line_tiles`]'s for 3-byte pixels (the CPU has VBMI too).
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
 unsafe fn copied_line_tiles(
-    e: usize,
-    micro: unsafe fn(*mut u8, *const u8, isize, isize),
     dst: *mut u8,
     src: *const u8,
     fi: usize,
@@ -543,17 +541,19 @@ unsafe fn copied_line_tiles(
     db: isize,
     mut each: impl FnMut(),
 ) {
-    /// Up to 64 rows of four micro tiles' bytes (at most four lines each).
+    let e = 3;
+    /// 64 rows of four micro tiles' 16 pixels: three lines each.
     #[repr(C, align(64))]
-    struct Copy([[u8; 4 * LINE]; 64]);
+    struct Copy([[u8; 3 * LINE]; 64]);
     let (mi, mj) = micro_dims(e);
-    // Not zeroed (16 KiB of stores a call): the micro tiles read only bytes
+    // Not zeroed (12 KiB of stores a call): the micro tiles read only bytes
     // the same block copied in.
     let mut copy = std::mem::MaybeUninit::<Copy>::uninit();
     let buf = copy.as_mut_ptr().cast::<u8>();
-    // The buffer's rows: four micro tiles' bytes apart (192 for pixels),
-    // which spreads them over the sets.
+    // The buffer's rows: four micro tiles' bytes (192) apart, which spreads
+    // them over the sets.
     let stride = 4 * mj * e;
+    debug_assert_eq!(stride, size_of::<[u8; 3 * LINE]>());
     let mut j = 0;
     while j < fj {
         let w = (4 * mj).min(fj - j);
@@ -563,10 +563,10 @@ unsafe fn copied_line_tiles(
             // SAFETY: source rows i .. i + mi, elements j .. j + w, lie in the
             // block (the caller's contract), and the masked loads read no
             // byte past them; each buffer row holds `stride ≥ bytes` bytes
-            // from a line (`stride` is a multiple of a line: `4 · mj · e` is
-            // 192 or 256). The micro tiles read the buffer as the kernel's
-            // contract asks: `mi` rows, `stride` bytes apart, 64 bytes each
-            // from `m · e` (at most `bytes - mj · e`) on.
+            // from a line (`stride` is three lines). The micro tiles read
+            // the buffer as [`micro3`]'s contract asks: `mi` rows, `stride`
+            // bytes apart, 48 bytes each from `m · e` (at most `bytes - 48`)
+            // on, all written by this block's copy.
             unsafe {
                 let rows = src.offset(i as isize * sa).add(j * e);
                 for r in 0..mi {
@@ -578,7 +578,7 @@ unsafe fn copied_line_tiles(
                 }
                 for m in (0..w).step_by(mj) {
                     each();
-                    micro(
+                    micro3(
                         dst.add(i * e).offset((j + m) as isize * db),
                         buf.add(m * e),
                         stride as isize,
