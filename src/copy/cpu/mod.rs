@@ -47,6 +47,7 @@ mod blocks;
 mod caches;
 #[cfg(target_arch = "x86_64")]
 mod channels;
+mod cpu_model;
 mod elem;
 mod fill;
 #[cfg(target_arch = "x86_64")]

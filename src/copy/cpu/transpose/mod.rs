@@ -33,6 +33,7 @@ use super::blocks::{LINE, rows_crowd_l1_sets};
 use super::caches::{l2_bytes, l2_has_few_ways, l2_is_big};
 #[cfg(target_arch = "x86_64")]
 use super::channels::{Channels, channels};
+use super::cpu_model::is_zen3;
 use super::elem::Elem;
 #[cfg(target_arch = "x86_64")]
 use super::folded512::{self, Folded};
@@ -314,6 +315,29 @@ const TRANSPOSE_STREAM_FEW_WAYS: usize = 5;
 /// permuted 021, 384-byte source runs: 2376–2799 → 5768–6003; 64 × 2048 ×
 /// 128 f32 5901–6020 → 6368–8876).
 const AVX2_LINES_MIN_DST_LEN: usize = 256;
+
+/// Fewest bytes of each destination run of a streamed transpose that takes
+/// [`Route::Prefetched`] instead of [`Route::Avx2Lines`] on a Zen 3 core
+/// (`zen3_prefetched` in [`transpose`]). Zen 3 VM (EPYC family 19h model 01h,
+/// two cores, 32 KiB 8-way L1D, 512 KiB 8-way L2 a core, 32 MiB L3), in-process
+/// A/B through `copy_strided`, best of seven alternated calls, speed-up, two
+/// threads: f16 4096² transposed 1.38–1.42×, from a 4128-wide matrix
+/// 1.46–1.53×, 8192 × 4096 1.21×, 3072 × 5000 1.26×, 1024 × 8192 1.36×, 8192
+/// × 1024 1.22×; u8 8192² from an 8256-wide matrix 1.52–2.01×, 6144 × 6000
+/// 2.10×; f32 4096² 1.08–1.11×, from a 4112-wide matrix 1.26×, 1024 × 8192
+/// 1.21×; 256³ f32 permuted 210 1.32×, 32 × 512² 021 1.08×; NCHW → NHWC of
+/// 1 KiB to 4 KiB pixels: u8 × 1024 channels 1.43×, × 2048 1.48×, × 4096
+/// 1.30×, f16 × 1024 1.53×, f32 × 256 0.90–1.14×, × 1024 1.08×. Shorter
+/// destination runs lost: NCHW → NHWC of 512-byte pixels, u8 16 × 512 × 56²
+/// 0.44×, f16 32 × 256 × 56² 0.52×; one thread, 4096² f16 0.90×, f32 1.08×,
+/// u8 8192² from an 8256-wide matrix 2.26×, 256³ f32 210 1.24×. Where the
+/// AVX2 route writes a line of each of 16 rows in turn, the prefetched one
+/// stages its tile and streams each destination row's run whole: that CPU
+/// takes streamed writes a line of each row in turn at half the speed of
+/// two lines of each row back to back (`benches/transpose_ceiling.rs`, 4096²
+/// f16, two threads: `writes, tile order` 10.7 GB/s, `writes, tile pairs` and
+/// `row pairs` 20.6).
+const ZEN3_PREFETCHED_MIN_DST_RUN: usize = 1024;
 
 /// Fewest bytes of each source run of a 2-byte transpose that takes
 /// [`Route::Avx2Lines`] instead of [`Route::Avx512`] where a core's L2 is
@@ -641,7 +665,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // rows and source rows whose lines spread over L1 sets take whole-line
     // micro tiles too ([`Route::Avx2Lines`], [`AVX2_LINES_MIN_DST_LEN`]):
     // those lines of byte rows the kernel reads together ([`AVX2_LINE_BYTE_ROWS_IN_L1`]).
+    // On a Zen 3 core ([`is_zen3`]), streamed copies whose destination runs
+    // are [`ZEN3_PREFETCHED_MIN_DST_RUN`] or longer take the prefetched route
+    // instead: each of its tiles' destination rows is written as one run of
+    // whole lines, where AVX2's whole-line micro tiles write a line of each of
+    // 16 rows in turn.
+    let zen3_prefetched = prefetched && a.len * e >= ZEN3_PREFETCHED_MIN_DST_RUN && is_zen3();
     let avx2_lines = nt
+        && !zen3_prefetched
         && has_avx2_line_kernel(e)
         && dst_rows_line_aligned
         && a.len >= AVX2_LINES_MIN_DST_LEN
