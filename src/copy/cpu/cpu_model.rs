@@ -18,13 +18,18 @@ pub(super) fn is_zen3() -> bool {
     *ZEN3.get_or_init(detect_zen3)
 }
 
+// `__cpuid` is safe in recent Rust releases and unsafe in 1.89, the crate's
+// `rust-version`.
+#[allow(unused_unsafe)]
 #[cfg(target_arch = "x86_64")]
 fn detect_zen3() -> bool {
     use std::arch::x86_64::__cpuid;
-    let leaf0 = __cpuid(0);
+    // SAFETY: every x86-64 CPU has CPUID, and leaves 0 and 1 (the highest
+    // basic leaf and the family) exist on all of them.
+    let (leaf0, leaf1) = unsafe { (__cpuid(0), __cpuid(1)) };
     let vendor = [leaf0.ebx, leaf0.edx, leaf0.ecx];
     let amd = vendor.iter().flat_map(|r| r.to_le_bytes()).eq(*b"AuthenticAMD");
-    amd && family(__cpuid(1).eax) == AMD_FAMILY_19H && !std::arch::is_x86_feature_detected!("avx512f")
+    amd && family(leaf1.eax) == AMD_FAMILY_19H && !std::arch::is_x86_feature_detected!("avx512f")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
