@@ -320,23 +320,23 @@ const AVX2_LINES_MIN_DST_LEN: usize = 256;
 /// [`Route::Prefetched`] instead of [`Route::Avx2Lines`] on a Zen 3 core
 /// (`zen3_prefetched` in [`transpose`]). Zen 3 VM (EPYC family 19h model 01h,
 /// two cores, 32 KiB 8-way L1D, 512 KiB 8-way L2 a core, 32 MiB L3), in-process
-/// A/B through `copy_strided`, best of seven alternated calls, speed-up, two
-/// threads: f16 4096² transposed 1.38–1.42×, from a 4128-wide matrix
-/// 1.46–1.53×, 8192 × 4096 1.21×, 3072 × 5000 1.26×, 1024 × 8192 1.36×, 8192
-/// × 1024 1.22×; u8 8192² from an 8256-wide matrix 1.52–2.01×, 6144 × 6000
-/// 2.10×; f32 4096² 1.08–1.11×, from a 4112-wide matrix 1.26×, 1024 × 8192
-/// 1.21×; 256³ f32 permuted 210 1.32×, 32 × 512² 021 1.08×; NCHW → NHWC of
-/// 1 KiB to 4 KiB pixels: u8 × 1024 channels 1.43×, × 2048 1.48×, × 4096
-/// 1.30×, f16 × 1024 1.53×, f32 × 256 0.90–1.14×, × 1024 1.08×. Shorter
-/// destination runs lost: NCHW → NHWC of 512-byte pixels, u8 16 × 512 × 56²
-/// 0.44×, f16 32 × 256 × 56² 0.52×; one thread, 4096² f16 0.90×, f32 1.08×,
-/// u8 8192² from an 8256-wide matrix 2.26×, 256³ f32 210 1.24×. Where the
-/// AVX2 route writes a line of each of 16 rows in turn, the prefetched one
-/// stages its tile and streams each destination row's run whole: that CPU
-/// takes streamed writes a line of each row in turn at half the speed of
-/// two lines of each row back to back (`benches/transpose_ceiling.rs`, 4096²
-/// f16, two threads: `writes, tile order` 10.7 GB/s, `writes, tile pairs` and
-/// `row pairs` 20.6).
+/// A/B through `copy_strided`, best of six to eight alternated calls, speed-up,
+/// two threads, two or three runs: f16 4096² transposed 1.23–1.42×, from a
+/// 4128-wide matrix 1.46–1.58×, 8192 × 4096 1.21–1.48×, 3072 × 5000 1.26×,
+/// 1024 × 8192 1.36×, 8192 × 1024 1.22×; u8 8192² from an 8256-wide matrix
+/// 1.13–2.01×, 6144 × 6000 2.10×; f32 4096² 1.02–1.11× (within the noise),
+/// from a 4112-wide matrix 1.18–1.26×, 1024 × 8192 1.21×; 256³ f32 permuted
+/// 210 1.32×, 32 × 512² 021 1.08–1.19×; NCHW → NHWC of 1 KiB to 4 KiB pixels:
+/// u8 × 1024 channels 1.28–1.43×, × 2048 1.48×, × 4096 1.30×, f16 × 1024
+/// 1.53×, f32 × 256 0.90–1.14×, × 1024 1.08×. One thread: f16 4096² 0.90×,
+/// f32 1.08×, u8 8192² from an 8256-wide matrix 2.26×, 256³ f32 210 1.24×.
+/// Shorter destination runs lost: NCHW → NHWC of 512-byte pixels, u8 16 × 512
+/// × 56² 0.44×, f16 32 × 256 × 56² 0.52×. Where the AVX2 route writes a line
+/// of each of 16 rows in turn, the prefetched one stages its tile and streams
+/// each destination row's run whole: that CPU takes streamed writes a line of
+/// each row in turn at half the speed of two lines of each row back to back
+/// (`benches/transpose_ceiling.rs`, 4096² f16, two threads: `writes, tile
+/// order` 10.7 GB/s, `writes, tile pairs` and `row pairs` 20.6).
 const ZEN3_PREFETCHED_MIN_DST_RUN: usize = 1024;
 
 /// Fewest bytes of each source run of a 2-byte transpose that takes
