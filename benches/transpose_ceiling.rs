@@ -23,13 +23,25 @@
 //! Streamed stores are the right choice here: plain stores made the line copy
 //! 2.2× slower on the Zen 4 VM (read-for-ownership traffic).
 //!
+//! Two probes of the memory system alone, on the dense matrices:
+//!
+//! - `reads, bands of R rows`: a tile's reads, 256 bytes (four lines) of each
+//!   of `R` source rows, then the next four lines of the same rows, with no
+//!   software prefetch (what the hardware prefetchers follow alone) and with
+//!   the next tile's lines prefetched (`, prefetched`, as the transposes'
+//!   `NextTile` does). Where the prefetchers lose track of the rows, tiles
+//!   tall enough for long destination runs need the software prefetches;
+//! - `writes, runs of k lines`: streamed writes of `k` adjacent lines to each
+//!   destination row in turn, down a strip of every row, then the next strip:
+//!   the destination runs a transpose's tiles write.
+//!
 //! The ratio of each copy to memcpy is the figure issue 15 item 6 asks about:
 //! where a shuffle-free `copy` itself sits well under memcpy, no transpose
 //! kernel reaches memcpy either, and the gap between `copy` and `transpose` is
 //! what the kernel's shuffles (and how they overlap with memory) cost.
 //!
 //! `cargo bench --bench transpose_ceiling -- [n] [rounds]` (default 4096 × 4096
-//! f16, 15 rounds, `n` a multiple of 64; `RAYON_NUM_THREADS` sets the
+//! f16, 15 rounds, `n` a multiple of 256; `RAYON_NUM_THREADS` sets the
 //! threads).
 
 use std::hint::black_box;
@@ -52,6 +64,13 @@ const _: () = assert!(STRIPE_ROWS.is_multiple_of(ELEMS_PER_LINE));
 const PITCH_PAD: usize = 32;
 /// Rows ahead the row-order kernels prefetch.
 const PREFETCH_ROWS: usize = 2;
+/// Source rows the band probes read at a time (`Op::Bands`).
+const BAND_ROWS: [usize; 5] = [8, 16, 32, 64, 128];
+/// Lines of each row a band probe reads a tile (the prefetched route's f16
+/// tiles read 256 bytes of each row).
+const BAND_LINES: usize = 4;
+/// Adjacent lines each destination row gets in turn (`Op::RunWrites`).
+const RUN_LINES: [usize; 4] = [1, 2, 4, 8];
 
 /// The two buffers, shared by the stripes: each stripe writes lines no other
 /// stripe writes, and none writes the source.
@@ -196,7 +215,8 @@ fn prefetch(p: *const u8) {
 /// streaming stores, the widths every x86-64 has.
 ///
 /// # Safety
-/// `s` and `d` are 64-byte aligned lines inside their buffers.
+/// `s` (unless `op` only writes) and `d` (unless it only reads) are 64-byte
+/// aligned lines inside their buffers.
 #[inline(always)]
 unsafe fn move_line(op: LineOp, s: *const u8, d: *mut u8) -> u64 {
     #[cfg(target_arch = "x86_64")]
@@ -261,6 +281,16 @@ enum Op {
         order: Order,
         pitched: bool,
     },
+    /// Reads of [`BAND_LINES`] lines of each of `rows` rows a tile, the next
+    /// tile's lines prefetched with `prefetch`.
+    Bands {
+        rows: usize,
+        prefetch: bool,
+    },
+    /// Streamed writes of `lines` adjacent lines to each row in turn.
+    RunWrites {
+        lines: usize,
+    },
 }
 
 /// The timed operations and their names, in the order printed.
@@ -288,7 +318,69 @@ fn ops() -> Vec<(String, Op)> {
             }
         }
     }
+    for prefetch in [false, true] {
+        for rows in BAND_ROWS {
+            let how = if prefetch { ", prefetched" } else { "" };
+            v.push((
+                format!("reads, bands of {rows} rows{how}"),
+                Op::Bands { rows, prefetch },
+            ));
+        }
+    }
+    for lines in RUN_LINES {
+        v.push((format!("writes, runs of {lines} lines"), Op::RunWrites { lines }));
+    }
     v
+}
+
+/// Reads the source rows `band · rows ..` (`rows` of them, `row_bytes` each)
+/// [`BAND_LINES`] lines of each at a time, prefetching the next tile's with
+/// `prefetch`; returns a fold of what it read.
+///
+/// # Safety
+///
+/// `src` holds `(band + 1) · rows` rows of `row_bytes` bytes (a multiple of
+/// `BAND_LINES` lines) and is 64-byte aligned.
+unsafe fn band_reads(src: *const u8, row_bytes: usize, band: usize, rows: usize, prefetch_next: bool) -> u64 {
+    let lines = row_bytes / LINE;
+    let mut fold = 0;
+    for l0 in (0..lines).step_by(BAND_LINES) {
+        for r in band * rows..(band + 1) * rows {
+            let row = src.wrapping_add(r * row_bytes);
+            for l in l0..l0 + BAND_LINES {
+                if prefetch_next && l + BAND_LINES < lines {
+                    prefetch(row.wrapping_add((l + BAND_LINES) * LINE));
+                }
+                // SAFETY: line `l < lines` of row `r` is inside the source (the
+                // caller's contract) and aligned; the destination is unused.
+                fold ^= unsafe { move_line(LineOp::Read, row.add(l * LINE), std::ptr::null_mut()) };
+            }
+        }
+    }
+    fold
+}
+
+/// Writes `lines` adjacent lines to each of `rows` rows of `row_bytes` in
+/// turn, from line `strip · lines` of each.
+///
+/// # Safety
+///
+/// `dst` holds `rows` rows of `row_bytes` bytes and is 64-byte aligned;
+/// `(strip + 1) · lines` lines fit in a row.
+unsafe fn run_writes(dst: *mut u8, row_bytes: usize, rows: usize, strip: usize, lines: usize) {
+    for r in 0..rows {
+        for l in strip * lines..(strip + 1) * lines {
+            // SAFETY: line `l` of row `r` is inside the destination and
+            // aligned (the caller's contract); a write reads nothing.
+            unsafe { move_line(LineOp::Write, std::ptr::null(), dst.add(r * row_bytes + l * LINE)) };
+        }
+    }
+    // The strip's streamed stores, done before the next op reads the time.
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of x86-64.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// The matrices: `n` rows of `n` f16 (`src`, `dst`), and of `n + PITCH_PAD`
@@ -349,6 +441,29 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
                 })
                 .reduce(|| 0, |a, b| a ^ b);
         }
+        Op::Bands { rows, prefetch } => {
+            let src = Buffers { src: sp, dst: dp };
+            return (0..n / rows)
+                .into_par_iter()
+                .map(|band| {
+                    let b = src;
+                    // SAFETY: the source holds n rows of `row_bytes` (a whole
+                    // number of `BAND_LINES` lines: `main` checks n), 64-byte
+                    // aligned; `band < n / rows`.
+                    unsafe { band_reads(b.src, row_bytes, band, rows, prefetch) }
+                })
+                .reduce(|| 0, |a, b| a ^ b);
+        }
+        Op::RunWrites { lines } => {
+            let dst = Buffers { src: sp, dst: dp };
+            (0..row_bytes / LINE / lines).into_par_iter().for_each(|strip| {
+                let b = dst;
+                // SAFETY: the destination holds n rows of `row_bytes`, 64-byte
+                // aligned; strips of `lines` lines tile each row (`main`
+                // checks n) and write disjoint lines.
+                unsafe { run_writes(b.dst, row_bytes, n, strip, lines) };
+            });
+        }
     }
     0
 }
@@ -357,7 +472,17 @@ fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(4096);
     let rounds = args.get(1).copied().unwrap_or(15).max(1);
-    let multiple = Order::TilePairs.stripe_rows();
+    // Every probe's rows and lines tile the matrix (all powers of two, so
+    // the largest is a multiple of the others).
+    let multiple = [
+        Order::TilePairs.stripe_rows(),
+        BAND_ROWS[BAND_ROWS.len() - 1],
+        ELEMS_PER_LINE * BAND_LINES,
+        ELEMS_PER_LINE * RUN_LINES[RUN_LINES.len() - 1],
+    ]
+    .into_iter()
+    .max()
+    .expect("probes");
     assert!(
         n > 0 && n.is_multiple_of(multiple),
         "n must be a positive multiple of {multiple}, got {n}"
@@ -415,16 +540,18 @@ fn main() {
         (2 * n * n) >> 20,
         rayon::current_num_threads()
     );
-    println!("{:<30} {:>9} {:>12} {:>10}", "op", "ms", "GB/s 1-way", "% memcpy");
+    println!("{:<40} {:>9} {:>12} {:>10}", "op", "ms", "GB/s 1-way", "% memcpy");
     for ((name, op), t) in ops.iter().zip(&best) {
         let pct = match op {
             Op::Lines {
                 op: LineOp::Read | LineOp::Write,
                 ..
-            } => "-".to_string(),
+            }
+            | Op::Bands { .. }
+            | Op::RunWrites { .. } => "-".to_string(),
             _ => format!("{:.1}", of_memcpy(*t)),
         };
-        println!("{name:<30} {:>9.3} {:>12.1} {pct:>10}", t.as_secs_f64() * 1e3, gbs(*t));
+        println!("{name:<40} {:>9.3} {:>12.1} {pct:>10}", t.as_secs_f64() * 1e3, gbs(*t));
     }
     // A copy whose reads and writes never overlapped would take the sum of
     // their times; one that overlapped them fully, the longer of the two.
@@ -442,4 +569,16 @@ fn main() {
             );
         }
     }
+    // The prefetched route's memory pattern: prefetched tiles of the widest
+    // band, runs of four lines (its f16 tiles write 256 bytes a row).
+    let (rows, lines) = (BAND_ROWS[BAND_ROWS.len() - 1], 4);
+    let (reads, writes) = (
+        time_of(&format!("reads, bands of {rows} rows, prefetched")),
+        time_of(&format!("writes, runs of {lines} lines")),
+    );
+    println!(
+        "bands of {rows} rows, prefetched, into runs of {lines} lines, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
+        of_memcpy(reads + writes),
+        of_memcpy(reads.max(writes))
+    );
 }
