@@ -28,9 +28,11 @@
 //! - `reads, bands of R rows`: a tile's reads, 256 bytes (four lines) of each
 //!   of `R` source rows, then the next four lines of the same rows, with no
 //!   software prefetch (what the hardware prefetchers follow alone) and with
-//!   the next tile's lines prefetched (`, prefetched`, as the transposes'
-//!   `NextTile` does). Where the prefetchers lose track of the rows, tiles
-//!   tall enough for long destination runs need the software prefetches;
+//!   the next tile's lines prefetched into L1 a tile ahead (`, prefetched`;
+//!   the transposes' `NextTile` prefetches the same lines, the same rows
+//!   further along, into L2, spread over the tile's destination runs). The
+//!   two tell whether tiles tall enough for long destination runs need the
+//!   software prefetches;
 //! - `writes, runs of k lines`: streamed writes of `k` adjacent lines to each
 //!   destination row in turn, down a strip of every row, then the next strip:
 //!   the destination runs a transpose's tiles write.
@@ -71,6 +73,19 @@ const BAND_ROWS: [usize; 5] = [8, 16, 32, 64, 128];
 const BAND_LINES: usize = 4;
 /// Adjacent lines each destination row gets in turn (`Op::RunWrites`).
 const RUN_LINES: [usize; 4] = [1, 2, 4, 8];
+// `main` takes the largest of the probes' sizes as a multiple of them all,
+// which holds for powers of two.
+const fn powers_of_two(v: &[usize]) -> bool {
+    let mut i = 0;
+    while i < v.len() {
+        if !v[i].is_power_of_two() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+const _: () = assert!(powers_of_two(&BAND_ROWS) && powers_of_two(&RUN_LINES) && BAND_LINES.is_power_of_two());
 
 /// The two buffers, shared by the stripes: each stripe writes lines no other
 /// stripe writes, and none writes the source.
@@ -80,7 +95,8 @@ struct Buffers {
     dst: *mut u8,
 }
 // SAFETY: the stripes only read `src` and write disjoint lines of `dst` (see
-// `line_target`).
+// `line_target`); the band probes only read, and the run probes' strips write
+// disjoint lines.
 unsafe impl Send for Buffers {}
 // SAFETY: as above.
 unsafe impl Sync for Buffers {}
@@ -242,7 +258,8 @@ unsafe fn move_line(op: LineOp, s: *const u8, d: *mut u8) -> u64 {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: both lines are in bounds and do not overlap.
+    // SAFETY: the lines `op` uses are in bounds (the caller's contract) and,
+    // for a copy, do not overlap; the other pointer is not used.
     unsafe {
         match op {
             LineOp::Copy => std::ptr::copy_nonoverlapping(s, d, LINE),
@@ -334,8 +351,9 @@ fn ops() -> Vec<(String, Op)> {
 }
 
 /// Reads the source rows `band · rows ..` (`rows` of them, `row_bytes` each)
-/// [`BAND_LINES`] lines of each at a time, prefetching the next tile's with
-/// `prefetch`; returns a fold of what it read.
+/// [`BAND_LINES`] lines of each at a time, prefetching the next tile's lines
+/// (the same rows, the next `BAND_LINES` lines) when `prefetch_next`; returns
+/// a fold of what it read.
 ///
 /// # Safety
 ///
@@ -365,8 +383,9 @@ unsafe fn band_reads(src: *const u8, row_bytes: usize, band: usize, rows: usize,
 ///
 /// # Safety
 ///
-/// `dst` holds `rows` rows of `row_bytes` bytes and is 64-byte aligned;
-/// `(strip + 1) · lines` lines fit in a row.
+/// `dst` holds `rows` rows of `row_bytes` bytes (a multiple of a line) and is
+/// 64-byte aligned; `(strip + 1) · lines` lines fit in a row; no other thread
+/// writes this strip's lines.
 unsafe fn run_writes(dst: *mut u8, row_bytes: usize, rows: usize, strip: usize, lines: usize) {
     for r in 0..rows {
         for l in strip * lines..(strip + 1) * lines {
@@ -377,7 +396,7 @@ unsafe fn run_writes(dst: *mut u8, row_bytes: usize, rows: usize, strip: usize, 
     }
     // The strip's streamed stores, done before the next op reads the time.
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE2 is part of x86-64.
+    // SAFETY: SSE is part of x86-64.
     unsafe {
         std::arch::x86_64::_mm_sfence()
     };
@@ -442,11 +461,11 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
                 .reduce(|| 0, |a, b| a ^ b);
         }
         Op::Bands { rows, prefetch } => {
-            let src = Buffers { src: sp, dst: dp };
+            let bufs = Buffers { src: sp, dst: dp };
             return (0..n / rows)
                 .into_par_iter()
                 .map(|band| {
-                    let b = src;
+                    let b = bufs;
                     // SAFETY: the source holds n rows of `row_bytes` (a whole
                     // number of `BAND_LINES` lines: `main` checks n), 64-byte
                     // aligned; `band < n / rows`.
@@ -455,9 +474,9 @@ fn run(op: Op, n: usize, m: &mut Matrices) -> u64 {
                 .reduce(|| 0, |a, b| a ^ b);
         }
         Op::RunWrites { lines } => {
-            let dst = Buffers { src: sp, dst: dp };
+            let bufs = Buffers { src: sp, dst: dp };
             (0..row_bytes / LINE / lines).into_par_iter().for_each(|strip| {
-                let b = dst;
+                let b = bufs;
                 // SAFETY: the destination holds n rows of `row_bytes`, 64-byte
                 // aligned; strips of `lines` lines tile each row (`main`
                 // checks n) and write disjoint lines.
@@ -570,8 +589,10 @@ fn main() {
         }
     }
     // The prefetched route's memory pattern: prefetched tiles of the widest
-    // band, runs of four lines (its f16 tiles write 256 bytes a row).
-    let (rows, lines) = (BAND_ROWS[BAND_ROWS.len() - 1], 4);
+    // band and the destination runs they write (128 rows of f16: 256 bytes,
+    // four lines).
+    let rows = BAND_ROWS[BAND_ROWS.len() - 1];
+    let lines = rows * 2 / LINE;
     let (reads, writes) = (
         time_of(&format!("reads, bands of {rows} rows, prefetched")),
         time_of(&format!("writes, runs of {lines} lines")),
