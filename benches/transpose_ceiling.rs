@@ -575,16 +575,20 @@ fn main() {
     // A copy whose reads and writes never overlapped would take the sum of
     // their times; one that overlapped them fully, the longer of the two.
     let time_of = |name: &str| best[ops.iter().position(|(n, _)| n == name).expect("an op")];
+    let bounds = |label: &str, reads: &str, writes: &str| {
+        let (reads, writes) = (time_of(reads), time_of(writes));
+        println!(
+            "{label}, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
+            of_memcpy(reads + writes),
+            of_memcpy(reads.max(writes))
+        );
+    };
     for layout in ["", ", pitched"] {
         for how in ["tile order", "tile pairs", "row order", "row pairs"] {
-            let (reads, writes) = (
-                time_of(&format!("reads, {how}{layout}")),
-                time_of(&format!("writes, {how}{layout}")),
-            );
-            println!(
-                "copy, {how}{layout}, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
-                of_memcpy(reads + writes),
-                of_memcpy(reads.max(writes))
+            bounds(
+                &format!("copy, {how}{layout}"),
+                &format!("reads, {how}{layout}"),
+                &format!("writes, {how}{layout}"),
             );
         }
     }
@@ -593,13 +597,9 @@ fn main() {
     // four lines).
     let rows = BAND_ROWS[BAND_ROWS.len() - 1];
     let lines = rows * 2 / LINE;
-    let (reads, writes) = (
-        time_of(&format!("reads, bands of {rows} rows, prefetched")),
-        time_of(&format!("writes, runs of {lines} lines")),
-    );
-    println!(
-        "bands of {rows} rows, prefetched, into runs of {lines} lines, bounds: {:.1} % of memcpy (no overlap) .. {:.1} % (full overlap)",
-        of_memcpy(reads + writes),
-        of_memcpy(reads.max(writes))
+    bounds(
+        &format!("bands of {rows} rows, prefetched, into runs of {lines} lines"),
+        &format!("reads, bands of {rows} rows, prefetched"),
+        &format!("writes, runs of {lines} lines"),
     );
 }
