@@ -630,6 +630,30 @@ fn wide_element_small_tiles() {
     }
 }
 
+/// Small transposes (cache-resident, not streamed) in AVX2's micro tiles:
+/// bytes wherever both sides hold a 32 × 32 tile, wider elements where every
+/// operand and row starts on 32 bytes, each with partial tiles at the edges;
+/// and the same copies off those alignments, which keep SSE2's tiles. Every
+/// kernel set, every result checked.
+#[test]
+fn small_transposes_in_avx2_tiles() {
+    with_each_kernel_and_stream(|| {
+        for e in [1usize, 2, 4, 8] {
+            // Rows of whole 32-byte blocks (96 × 160 bytes, 64 × 64) and not.
+            let (w, h) = (160 / e * 2, 96 / e * 2);
+            for (src_at, dst_at) in [(0, 0), (32, 0), (0, 32), (16, 16), (16, 0), (0, 8)] {
+                check_permute_at(&[h, w], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[64, 64], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[200, 300], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[45, 70], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[33, 1000], &[1, 0], e, src_at, dst_at);
+                check_permute_at(&[8, 64, 96], &[0, 2, 1], e, src_at, dst_at);
+                check_permute_at(&[5, 40, 96], &[0, 2, 1], e, src_at, dst_at);
+            }
+        }
+    });
+}
+
 /// Every permute of small 8-byte tensors whose unit-stride source side is 2
 /// or 3 elements (pixels) and whose destination rows are 9 to 31 of them:
 /// the general kernel's row gathers, which AVX-512's folded tiles leave them
