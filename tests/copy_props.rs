@@ -633,10 +633,11 @@ fn wide_element_small_tiles() {
 /// Small transposes (cache-resident, not streamed) in AVX2's micro tiles:
 /// bytes wherever both sides hold a 32 × 32 tile, wider elements where every
 /// operand and row starts on 32 bytes, each with partial tiles at the edges;
-/// and the same copies off those alignments, which keep SSE2's tiles. Every
-/// kernel set, every result checked.
+/// the same copies off those alignments, which keep SSE2's tiles; and staged
+/// byte transposes into rows off a line (3 MB, not streamed). Every kernel
+/// set, every result checked.
 #[test]
-fn small_transposes_in_avx2_tiles() {
+fn small_and_staged_transposes_in_avx2_tiles() {
     with_each_kernel_and_stream(|| {
         for e in [1usize, 2, 4, 8] {
             // Rows of whole 32-byte blocks (96 × 160 bytes, 64 × 64) and not.
@@ -650,6 +651,9 @@ fn small_transposes_in_avx2_tiles() {
                 check_permute_at(&[8, 64, 96], &[0, 2, 1], e, src_at, dst_at);
                 check_permute_at(&[5, 40, 96], &[0, 2, 1], e, src_at, dst_at);
             }
+        }
+        for (src_at, dst_at) in [(0, 0), (16, 16), (1, 3)] {
+            check_permute_at(&[1001, 3000], &[1, 0], 1, src_at, dst_at);
         }
     });
 }

@@ -951,8 +951,8 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     }
     // One choice of kernel for the whole copy: tiles are sized for its micro
     // tile. AVX2 on the routes whose tiles are line-aligned, and on the small
-    // route where its accesses keep to 32-byte blocks
-    // ([`small_tiles_take_avx2`]): on 16-byte aligned operands half of the
+    // and staged routes where its accesses keep to 32-byte blocks
+    // ([`tiles_take_avx2`]): on 16-byte aligned operands half of the
     // 32-byte accesses straddle two lines (128² f32 from and to 16-byte
     // aligned buffers, one run: 63 GB/s with SSE2, 39 with AVX2).
     // Three-byte elements on every route: their only vector kernel is
@@ -964,7 +964,7 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
         Kernels::Avx512
     } else if (matches!(route, Route::Lines | Route::Prefetched)
         || e == 3
-        || route == Route::Small && small_tiles_take_avx2::<T>(a, b, &batch, dst, src))
+        || tiles_take_avx2::<T>(route, a, b, &batch, dst, src))
         && avx2_enabled()
     {
         Kernels::Avx2
@@ -1201,25 +1201,38 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     });
 }
 
-/// Whether the small route's tiles ([`Route::Small`]) are made of AVX2's
-/// micro tiles rather than SSE2's: where both sides hold one of them, for
-/// bytes always (their kernel loads 16 bytes of a row at a time, as SSE2's
-/// does, and each shuffle moves 32 bytes), for wider elements where every
-/// operand, row and slice starts on 32 bytes, so that no 32-byte access
-/// straddles two lines. Zen 3 VM, in-process A/B, best of 600 alternated
-/// calls, speed-up over SSE2's tiles:
+/// Whether the small and staged routes' tiles ([`Route::Small`],
+/// [`Route::Staged`]) are made of AVX2's micro tiles rather than SSE2's
+/// (elements of 1, 2, 4 or 8 bytes, which have an AVX2 kernel of their own),
+/// where both sides hold one of them: bytes always (their kernel loads 16
+/// bytes of a row at a time, as SSE2's does, and each shuffle moves 32
+/// bytes), wider elements on the small route where every operand, row and
+/// slice starts on 32 bytes, so that no 32-byte access straddles two lines.
+/// Zen 3 VM, in-process A/B, best of 600 alternated calls (20–30 staged),
+/// speed-up over SSE2's tiles:
 /// - from and into 256-byte aligned buffers (the library's own): u8 50²
 ///   1.24×, 100² 1.21×, 40 × 72 1.12×, 200 × 300 1.48×, 512² 1.68×, 1000 × 700
 ///   (two cores) 1.70×, 16 × 128² permuted 021 1.76×; f16 512² 1.39×, 8 ×
-///   256² 021 1.25×; f32 256² 1.38×, 512² 1.54×; f64 256² 1.44×;
-/// - both 16 bytes past that (as NumPy's data can be): the same u8 copies
-///   1.10–1.68×; the wider ones keep SSE2's tiles (1.00–1.03×). Before the
-///   alignment was asked for, they lost where rows or operands were 16 bytes
-///   off: f16 300 × 200 (rows of 400 and 600 bytes) 0.75–0.83×, 100 × 1000
-///   0.73–0.74×, 50² 0.73×; f32 256² 0.83–0.95× and f64 256² 0.86–1.01× from
-///   or into buffers 16 bytes off.
-fn small_tiles_take_avx2<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim], dst: *mut u8, src: *const u8) -> bool {
+///   256² 021 1.25×; f32 256² 1.38×, 512² 1.54×; f64 256² 1.44×; staged u8
+///   (destination rows off a line) 1001 × 3000 1.32–1.41×, 700 × 3000
+///   1.29–1.38×, 999 × 4000 1.41–1.42×, 3000 × 1001 1.33–1.45×, 5000 × 1001
+///   1.35×, 1001 × 8000 1.30×;
+/// - both 16 bytes past that (as NumPy's data can be): the same small u8
+///   copies 1.10–1.68×, staged 1.28–1.31×; the wider ones keep SSE2's tiles
+///   (1.00–1.03×). Before the alignment was asked for, they lost where rows
+///   or operands were 16 bytes off: f16 300 × 200 (rows of 400 and 600
+///   bytes) 0.75–0.83×, 100 × 1000 0.73–0.74×, 50² 0.73×; f32 256²
+///   0.83–0.95× and f64 256² 0.86–1.01× from or into buffers 16 bytes off.
+fn tiles_take_avx2<T: Elem>(
+    route: Route,
+    a: PlanDim,
+    b: PlanDim,
+    batch: &[PlanDim],
+    dst: *mut u8,
+    src: *const u8,
+) -> bool {
     const BLOCK: isize = 32;
+    let e = size_of::<T>();
     let m = T::micro_len(true);
     let aligned = || {
         [dst as isize, src as isize, a.src, b.dst]
@@ -1227,7 +1240,12 @@ fn small_tiles_take_avx2<T: Elem>(a: PlanDim, b: PlanDim, batch: &[PlanDim], dst
             .all(|v| v % BLOCK == 0)
             && batch.iter().all(|d| d.src % BLOCK == 0 && d.dst % BLOCK == 0)
     };
-    a.len >= m && b.len >= m && (size_of::<T>() == 1 || aligned())
+    let fits = a.len >= m && b.len >= m;
+    match route {
+        Route::Small => fits && matches!(e, 1 | 2 | 4 | 8) && (e == 1 || aligned()),
+        Route::Staged => fits && e == 1,
+        _ => false,
+    }
 }
 
 /// Whether AVX2's whole-line route moves its tiles of `e`-byte elements
@@ -1610,41 +1628,41 @@ mod tests {
 
     /// The small route takes AVX2's tiles for bytes wherever both sides hold
     /// one (32 × 32), at any address; for f32 (8 × 8) only where the
-    /// operands, rows and slices start on 32 bytes.
+    /// operands, rows and slices start on 32 bytes; the staged route for
+    /// bytes only.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn small_tiles_take_avx2_where_its_accesses_keep_to_32_bytes() {
-        use super::small_tiles_take_avx2;
-        let dims = |rows: usize, cols: usize, e: usize| {
-            let a = PlanDim {
-                len: cols,
-                src: (rows * e) as isize,
-                dst: e as isize,
-            };
-            let b = PlanDim {
-                len: rows,
-                src: e as isize,
-                dst: (cols * e) as isize,
-            };
-            (a, b)
-        };
+    fn small_and_staged_tiles_take_avx2_where_its_accesses_keep_to_32_bytes() {
+        use super::{Route, tiles_take_avx2};
+        let small = |a, b, batch: &[PlanDim], dst, src| tiles_take_avx2::<u32>(Route::Small, a, b, batch, dst, src);
+        // A `rows × cols` matrix transposed.
+        let dims = |rows, cols, e| channels_taken(rows, cols, cols, e);
         let at = |p: usize| p as *mut u8;
+        let (d, s, d16, s16) = (at(4096), at(8192), at(4096 + 16), at(8192 + 16));
         let (a, b) = dims(96, 160, 1);
-        assert!(small_tiles_take_avx2::<u8>(a, b, &[], at(4096 + 16), at(8192 + 16)));
+        assert!(tiles_take_avx2::<u8>(Route::Small, a, b, &[], d16, s16));
+        assert!(tiles_take_avx2::<u8>(Route::Staged, a, b, &[], d16, s16));
+        assert!(!tiles_take_avx2::<u8>(Route::Prefetched, a, b, &[], d, s));
         let (a, b) = dims(31, 160, 1);
-        assert!(!small_tiles_take_avx2::<u8>(a, b, &[], at(4096), at(8192)));
+        assert!(!tiles_take_avx2::<u8>(Route::Small, a, b, &[], d, s));
+        assert!(!tiles_take_avx2::<u8>(Route::Staged, a, b, &[], d, s));
         let (a, b) = dims(96, 160, 4);
-        assert!(small_tiles_take_avx2::<u32>(a, b, &[], at(4096), at(8192)));
-        assert!(!small_tiles_take_avx2::<u32>(a, b, &[], at(4096 + 16), at(8192)));
-        assert!(!small_tiles_take_avx2::<u32>(a, b, &[], at(4096), at(8192 + 16)));
+        assert!(small(a, b, &[], d, s));
+        assert!(!tiles_take_avx2::<u32>(Route::Staged, a, b, &[], d, s));
+        assert!(!small(a, b, &[], d16, s));
+        assert!(!small(a, b, &[], d, s16));
         let slices = PlanDim {
             len: 3,
             src: 96 * 160 * 4 + 16,
             dst: 96 * 160 * 4,
         };
-        assert!(!small_tiles_take_avx2::<u32>(a, b, &[slices], at(4096), at(8192)));
+        assert!(!small(a, b, &[slices], d, s));
+        // Destination rows of 400 bytes.
         let (a, b) = dims(100, 160, 4);
-        assert!(!small_tiles_take_avx2::<u32>(a, b, &[], at(4096), at(8192)));
+        assert!(!small(a, b, &[], d, s));
+        // 16-byte elements have no AVX2 kernel.
+        let (a, b) = dims(96, 160, 16);
+        assert!(!tiles_take_avx2::<u128>(Route::Small, a, b, &[], d, s));
     }
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
