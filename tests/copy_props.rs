@@ -640,7 +640,8 @@ fn wide_element_small_tiles() {
 fn small_and_staged_transposes_in_avx2_tiles() {
     with_each_kernel_and_stream(|| {
         for e in [1usize, 2, 4, 8] {
-            // Rows of whole 32-byte blocks (96 × 160 bytes, 64 × 64) and not.
+            // Rows of whole 32-byte blocks (192 rows of 320 bytes, 64 × 64
+            // elements) and not (200 × 300, 45 × 70, 33 × 1000 elements).
             let (w, h) = (160 / e * 2, 96 / e * 2);
             for (src_at, dst_at) in [(0, 0), (32, 0), (0, 32), (16, 16), (16, 0), (0, 8)] {
                 check_permute_at(&[h, w], &[1, 0], e, src_at, dst_at);
