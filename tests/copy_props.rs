@@ -659,6 +659,23 @@ fn small_and_staged_transposes_in_avx2_tiles() {
     });
 }
 
+/// Byte permutes that batch dims extend (the extension's tiles), from
+/// operands on 32 bytes and off them (16, 8, 1 and 3 bytes): slices that
+/// hold whole AVX2 micro tiles take them at any alignment (64³ and 48 × 40
+/// × 36 reversed, 32⁴ permuted 3021), narrower ones (16⁵ reversed) keep
+/// SSE2's. Every kernel set, streamed and not, every result checked.
+#[test]
+fn extended_byte_permutes_on_and_off_32_bytes() {
+    with_each_kernel_and_stream(|| {
+        for (src_at, dst_at) in [(0, 0), (16, 0), (8, 16), (1, 3)] {
+            check_permute_at(&[64, 64, 64], &[2, 1, 0], 1, src_at, dst_at);
+            check_permute_at(&[48, 40, 36], &[2, 1, 0], 1, src_at, dst_at);
+            check_permute_at(&[32, 32, 32, 32], &[3, 0, 2, 1], 1, src_at, dst_at);
+            check_permute_at(&[16, 16, 16, 16, 16], &[4, 3, 2, 1, 0], 1, src_at, dst_at);
+        }
+    });
+}
+
 /// Every permute of small 8-byte tensors whose unit-stride source side is 2
 /// or 3 elements (pixels) and whose destination rows are 9 to 31 of them:
 /// the general kernel's row gathers, which AVX-512's folded tiles leave them
@@ -1642,6 +1659,46 @@ fn every_sth_element_read_no_further_than_the_source() {
                             copy_strided(got.as_mut_ptr(), &[1], src.start.add(c * e), &[s as isize], &[n], e).unwrap();
                         }
                         assert!(got == want, "channel {c} of {n} pixels of {s}, e = {e}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Transposes of every `s`-th element of rows 4 KiB apart (`x[:, c::s].T`
+/// of 1 or 2 bytes, rows that crowd L1 sets: the general kernel's tiles),
+/// whose tiles gather their rows with byte shuffles that read on into the
+/// next tile's elements of the row: tiles ragged on both sides (45 = 32 +
+/// 13, 48 = 32 + 16 (whose last 16 a block would read past), 100 = 3 · 32 +
+/// 4 elements by 77 = 2 · 32 + 13 rows), the source
+/// ending at the last element read (a guard page past it), the destination
+/// one element off its start; every kernel set, streamed (scalar gathers for
+/// every 7th and 8th) and not.
+#[cfg(target_os = "linux")]
+#[test]
+fn strided_row_tiles_read_no_further_than_the_source() {
+    with_each_kernel_and_stream(|| {
+        for e in [1usize, 2] {
+            let pitch = 4096 / e;
+            for s in 2..=8usize {
+                for cols in [45usize, 48, 100] {
+                    for c in [0, s - 1] {
+                        let rows = 77;
+                        let len = ((rows - 1) * pitch + (cols - 1) * s + c + 1) * e;
+                        let bytes = pattern(len, (len * 13 + s) as u64);
+                        let src = GuardedSource::new(&bytes);
+                        let (shape, ss, ds) = ([cols, rows], [s as isize, pitch as isize], [rows as isize, 1]);
+                        let mut got = pattern((rows * cols + 1) * e, 0x5eed);
+                        let mut want = got.clone();
+                        reference(&mut want, e, &ds, &bytes, c * e, &ss, &shape, e);
+                        // SAFETY: elements `c + j·s + i·pitch` of the guarded
+                        // source; the destination's `cols × rows` elements
+                        // from element 1 of `got`.
+                        unsafe {
+                            copy_strided(got.as_mut_ptr().add(e), &ds, src.start.add(c * e), &ss, &shape, e).unwrap();
+                        }
+                        assert!(got == want, "channel {c} of {cols} × {s}, {rows} rows, e = {e}");
                     }
                 }
             }

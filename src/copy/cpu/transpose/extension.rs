@@ -382,15 +382,23 @@ unsafe fn extended<T: Elem>(
     };
     // AVX2 micro tiles where every 32-byte access they make is aligned (the
     // staging buffer is line-aligned): 32⁴ × 16 f32 permute 43210 24.5 → 26
-    // GB/s, 64⁴ permute 3021 47 → 50.
-    let aligned = |x: isize| x % 32 == 0;
-    let avx2 = avx2_enabled()
-        && aligned(src as isize)
-        && aligned(a.src)
-        && aligned(c1.src)
-        && aligned(c2.src)
-        && aligned(c3.src)
-        && aligned(tb as isize);
+    // GB/s, 64⁴ permute 3021 47 → 50. Bytes take them at any alignment (their
+    // loads are 16 bytes wide, see `tiles_take_avx2`) where a slice holds a
+    // whole micro tile: Zen 3 VM, two cores, in-process A/B, best of 40–60
+    // alternated calls, speed-up, source 16 bytes off a line (1 byte, 8):
+    // 64³ u8 reversed 1.32–1.35× (1.40×, 1.17×), 96³ 1.35× (1.18×, 1.15×),
+    // 128² × 64 1.40× (1.17×, 1.16×), 32⁵ permuted 43210 1.29× (1.36×,
+    // 1.33×), 64⁴ 3021 1.14× (1.14×, 1.18×), 256² × 32 210 0.99× (3 bytes
+    // off 1.20×); 0.96–1.04× on 16⁵ and 31 × 29 × 33 × 31 × 30 43210, 40 ×
+    // 50 × 60 and 200 × 30 × 40 210, 33 × 35 × 37 × 4 3120. Slices under a
+    // micro tile keep the baseline's: with AVX2's they are staged in groups
+    // (below), which lost on 16⁵ u8 43210 from unaligned sources (0.24×).
+    let m = T::micro_len(true);
+    let aligned = [src as isize, a.src, c1.src, c2.src, c3.src, tb as isize]
+        .into_iter()
+        .all(|x| x % 32 == 0);
+    let whole_micro_tiles = a.len >= m && b.len >= m;
+    let avx2 = avx2_enabled() && (aligned || (size_of::<T>() == 1 && whole_micro_tiles));
     let kernels = if avx2 { Kernels::Avx2 } else { Kernels::Baseline };
     // One `k2` at a time: its `b.len` destination runs are staged, then
     // written out, and the staging stays in L1 (Zen 5 VM, 16-way L2: 32⁴ ×
