@@ -1666,39 +1666,45 @@ fn every_sth_element_read_no_further_than_the_source() {
     });
 }
 
-/// Transposes of every `s`-th element of rows 4 KiB apart (`x[:, c::s].T`
-/// of 1 or 2 bytes, rows that crowd L1 sets: the general kernel's tiles),
-/// whose tiles gather their rows with byte shuffles that read on into the
-/// next tile's elements of the row: tiles ragged on both sides (45 = 32 +
-/// 13, 48 = 32 + 16 (whose last 16 a block would read past), 100 = 3 · 32 +
-/// 4 elements by 77 = 2 · 32 + 13 rows), the source
-/// ending at the last element read (a guard page past it), the destination
-/// one element off its start; every kernel set, streamed (scalar gathers for
-/// every 7th and 8th) and not.
+/// Transposes of every `s`-th element of rows 4 KiB apart (`x[:, c::s].T`,
+/// rows that crowd L1 sets: the general kernel's tiles, through an L1
+/// buffer). Rows of 1 or 2 bytes are gathered with byte shuffles that read
+/// on into the next tile's elements of the row; tiles leave the buffer in
+/// AVX2's micro tiles (bytes anywhere, 2- and 4-byte elements into
+/// destinations whose start and rows are on 32 bytes) or element by element.
+/// Tiles ragged on both sides (45 = 32 + 13, 48 = 32 + 16 (whose last 16 a
+/// block would read past), 100 = 3 · 32 + 4 elements, by 77 = 2 · 32 + 13
+/// rows into a destination one element off, or 80 = 2 · 32 + 16 rows into one
+/// on 32 bytes), the source ending at the last element read (a guard page
+/// past it); every kernel set, streamed (scalar gathers for every 7th and
+/// 8th) and not.
 #[cfg(target_os = "linux")]
 #[test]
 fn strided_row_tiles_read_no_further_than_the_source() {
     with_each_kernel_and_stream(|| {
-        for e in [1usize, 2] {
+        for e in [1usize, 2, 4, 8] {
             let pitch = 4096 / e;
             for s in 2..=8usize {
                 for cols in [45usize, 48, 100] {
-                    for c in [0, s - 1] {
-                        let rows = 77;
+                    for (c, rows, aligned) in [(0, 77, false), (s - 1, 80, true)] {
                         let len = ((rows - 1) * pitch + (cols - 1) * s + c + 1) * e;
                         let bytes = pattern(len, (len * 13 + s) as u64);
                         let src = GuardedSource::new(&bytes);
                         let (shape, ss, ds) = ([cols, rows], [s as isize, pitch as isize], [rows as isize, 1]);
-                        let mut got = pattern((rows * cols + 1) * e, 0x5eed);
+                        let mut got = pattern((rows * cols + 64) * e, 0x5eed);
+                        let dof = if aligned { got.as_ptr().align_offset(32) } else { e };
                         let mut want = got.clone();
-                        reference(&mut want, e, &ds, &bytes, c * e, &ss, &shape, e);
+                        reference(&mut want, dof, &ds, &bytes, c * e, &ss, &shape, e);
                         // SAFETY: elements `c + j·s + i·pitch` of the guarded
                         // source; the destination's `cols × rows` elements
-                        // from element 1 of `got`.
+                        // from byte `dof < 32` of `got`.
                         unsafe {
-                            copy_strided(got.as_mut_ptr().add(e), &ds, src.start.add(c * e), &ss, &shape, e).unwrap();
+                            copy_strided(got.as_mut_ptr().add(dof), &ds, src.start.add(c * e), &ss, &shape, e).unwrap();
                         }
-                        assert!(got == want, "channel {c} of {cols} × {s}, {rows} rows, e = {e}");
+                        assert!(
+                            got == want,
+                            "channel {c} of {cols} × {s}, {rows} rows, e = {e}, at {dof}"
+                        );
                     }
                 }
             }

@@ -9,7 +9,7 @@ use super::fill::{fill_pattern, fill_run};
 use super::parallel::{Shared, for_each_segment, par_for_slow};
 use super::runs::{copy_run, store_fence, stream_threshold};
 use super::stage::{STAGE, with_stage};
-use super::transpose::{L1_SET_SPAN, L1_WAYS, NextTile, l1_tile};
+use super::transpose::{L1_SET_SPAN, L1_WAYS, NextTile, l1_tile, l1_tile_takes_avx2};
 use crate::copy::plan::{CopyPlan, INLINE_DIMS, PlanDim};
 use smallvec::SmallVec;
 use std::mem::MaybeUninit;
@@ -121,14 +121,21 @@ fn sweep_lines_per_set(stride: isize, rows: usize, span: usize) -> usize {
     rows.div_ceil(sets / g)
 }
 
+/// A tile's L1 buffer in [`tiled`], line-aligned (rows of [`TILE`] elements
+/// of 2 and 4 bytes then start on 32 bytes, as AVX2's micro tiles of them
+/// want: [`l1_tile_takes_avx2`]).
+#[repr(C, align(64))]
+struct TileBuf<T>([MaybeUninit<T>; TILE * TILE]);
+
 /// [`general`] in tiles of [`TILE`] × [`TILE`] elements of `dims[0]` and
 /// `dims[k]`: a tile reads its source rows (along `dims[k]`, a few lines
 /// each) whole into an L1 buffer, then writes the destination along
 /// `dims[0]` from there, so no line is fetched twice. Tiles go in work
 /// units of up to [`MACRO`] square, whose pages stay in the TLB. Elements of
 /// 1 and 2 bytes leave the buffer in micro transposes
-/// ([`l1_tile`]), not element by element (wider ones lose by them: Xeon VM,
-/// f32 512 × 512 × 2 20 → 15 GB/s, f64 26 → 15). Zen 2 VM,
+/// ([`l1_tile`]), not element by element, and 4-byte ones where AVX2's take
+/// them ([`l1_tile_takes_avx2`]; with the baseline's SSE2 ones wider elements
+/// lose: Xeon VM, f32 512 × 512 × 2 20 → 15 GB/s, f64 26 → 15). Zen 2 VM,
 /// two threads, GB/s read + written, the odometer → tiles in 32-wide strips
 /// → through the buffer → in units (NumPy, torch), `x[:, ::2].T` f32: 2048²
 /// 1.87 → 3.9 → 5.3 → 6.4 (0.95, 1.84), 4096² 3.5 → 8.0 (0.80, 1.35);
@@ -191,7 +198,7 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
         && (matches!(dk.src / e, 2..=6) || (matches!(dk.src / e, 7 | 8) && !next_tiles))
         && super::avx2::enabled();
     par_for_slow(total, bytes, |w0, w1| {
-        let mut buf = [MaybeUninit::<T>::uninit(); TILE * TILE];
+        let mut buf = TileBuf([MaybeUninit::<T>::uninit(); TILE * TILE]);
         for_each_segment(&batch, cols * rows, w0, w1, |dof, so, first, n| {
             for unit in first..first + n {
                 let (j_end, i_end) = ((unit / rows + 1) * m, (unit % rows + 1) * m);
@@ -215,7 +222,7 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                                 let row_bytes = span.unsigned_abs() + e as usize;
                                 NextTile::new(first, next_h, row_bytes, d0.src, 1).step();
                             }
-                            let b = buf.as_mut_ptr().cast::<u8>();
+                            let b = buf.0.as_mut_ptr().cast::<u8>();
                             // Each source line read once, whole: the tile's rows
                             // along `dims[k]` into `buf`, one row after another…
                             for r in 0..h as isize {
@@ -242,7 +249,7 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                             }
                             // …then, from L1, to the destination along `dims[0]`:
                             // in micro transposes where that is contiguous.
-                            if d0.dst == e && e <= 2 {
+                            if d0.dst == e && (e <= 2 || l1_tile_takes_avx2::<T>(dp, b, h, width, w, dk.dst)) {
                                 l1_tile::<T>(dp, b, h, width, w, dk.dst);
                             } else {
                                 for c in 0..width as isize {

@@ -1365,24 +1365,57 @@ impl Blocks {
 /// a line is written one way only, since a streamed line rewritten by an
 /// ordinary store costs a round trip to memory.
 ///
+/// Whether [`l1_tile`] moves an `ni × nj` tile in AVX2's micro tiles: where
+/// the tile holds one, bytes at any alignment (their loads are 16 bytes wide,
+/// as [`tiles_take_avx2`] lets the small route's), 2- and 4-byte elements
+/// where both operands and both strides are multiples of 32 bytes. Zen 3
+/// VM, two cores, in-process A/B, best of 20–400 alternated calls, speed-up
+/// over the baseline's micro tiles (bytes, 2-byte elements) or the
+/// element-by-element columns (4 bytes), `x[:, ::S].T`: u8 `::2` 4096²
+/// 1.11–1.28×, 2048² 1.01–1.03×, 256² 1.04–1.10×, 40 × 1000 0.95–1.15×; `::4`
+/// 4096² 1.12–1.22×, 1000 × 40 1.00×; u16 `::2` 2048² 1.22×, 1024²
+/// 1.10–1.17×, 512² 1.00×, `::3` 2048² 1.28×; f32 `::2` 4096² 1.17–1.21×,
+/// 2048² 1.28–1.34×, 1024² 0.90–1.11×, 512² 1.13–1.19×, 256² 1.41×, `::4`
+/// 1.13×, 1.23×, 1.29× (4096², 1024², 256²), `::3` 1.16–1.24×; channel 0
+/// of 1080 × 1920 × 3 f32 transposed 1.32–1.37×; 64³ reversed with its last
+/// dim `::2` u8 1.11–1.14×, f32 1.24×. Not 8-byte elements: f64 `::2` 512²
+/// 0.85–0.86×, `::4` 0.69×.
+pub(super) fn l1_tile_takes_avx2<T: Elem>(
+    dst: *mut u8,
+    src: *const u8,
+    ni: usize,
+    nj: usize,
+    sa: isize,
+    db: isize,
+) -> bool {
+    avx2_enabled() && l1_tile_suits_avx2::<T>(dst, src, ni, nj, sa, db)
+}
+
+/// [`l1_tile_takes_avx2`]'s conditions but the CPU's.
+fn l1_tile_suits_avx2<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) -> bool {
+    let m = T::micro_len(true);
+    let aligned = || [dst as isize, src as isize, sa, db].into_iter().all(|v| v % 32 == 0);
+    ni >= m
+        && nj >= m
+        && match size_of::<T>() {
+            1 => true,
+            2 | 4 => aligned(),
+            _ => false,
+        }
+}
+
 /// An `ni × nj` tile moved as [`Route::Small`] moves one (micro tiles,
 /// ordinary stores): for tiles gathered into an L1 buffer first
 /// ([`general`](mod@super::general)'s tiled gathers). Source row `i` (at `src + i·sa`,
 /// `nj` contiguous elements) becomes destination column `i`
-/// (`dst + i·e + j·db`). Bytes take AVX2's micro tiles where the tile holds
-/// one, as [`tiles_take_avx2`] lets the small route's at any alignment (their
-/// loads are 16 bytes wide); the rest the baseline's. Zen 3 VM, two cores,
-/// in-process A/B, best of 30–400 alternated calls, speed-up, `x[:, ::2].T`
-/// u8: 4096² 1.11–1.28×, 2048² 1.01–1.03×, 256² 1.04–1.10×, 40 × 1000
-/// 0.95–1.15×; `::4`: 4096² 1.12–1.22×, 1000 × 40 1.00×; 64³ u8 reversed
-/// with its last dim `::2` 1.11–1.13×.
+/// (`dst + i·e + j·db`). AVX2's micro tiles where
+/// [`l1_tile_takes_avx2`], the baseline's elsewhere.
 ///
 /// # Safety
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand.
 pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
-    let m = T::micro_len(true);
-    let kernels = if size_of::<T>() == 1 && ni >= m && nj >= m && avx2_enabled() {
+    let kernels = if l1_tile_takes_avx2::<T>(dst, src, ni, nj, sa, db) {
         Kernels::Avx2
     } else {
         Kernels::Baseline
@@ -1676,6 +1709,35 @@ mod tests {
         // 16-byte elements have no AVX2 kernel.
         let (a, b) = dims(96, 160, 16);
         assert!(!tiles_take_avx2::<u128>(Route::Small, a, b, &[], d, s));
+    }
+
+    /// The general kernel's L1 tiles take AVX2's micro tiles for bytes at any
+    /// address where the tile holds one (32 × 32), for 2- and 4-byte elements
+    /// only where both operands and both strides are multiples of 32 bytes,
+    /// never for 8-byte ones.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn l1_tiles_suit_avx2_where_its_accesses_keep_to_32_bytes() {
+        use super::l1_tile_suits_avx2 as suits;
+        let at = |p: usize| p as *mut u8;
+        let (d, s, d16, s16) = (at(4096), at(8192), at(4096 + 16), at(8192 + 16));
+        assert!(suits::<u8>(d16, s16, 32, 32, 32, 77));
+        assert!(!suits::<u8>(d, s, 31, 32, 32, 96));
+        assert!(!suits::<u8>(d, s, 32, 31, 32, 96));
+        for (w, db) in [(64isize, 160isize), (128, 320)] {
+            let e = (w / 32) as usize;
+            let (ni, nj) = (16 / e * 2, 16 / e * 2);
+            let check = |d, s, sa, db| match e {
+                2 => suits::<u16>(d, s, ni, nj, sa, db),
+                _ => suits::<u32>(d, s, ni, nj, sa, db),
+            };
+            assert!(check(d, s, w, db), "e = {e}");
+            assert!(!check(d16, s, w, db), "e = {e}: destination off 32 bytes");
+            assert!(!check(d, s16, w, db), "e = {e}: source off 32 bytes");
+            assert!(!check(d, s, w + 16, db), "e = {e}: source rows off 32 bytes");
+            assert!(!check(d, s, w, db + 16), "e = {e}: destination rows off 32 bytes");
+        }
+        assert!(!suits::<u64>(d, s, 32, 32, 256, 256));
     }
 
     /// `x[:, :k].T` of a `rows × pitch` matrix of `e`-byte elements: its
