@@ -185,13 +185,12 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
     // of a tile goes in blocks. Not every 7th or 8th from a streamed source.
     // Zen 3 VM, two cores, in-process A/B, best of 20–30 alternated calls,
     // speed-up over the scalar gather (both with AVX2's micro tiles),
-    // `x[:, ::S].T`: u8 S = 2
-    // 4096² 1.53×, 2048² 1.74–1.79×, 512² 1.64–1.73×; S = 3 1.26–1.46×,
-    // 1.18–1.27×, 1.46–1.56×; S = 4 1.72×, 1.79×, 1.56×; S = 6 1.09×, 1.09×,
-    // 1.36×; S = 8 0.80–1.03× (4096², 3000 × 2000, 2048²), 1.32–1.40× (1024²,
-    // 512²); u16 S = 2 2048² 1.33–1.38×, 512² 1.41×; S = 3 1.24×, 1.42×; S =
-    // 8 1.04–1.08×, 1.02–1.06×; 64³ u8 reversed with its last dim `::2`
-    // 1.34×, `::3` 1.31×.
+    // `x[:, ::S].T`: u8 S = 2 4096² 1.71×, 2048² 1.89×, 512² 1.73×; S = 3
+    // 1.35×, 1.27×, 1.56×; S = 4 1.72×, 1.79× (1024² 1.69×), 1.56×; S = 6
+    // 1.09×, 1.09× (1024² 1.33×), 1.36×; S = 7 and 8 from 2048² on 0.80–1.34×,
+    // mostly under 1 (streamed sources), S = 8 1024² 1.38×, 512² 1.32–1.37×;
+    // u16 S = 2 2048² 1.34×, 512² 1.43×; S = 3 1.23×, 1.42×; S = 8 1.08–1.09×,
+    // 1.02–1.07×; 64³ u8 reversed with its last dim `::2` 1.38×, `::3` 1.34×.
     #[cfg(target_arch = "x86_64")]
     let shuffles = e <= 2
         && dk.src % e == 0
