@@ -1358,13 +1358,6 @@ impl Blocks {
     }
 }
 
-/// One `ni × nj` tile: `dst[i·E + j·db] = src[i·sa + j·E]`. With `nt`, the
-/// micro tiles write whole destination lines with streaming stores, and the
-/// partial lines at either end of each destination row (`dst` not
-/// line-aligned, or a row that does not end on a line) get ordinary stores:
-/// a line is written one way only, since a streamed line rewritten by an
-/// ordinary store costs a round trip to memory.
-///
 /// Whether [`l1_tile`] moves an `ni × nj` tile in AVX2's micro tiles: where
 /// the tile holds one, bytes at any alignment (their loads are 16 bytes wide,
 /// as [`tiles_take_avx2`] lets the small route's), 2- and 4-byte elements
@@ -1425,6 +1418,13 @@ pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, n
     unsafe { tile::<T>(kernels, dst, src, ni, nj, sa, db, false, false, None) }
 }
 
+/// One `ni × nj` tile: `dst[i·E + j·db] = src[i·sa + j·E]`. With `nt`, the
+/// micro tiles write whole destination lines with streaming stores, and the
+/// partial lines at either end of each destination row (`dst` not
+/// line-aligned, or a row that does not end on a line) get ordinary stores:
+/// a line is written one way only, since a streamed line rewritten by an
+/// ordinary store costs a round trip to memory.
+///
 /// # Safety
 ///
 /// Every address formed for `i < ni`, `j < nj` is an element of its operand;
