@@ -257,8 +257,9 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
                             }
                             // …then, from L1, to the destination along `dims[0]`:
                             // in micro transposes where that is contiguous.
-                            if d0.dst == e && (e <= 2 || l1_tile_takes_avx2::<T>(dp, b, h, width, w, dk.dst)) {
-                                l1_tile::<T>(dp, b, h, width, w, dk.dst);
+                            let avx2 = d0.dst == e && l1_tile_takes_avx2::<T>(dp, b, h, width, w, dk.dst);
+                            if d0.dst == e && (e <= 2 || avx2) {
+                                l1_tile::<T>(dp, b, h, width, w, dk.dst, avx2);
                             } else {
                                 for c in 0..width as isize {
                                     strided::<T>(dp.offset(c * dk.dst), b.offset(c * e), h, w, d0.dst);

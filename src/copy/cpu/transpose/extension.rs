@@ -11,7 +11,7 @@ use super::super::parallel::{Shared, for_each_segment, par_for_slow, slow_worker
 use super::super::runs::{copy_run, store_fence};
 use super::super::stage::with_stage;
 use super::prefetches::NextTile;
-use super::{Kernels, avx2_enabled, continuing_both_sides, tile};
+use super::{Kernels, avx2_enabled, continuing_both_sides, on_32_bytes, tile};
 use crate::copy::plan::{INLINE_DIMS, PlanDim};
 
 /// Longest runs (bytes) of a tile side that batch dims may extend.
@@ -394,9 +394,7 @@ unsafe fn extended<T: Elem>(
     // micro tile keep the baseline's: with AVX2's they are staged in groups
     // (below), which lost on 16⁵ u8 43210 from unaligned sources (0.24×).
     let m = T::micro_len(true);
-    let aligned = [src as isize, a.src, c1.src, c2.src, c3.src, tb as isize]
-        .into_iter()
-        .all(|x| x % 32 == 0);
+    let aligned = on_32_bytes([src as isize, a.src, c1.src, c2.src, c3.src, tb as isize]);
     let whole_micro_tiles = a.len >= m && b.len >= m;
     let avx2 = avx2_enabled() && (aligned || (size_of::<T>() == 1 && whole_micro_tiles));
     let kernels = if avx2 { Kernels::Avx2 } else { Kernels::Baseline };

@@ -1201,6 +1201,13 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     });
 }
 
+/// Whether every one of `values` (addresses, strides in bytes) is a multiple
+/// of 32 bytes: what AVX2's micro tiles of 2- to 8-byte elements ask of their
+/// operands, whose 32-byte loads and stores must not split a line.
+fn on_32_bytes(values: impl IntoIterator<Item = isize>) -> bool {
+    values.into_iter().all(|v| v % 32 == 0)
+}
+
 /// Whether the small and staged routes' tiles ([`Route::Small`],
 /// [`Route::Staged`]) are made of AVX2's micro tiles rather than SSE2's
 /// (elements of 1, 2, 4 or 8 bytes, which have an AVX2 kernel of their own),
@@ -1231,14 +1238,11 @@ fn tiles_take_avx2<T: Elem>(
     dst: *mut u8,
     src: *const u8,
 ) -> bool {
-    const BLOCK: isize = 32;
     let e = size_of::<T>();
     let m = T::micro_len(true);
     let aligned = || {
-        [dst as isize, src as isize, a.src, b.dst]
-            .into_iter()
-            .all(|v| v % BLOCK == 0)
-            && batch.iter().all(|d| d.src % BLOCK == 0 && d.dst % BLOCK == 0)
+        on_32_bytes([dst as isize, src as isize, a.src, b.dst])
+            && on_32_bytes(batch.iter().flat_map(|d| [d.src, d.dst]))
     };
     let fits = a.len >= m && b.len >= m;
     match route {
@@ -1387,7 +1391,7 @@ pub(super) fn l1_tile_takes_avx2<T: Elem>(
 /// [`l1_tile_takes_avx2`]'s conditions but the CPU's.
 fn l1_tile_suits_avx2<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) -> bool {
     let m = T::micro_len(true);
-    let aligned = || [dst as isize, src as isize, sa, db].into_iter().all(|v| v % 32 == 0);
+    let aligned = || on_32_bytes([dst as isize, src as isize, sa, db]);
     ni >= m
         && nj >= m
         && match size_of::<T>() {
@@ -1401,20 +1405,29 @@ fn l1_tile_suits_avx2<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usiz
 /// ordinary stores): for tiles gathered into an L1 buffer first
 /// ([`general`](mod@super::general)'s tiled gathers). Source row `i` (at `src + i·sa`,
 /// `nj` contiguous elements) becomes destination column `i`
-/// (`dst + i·e + j·db`). AVX2's micro tiles where
-/// [`l1_tile_takes_avx2`], the baseline's elsewhere.
+/// (`dst + i·e + j·db`). AVX2's micro tiles with `avx2` (the caller asked
+/// [`l1_tile_takes_avx2`] once, for its own choice too), the baseline's
+/// without.
 ///
 /// # Safety
 ///
-/// Every address formed for `i < ni`, `j < nj` is an element of its operand.
-pub(super) unsafe fn l1_tile<T: Elem>(dst: *mut u8, src: *const u8, ni: usize, nj: usize, sa: isize, db: isize) {
-    let kernels = if l1_tile_takes_avx2::<T>(dst, src, ni, nj, sa, db) {
-        Kernels::Avx2
-    } else {
-        Kernels::Baseline
-    };
-    // SAFETY: forwarded; the CPU has AVX2 where its kernels are chosen
-    // (`avx2_enabled`), the baseline kernels need no CPU feature.
+/// Every address formed for `i < ni`, `j < nj` is an element of its operand;
+/// `avx2` only where [`l1_tile_takes_avx2`] holds for these arguments.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn l1_tile<T: Elem>(
+    dst: *mut u8,
+    src: *const u8,
+    ni: usize,
+    nj: usize,
+    sa: isize,
+    db: isize,
+    avx2: bool,
+) {
+    debug_assert!(!avx2 || l1_tile_takes_avx2::<T>(dst, src, ni, nj, sa, db));
+    let kernels = if avx2 { Kernels::Avx2 } else { Kernels::Baseline };
+    // SAFETY: forwarded; with `avx2` the CPU has AVX2 and the tile suits its
+    // micro tiles (the caller's contract), the baseline kernels need no CPU
+    // feature.
     unsafe { tile::<T>(kernels, dst, src, ni, nj, sa, db, false, false, None) }
 }
 
