@@ -191,10 +191,20 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
     // mostly under 1 (streamed sources), S = 8 1024² 1.38×, 512² 1.32–1.37×;
     // u16 S = 2 2048² 1.34×, 512² 1.43×; S = 3 1.23×, 1.42×; S = 8 1.08–1.09×,
     // 1.02–1.07×; 64³ u8 reversed with its last dim `::2` 1.38×, `::3` 1.34×.
+    // And every 2nd element of 4 bytes (two loads and a `shufps` for four),
+    // same runs: f32 `::2` 4096² 1.08–1.17×, 2048² 1.13–1.29×, 1024²
+    // 0.93–1.09×, 512² 0.94–1.13×, 256² 0.91–1.19×; source 4 bytes off
+    // (`x[:, 1::2]`) 1.03–1.12× but 512² 0.95–1.03×, 16 bytes off
+    // 0.98–1.20×. Not every 3rd or 4th, which lost (0.78–0.89× from 1024²
+    // down, 0.99–1.12× above).
     #[cfg(target_arch = "x86_64")]
-    let shuffles = e <= 2
-        && dk.src % e == 0
-        && (matches!(dk.src / e, 2..=6) || (matches!(dk.src / e, 7 | 8) && !next_tiles))
+    let shuffles = dk.src % e == 0
+        && match (e, dk.src / e) {
+            (1 | 2, 2..=6) => true,
+            (1 | 2, 7 | 8) => !next_tiles,
+            (4, 2) => true,
+            _ => false,
+        }
         && super::avx2::enabled();
     par_for_slow(total, bytes, |w0, w1| {
         let mut buf = TileBuf([MaybeUninit::<T>::uninit(); TILE * TILE]);

@@ -31,7 +31,8 @@
 //! The kernels, one concept a file: `parallel` (the parallel loop; `placement`:
 //! which CPUs its threads may use), `runs`
 //! (contiguous runs, streaming stores), `tiny`, `rows`, `general` (the odometer;
-//! `shuffled_gather`: every 2nd to 8th byte or pair by byte shuffles),
+//! `shuffled_gather`: every 2nd to 8th byte or pair, every 2nd 4-byte element,
+//! by byte shuffles),
 //! `transpose` (`channels`: images of three channels, pixels to planes and back,
 //! pixels of 2 and 4 channels, and of 5 to 8 to planes, where `split512` does not run;
 //! `split512`: pixels of 2–8 channels to planes; `folded512`: transposes with a

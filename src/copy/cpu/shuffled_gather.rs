@@ -1,5 +1,5 @@
-//! Gathers of every `S`-th element (`S` of 2 to 8) of 1 or 2 bytes into a
-//! contiguous row with SSSE3 byte shuffles, where the CPU lacks
+//! Gathers of every `S`-th element (`S` of 2 to 8) of 1 or 2 bytes, and of
+//! every 2nd of 4 bytes, into a contiguous row with SSSE3 byte shuffles, where the CPU lacks
 //! [`split512`](super::split512)'s AVX-512 VBMI: each 16 bytes of output
 //! take the `S` vectors of source that hold their elements, one `pshufb` each
 //! picking its elements into place, ORed together. The scalar loop moves an
@@ -29,14 +29,14 @@ impl<const S: usize, const E: usize> Masks<S, E> {
 }
 
 /// The whole blocks of a gather of every `s`-th `e`-byte element (`s` of 2
-/// to 8, `e` of 1 or 2) by [`gather`]: the first of `n` elements, reading
+/// to 8 with `e` of 1 or 2, `s` of 2 with `e` of 4) by [`gather`]: the first of `n` elements, reading
 /// no further than element `readable - 1`'s end; the elements it wrote, the
 /// rest being the caller's. Out of line, so that its callers, inlined
 /// everywhere, stay small.
 ///
 /// # Safety
 ///
-/// As [`gather`], with `s` of 2 to 8 and `e` of 1 or 2 (others write nothing).
+/// As [`gather`] (the pairs of `e` and `s` above; others write nothing).
 #[inline(never)]
 pub(super) unsafe fn whole_blocks(
     dst: *mut u8,
@@ -51,6 +51,7 @@ pub(super) unsafe fn whole_blocks(
             match (e, s) {
                 $((1, $s) => gather::<$s, 1>(dst, src, n, readable),
                 (2, $s) => gather::<$s, 2>(dst, src, n, readable),)*
+                (4, 2) => gather::<2, 4>(dst, src, n, readable),
                 _ => 0,
             }
         };
@@ -163,5 +164,6 @@ mod tests {
         check::<6, 2>();
         check::<7, 2>();
         check::<8, 2>();
+        check::<2, 4>();
     }
 }
