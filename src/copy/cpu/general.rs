@@ -195,7 +195,8 @@ unsafe fn tiled<T: Elem>(dims: &[PlanDim], k: usize, bytes: usize, dst: *mut u8,
     // same runs: f32 `::2` 4096² 1.08–1.17×, 2048² 1.13–1.29×, 1024²
     // 0.93–1.09×, 512² 0.94–1.13×, 256² 0.91–1.19×; source 4 bytes off
     // (`x[:, 1::2]`) 1.03–1.12× but 512² 0.95–1.03×, 16 bytes off
-    // 0.98–1.20×. Not every 3rd or 4th, which lost (0.78–0.89× from 1024²
+    // 0.98–1.20×; with the destination 8 bytes off too (SSE2's micro tiles)
+    // 0.88–1.14×. Not every 3rd or 4th, which lost (0.78–0.89× from 1024²
     // down, 0.99–1.12× above).
     #[cfg(target_arch = "x86_64")]
     let shuffles = dk.src % e == 0

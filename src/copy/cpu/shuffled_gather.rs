@@ -1,6 +1,8 @@
 //! Gathers of every `S`-th element (`S` of 2 to 8) of 1 or 2 bytes, and of
-//! every 2nd of 4 bytes, into a contiguous row with SSSE3 byte shuffles, where the CPU lacks
-//! [`split512`](super::split512)'s AVX-512 VBMI: each 16 bytes of output
+//! every 2nd of 4 bytes, into a contiguous row with SSSE3 byte shuffles: the
+//! general kernel's 1-D gathers of 1- and 2-byte elements where the CPU lacks
+//! [`split512`](super::split512)'s AVX-512 VBMI, its L1 tiles' row gathers
+//! wherever it has AVX2. Each 16 bytes of output
 //! take the `S` vectors of source that hold their elements, one `pshufb` each
 //! picking its elements into place, ORed together. The scalar loop moves an
 //! element a load and a store; this moves 16 bytes in `S` loads, `S`
@@ -29,9 +31,9 @@ impl<const S: usize, const E: usize> Masks<S, E> {
 }
 
 /// The whole blocks of a gather of every `s`-th `e`-byte element (`s` of 2
-/// to 8 with `e` of 1 or 2, `s` of 2 with `e` of 4) by [`gather`]: the first of `n` elements, reading
-/// no further than element `readable - 1`'s end; the elements it wrote, the
-/// rest being the caller's. Out of line, so that its callers, inlined
+/// to 8 with `e` of 1 or 2, `s` of 2 with `e` of 4) by [`gather`]: the first
+/// of `n` elements, reading no further than element `readable - 1`'s end;
+/// the elements it wrote, the rest being the caller's. Out of line, so that its callers, inlined
 /// everywhere, stay small.
 ///
 /// # Safety
