@@ -430,6 +430,56 @@ pub(super) unsafe fn copy_blocks(dst: *mut u8, src: *const u8, n: usize) -> usiz
     i
 }
 
+/// Streams the whole lines of `n` bytes from `dst` (line-aligned) on, two
+/// 32-byte loads and streaming stores a line; returns the bytes copied.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `dst` is line-aligned; as
+/// `ptr::copy_nonoverlapping(src, dst, n)`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn stream_lines(dst: *mut u8, src: *const u8, n: usize) -> usize {
+    let mut i = 0;
+    while i + 64 <= n {
+        // SAFETY: bytes i .. i + 64 of both ranges; `dst + i` is line-aligned,
+        // so both halves are 32-byte aligned.
+        unsafe {
+            let (s, d) = (src.add(i), dst.add(i));
+            let (a, b) = (_mm256_loadu_si256(s.cast()), _mm256_loadu_si256(s.add(32).cast()));
+            _mm256_stream_si256(d.cast(), a);
+            _mm256_stream_si256(d.add(32).cast(), b);
+        }
+        i += 64;
+    }
+    i
+}
+
+/// Streams the 32 bytes at `pat` twice into each whole line of `n` bytes
+/// from `dst` (line-aligned) on; returns the bytes written.
+///
+/// # Safety
+///
+/// The CPU has AVX2; `dst` is line-aligned; `pat` readable for 32 bytes and
+/// `dst` writable for `n`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) unsafe fn stream_fill(dst: *mut u8, pat: *const u8, n: usize) -> usize {
+    // SAFETY: `pat` holds 32 readable bytes (the caller's contract).
+    let v = unsafe { _mm256_loadu_si256(pat.cast()) };
+    let mut i = 0;
+    while i + 64 <= n {
+        // SAFETY: bytes i .. i + 64 of `dst`, line-aligned (the caller's contract).
+        unsafe {
+            let d = dst.add(i);
+            _mm256_stream_si256(d.cast(), v);
+            _mm256_stream_si256(d.add(32).cast(), v);
+        }
+        i += 64;
+    }
+    i
+}
+
 /// Copies `count` runs of `run` bytes (at least 32), `ds` and `ss` bytes
 /// apart: 128-byte blocks loaded whole before they are stored, then 32-byte
 /// pieces, the last one overlapping the bytes before it.

@@ -58,6 +58,15 @@ pub(super) unsafe fn fill_run(dst: *mut u8, pat: &[u8; PAT], e: usize, n: usize,
                 _mm_loadu_si128(q.add(2)),
                 _mm_loadu_si128(q.add(3)),
             );
+            // A pattern that repeats within a line (elements of 1 to 16
+            // bytes: within 32 bytes too): two 32-byte streaming
+            // stores a line where the CPU has AVX2, as `copy_run`'s (Zen 3 VM,
+            // two cores, in-process A/B, three runs: 64 MiB filled with an f32
+            // 1.00–1.01×, with a byte 1.01–1.28×; 4096 f16 broadcast along
+            // 4096² rows 1.17–1.18×).
+            if step == 0 && super::avx2::enabled() {
+                i += super::avx2::stream_fill(dst.add(i), p.add(ph), n - i);
+            }
             while i + 64 <= n {
                 if step != 0 {
                     let q = p.add(ph).cast::<__m128i>();
