@@ -211,10 +211,10 @@ pub(super) unsafe fn copy_run(dst: *mut u8, src: *const u8, n: usize, nt: bool) 
             // 8256-wide matrix 1.06×, f32 4097 × 4095 1.03×, RGB 1.00×).
             // Where it has AVX2, two 32-byte ones: Zen 3 VM, two cores,
             // in-process A/B against four 16-byte ones, best of 30–40
-            // alternated calls, three runs, speed-up: contiguous copies of
-            // 256 MiB 1.03–1.07×, 64 MiB 1.06–1.15×, 32 MiB 1.01–1.07×;
+            // alternated calls, three to six runs, speed-up: contiguous copies
+            // of 256 MiB 1.03–1.07×, 64 MiB 1.03–1.16×, 32 MiB 1.01–1.07×;
             // transposes (their runs streamed out through here) f32 4096²
-            // 1.03–1.09×, f16 1.00–1.05×, u8 8192² 0.97–1.09×, RGB 4096 × 2048
+            // 0.99–1.18×, f16 1.00–1.05×, u8 8192² 0.97–1.09×, RGB 4096 × 2048
             // 0.95–1.07×; permutes 32⁴ × 16 f32 43210 1.09× each run, 32⁵ f16
             // 03142 1.02–1.08×, 64⁴ f32 3021 1.06–1.12×.
             if super::avx512::enabled() {
