@@ -51,42 +51,43 @@ pub(super) unsafe fn fill_run(dst: *mut u8, pat: &[u8; PAT], e: usize, n: usize,
             i = (64 - dst as usize % 64) % 64;
             copy_small(dst, p, i);
             ph = i % e;
-            let q = p.add(ph).cast::<__m128i>();
-            let (mut a, mut b, mut c, mut f) = (
-                _mm_loadu_si128(q),
-                _mm_loadu_si128(q.add(1)),
-                _mm_loadu_si128(q.add(2)),
-                _mm_loadu_si128(q.add(3)),
-            );
-            // A pattern that repeats within a line (elements of 1 to 16
-            // bytes: within 32 bytes too): two 32-byte streaming
-            // stores a line where the CPU has AVX2, as `copy_run`'s (Zen 3 VM,
-            // two cores, in-process A/B, three runs: 64 MiB filled with an f32
+            // A pattern that repeats within a line (elements of 1 to 16 bytes:
+            // within 32 bytes too) takes two 32-byte streaming stores a line
+            // where the CPU has AVX2, as `copy_run`'s lines do (Zen 3 VM, two
+            // cores, in-process A/B, three runs: 64 MiB filled with an f32
             // 1.00–1.01×, with a byte 1.01–1.28×; 4096 f16 broadcast along
-            // 4096² rows 1.17–1.18×).
+            // 4096² rows 1.17–1.18×); four 16-byte ones otherwise.
             if step == 0 && super::avx2::enabled() {
                 i += super::avx2::stream_fill(dst.add(i), p.add(ph), n - i);
-            }
-            while i + 64 <= n {
-                if step != 0 {
-                    let q = p.add(ph).cast::<__m128i>();
-                    (a, b, c, f) = (
-                        _mm_loadu_si128(q),
-                        _mm_loadu_si128(q.add(1)),
-                        _mm_loadu_si128(q.add(2)),
-                        _mm_loadu_si128(q.add(3)),
-                    );
-                    ph += step;
-                    if ph >= e {
-                        ph -= e;
+            } else {
+                let q = p.add(ph).cast::<__m128i>();
+                let (mut a, mut b, mut c, mut f) = (
+                    _mm_loadu_si128(q),
+                    _mm_loadu_si128(q.add(1)),
+                    _mm_loadu_si128(q.add(2)),
+                    _mm_loadu_si128(q.add(3)),
+                );
+                while i + 64 <= n {
+                    if step != 0 {
+                        let q = p.add(ph).cast::<__m128i>();
+                        (a, b, c, f) = (
+                            _mm_loadu_si128(q),
+                            _mm_loadu_si128(q.add(1)),
+                            _mm_loadu_si128(q.add(2)),
+                            _mm_loadu_si128(q.add(3)),
+                        );
+                        ph += step;
+                        if ph >= e {
+                            ph -= e;
+                        }
                     }
+                    let d = dst.add(i).cast::<__m128i>();
+                    _mm_stream_si128(d, a);
+                    _mm_stream_si128(d.add(1), b);
+                    _mm_stream_si128(d.add(2), c);
+                    _mm_stream_si128(d.add(3), f);
+                    i += 64;
                 }
-                let d = dst.add(i).cast::<__m128i>();
-                _mm_stream_si128(d, a);
-                _mm_stream_si128(d.add(1), b);
-                _mm_stream_si128(d.add(2), c);
-                _mm_stream_si128(d.add(3), f);
-                i += 64;
             }
         }
         while i + 64 <= n {
