@@ -1017,7 +1017,14 @@ pub(super) unsafe fn transpose<T: Elem>(plan: &CopyPlan, k: usize, dst: *mut u8,
     // The AVX-512 route's tiles whose source rows crowd the L2's sets and go
     // on along the batch: copied a page of each row at a time before their
     // transposes ([`StagedRows`], which regroups the batch's fastest dim).
-    let staged = (route == Route::Avx512)
+    // Not where the L2 has few ways. Zen 4 VM (8-way 1 MiB L2), two cores,
+    // staged → not: `devtensor bench`, five alternated runs, 32⁴ × 16 f32
+    // permuted 43210 25.5–27.4 → 29.9–33.3 GB/s, 64⁴ f32 3021 and 256³ f32
+    // 210 0.97–1.02×, 32⁵ f16 03142 0.99–1.03×; Python, from NumPy arrays,
+    // best of 12 calls, seven alternated processes: 43210 of 32⁴ × 16 f32
+    // 1.3×, 32⁴ × 8 f64 1.4–1.5×, 32⁵ f32 1.4×, 32⁴ × 32 f16 1.0–1.07×;
+    // 64⁴ f32 3210, 256³ f32 and f16 210, u8 256 × 128 × 256 210 even.
+    let staged = (route == Route::Avx512 && !l2_has_few_ways())
         .then(|| StagedRows::find(a, b, &mut batch, bi, bj, e))
         .flatten();
     let stage_bytes = if let Some(rows) = &staged {
