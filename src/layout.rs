@@ -7,13 +7,16 @@ use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
 
-/// Inline storage for shapes (most tensors have at most 5 dimensions). Five
-/// keep a [`Tensor`](crate::Tensor) within 128 bytes, which the compiler moves
-/// inline rather than through a `memcpy` call: a Python `empty((16,))` moves
-/// its tensor three times.
-pub type Shape = SmallVec<[usize; 5]>;
+/// Dims a [`Shape`] and [`Strides`] hold inline (most tensors have at most 5).
+/// Five keep a [`Tensor`](crate::Tensor) within 128 bytes, which the compiler
+/// moves inline rather than through a `memcpy` call: a Python `empty((16,))`
+/// moves its tensor three times.
+const SHAPE_INLINE_DIMS: usize = 5;
+
+/// Inline storage for shapes (five dims inline).
+pub type Shape = SmallVec<[usize; SHAPE_INLINE_DIMS]>;
 /// Inline storage for strides, in elements.
-pub type Strides = SmallVec<[isize; 5]>;
+pub type Strides = SmallVec<[isize; SHAPE_INLINE_DIMS]>;
 
 /// Most dimensions a tensor may have (the DLPack import limit as well).
 pub const MAX_NDIM: usize = 64;
@@ -66,12 +69,11 @@ pub fn nbytes(shape: &[usize], elem_size: usize) -> Result<usize> {
 /// Row-major (C-contiguous) strides for `shape`.
 #[inline]
 pub fn contiguous_strides(shape: &[usize]) -> Result<Strides> {
-    const INLINE: usize = 5;
-    if shape.len() <= INLINE {
+    if shape.len() <= SHAPE_INLINE_DIMS {
         // Without `SmallVec::from_elem`, whose `memset` call (and the store
         // forwarding stalls of its wide stores when the strides are moved
         // right after) were a tenth of `devtensor.empty((16,))`.
-        let mut buf = [0isize; INLINE];
+        let mut buf = [0isize; SHAPE_INLINE_DIMS];
         let acc = strides_into(&mut buf[..shape.len()], shape)?;
         check_stride_bound(acc)?;
         return Ok(Strides::from_buf_and_len(buf, shape.len()));
